@@ -1,0 +1,1 @@
+"""I/O adapters run as Temporal activities: the model call and tool execution."""

@@ -1,0 +1,34 @@
+"""Worker-side settings, read from the environment once, in the worker process only."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
+DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
+
+
+@dataclass(frozen=True)
+class ActivitySettings:
+    """What activities need from the environment. Secrets stay here, never in workflow input."""
+
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_base_url: str | None = None
+    openai_model: str = "gpt-4o-mini"
+    geocoding_url: str = DEFAULT_GEOCODING_URL
+    forecast_url: str = DEFAULT_FORECAST_URL
+    data_dir: Path = Path(".agent-data")
+
+    @classmethod
+    def from_env(cls) -> ActivitySettings:
+        env = os.environ
+        return cls(
+            openai_api_key=env.get("OPENAI_API_KEY") or None,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            openai_model=env.get("OPENAI_MODEL") or cls.openai_model,
+            geocoding_url=env.get("OPEN_METEO_GEOCODING_URL") or DEFAULT_GEOCODING_URL,
+            forecast_url=env.get("OPEN_METEO_FORECAST_URL") or DEFAULT_FORECAST_URL,
+            data_dir=Path(env.get("AGENT_DATA_DIR") or ".agent-data"),
+        )

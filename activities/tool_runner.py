@@ -1,0 +1,57 @@
+"""Tool activities: the catalog, and one dynamic activity so each tool shows under its own name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+import structlog
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.settings import ActivitySettings
+from activities.tools import ToolContext, ToolError, ToolRegistry
+from workflows.models import ToolDefinition, ToolInvocation, ToolOutcome
+
+log = structlog.get_logger()
+
+
+class ToolActivities:
+    def __init__(self, registry: ToolRegistry, settings: ActivitySettings, http: httpx.AsyncClient):
+        self._registry = registry
+        self._settings = settings
+        self._http = http
+
+    @activity.defn(name="list_tools")
+    async def list_tools(self) -> list[ToolDefinition]:
+        return self._registry.definitions()
+
+    @activity.defn(dynamic=True)
+    async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:
+        name = activity.info().activity_type
+        spec = self._registry.get(name)
+        if spec is None:
+            raise ApplicationError(
+                f"this worker has no tool named {name!r}", type="UnknownTool", non_retryable=True
+            )
+        invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
+        try:
+            parsed = spec.args_model.model_validate(invocation.arguments)
+        except ValidationError as exc:
+            return ToolOutcome(status="error", observation=f"Error: invalid arguments for {name}: {exc}")
+        ctx = ToolContext(
+            settings=self._settings,
+            http=self._http,
+            call_id=invocation.call_id,
+            idempotency_key=invocation.idempotency_key,
+        )
+        try:
+            observation = await heartbeating(spec.handler(parsed, ctx))
+        except ToolError as exc:
+            log.info("tool refused", error=str(exc))
+            return ToolOutcome(status="error", observation=f"Error: {exc}")
+        log.info("tool done", observation_bytes=len(observation.encode()))
+        return ToolOutcome(status="ok", observation=observation)

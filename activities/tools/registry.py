@@ -1,0 +1,71 @@
+"""The native tool registry: each tool is a `ToolSpec` with a typed args model and a handler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from activities.settings import ActivitySettings
+from workflows.models import Risk, ToolDefinition
+
+# Activity types already taken by the runtime; a tool with one of these names would shadow them.
+RESERVED_NAMES = frozenset({"llm_call", "list_tools"})
+
+
+class ToolError(Exception):
+    """A failure the model should read and can act on. It becomes an observation, never a retry."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    settings: ActivitySettings
+    http: httpx.AsyncClient
+    call_id: str
+    idempotency_key: str
+
+
+Handler = Callable[[Any, ToolContext], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    handler: Handler
+    risk: Risk = "safe"
+    idempotent: bool = True
+    timeout_s: float = 30.0
+    max_attempts: int = 3
+
+    def definition(self) -> ToolDefinition:
+        return ToolDefinition(
+            name=self.name,
+            description=self.description,
+            parameters=self.args_model.model_json_schema(),
+            risk=self.risk,
+            idempotent=self.idempotent,
+            timeout_s=self.timeout_s,
+            max_attempts=self.max_attempts,
+        )
+
+
+class ToolRegistry:
+    def __init__(self, specs: Iterable[ToolSpec]):
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            if spec.name in RESERVED_NAMES:
+                raise ValueError(f"tool name {spec.name!r} is reserved")
+            if spec.name in self._specs:
+                raise ValueError(f"tool {spec.name!r} is registered twice")
+            self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [spec.definition() for spec in self._specs.values()]

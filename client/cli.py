@@ -1,0 +1,279 @@
+"""`python -m client`: start conversations, talk to them, and see their state.
+
+Every signal-sending command waits until the workflow shows the signal was taken or refused, so a
+script can trust the exit code: 0 success, 1 refused or failed, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from client.connection import TemporalSettings, connect
+from client.render import render_status
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.models import (
+    SETTLED_STATUSES,
+    ConversationInput,
+    ConversationStatus,
+    EndRequest,
+    SayRequest,
+    SignalOutcome,
+)
+
+QUERY_RPC_TIMEOUT = timedelta(seconds=3)
+POLL_INTERVAL_S = 0.25
+STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
+
+
+class CliError(Exception):
+    """A failure to report as one line, exiting 1."""
+
+
+class Session:
+    """One CLI invocation: a client, the settings, and patience for a missing worker."""
+
+    def __init__(self, client: Client, settings: TemporalSettings, timeout_s: float):
+        self.client = client
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self._told_waiting = False
+
+    def handle(self, workflow_id: str) -> WorkflowHandle:
+        return self.client.get_workflow_handle_for(ConversationWorkflow.run, workflow_id)
+
+    async def query(self, workflow_id: str, query: Any, *args: Any) -> Any:
+        """Query, retrying while no worker answers, for at most the session's timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        handle = self.handle(workflow_id)
+        while True:
+            try:
+                return await handle.query(query, *args, rpc_timeout=QUERY_RPC_TIMEOUT)
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    raise CliError(f"no such conversation: {workflow_id}") from None
+                if time.monotonic() >= deadline:
+                    raise CliError(
+                        f"no worker answered for {self.timeout_s:.0f}s (is `python -m worker` "
+                        f"running on task queue {self.settings.task_queue}?)"
+                    ) from None
+                if not self._told_waiting:
+                    print("waiting for a worker to answer...", file=sys.stderr, flush=True)
+                    self._told_waiting = True
+                await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def status(self, workflow_id: str) -> ConversationStatus:
+        return await self.query(workflow_id, ConversationWorkflow.status)
+
+    async def signal(self, workflow_id: str, signal: Any, arg: Any) -> None:
+        try:
+            await self.handle(workflow_id).signal(signal, arg)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise CliError(f"no such running conversation: {workflow_id}") from None
+            raise
+
+    async def outcome(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
+        """Wait until the workflow records what became of a signal; None if it closed first."""
+        while True:
+            outcome = await self.query(workflow_id, ConversationWorkflow.signal_outcome, request_id)
+            if outcome is not None:
+                return outcome
+            description = await self.handle(workflow_id).describe()
+            if description.close_time is not None:
+                return None
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
+        """Wait until `turn` has started and needs a human, is answered, or the conversation ended."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            status = await self.status(workflow_id)
+            if status.status in ("completed", "failed") or (
+                status.turn >= turn and status.status in SETTLED_STATUSES
+            ):
+                return status
+            if time.monotonic() >= deadline:
+                raise CliError(f"turn {turn} of {workflow_id} still running after {wait_s:.0f}s")
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+def print_status(status: ConversationStatus, as_json: bool) -> int:
+    if as_json:
+        print(status.model_dump_json(indent=2))
+    else:
+        print(render_status(status))
+    failed = status.status == "failed" or status.stop_reason == "llm_error"
+    return 1 if failed else 0
+
+
+async def cmd_start(s: Session, a: argparse.Namespace) -> int:
+    workflow_id = a.id or f"conv-{uuid.uuid4().hex[:12]}"
+    inp = ConversationInput(
+        prompt=a.prompt,
+        system_prompt=a.system,
+        model=a.model,
+        max_steps=a.max_steps,
+        one_shot=a.one_shot,
+    )
+    try:
+        await s.client.start_workflow(
+            ConversationWorkflow.run,
+            inp,
+            id=workflow_id,
+            task_queue=s.settings.task_queue,
+            static_summary=_clip(a.prompt, 200),
+            static_details=f"Conversation started from the CLI with `{_clip(a.prompt, 500)}`",
+            search_attributes=TypedSearchAttributes([AGENT_STATUS.value_set("running")]),
+        )
+    except WorkflowAlreadyStartedError:
+        raise CliError(f"conversation {workflow_id} is already running") from None
+    if not a.wait:
+        print(json.dumps({"workflow_id": workflow_id}) if a.json else workflow_id)
+        return 0
+    return print_status(await s.wait_settled(workflow_id, 1, a.wait_timeout), a.json)
+
+
+async def cmd_say(s: Session, a: argparse.Namespace) -> int:
+    request_id = uuid.uuid4().hex
+    await s.signal(a.id, ConversationWorkflow.say, SayRequest(text=a.message, request_id=request_id))
+    outcome = await s.outcome(a.id, request_id)
+    if outcome is None:
+        raise CliError(f"conversation {a.id} ended before taking the message")
+    if not outcome.accepted:
+        return _refused(outcome, a.json)
+    if not a.wait:
+        if a.json:
+            print(outcome.model_dump_json())
+        else:
+            print(f"taken: the message will be turn {outcome.turn}")
+        return 0
+    return print_status(await s.wait_settled(a.id, outcome.turn or 0, a.wait_timeout), a.json)
+
+
+async def cmd_end(s: Session, a: argparse.Namespace) -> int:
+    request_id = uuid.uuid4().hex
+    await s.signal(a.id, ConversationWorkflow.end, EndRequest(request_id=request_id))
+    outcome = await s.outcome(a.id, request_id)
+    if outcome is not None and not outcome.accepted:
+        return _refused(outcome, False)
+    print(f"taken: {a.id} will end after its in-flight work")
+    return 0
+
+
+async def cmd_status(s: Session, a: argparse.Namespace) -> int:
+    print_status(await s.status(a.id), a.json)
+    return 0
+
+
+async def cmd_list(s: Session, a: argparse.Namespace) -> int:
+    query = f'WorkflowType = "{ConversationWorkflow.__name__}"'
+    if a.status:
+        query += f' AND {AGENT_STATUS.name} = "{a.status}"'
+    rows = []
+    async for wf in s.client.list_workflows(query, limit=a.limit):
+        rows.append({
+            "workflow_id": wf.id,
+            "status": wf.typed_search_attributes.get(AGENT_STATUS),
+            "execution": wf.status.name.lower() if wf.status else None,
+            "started": wf.start_time.isoformat() if wf.start_time else None,
+        })
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no conversations" + (f" with status {a.status}" if a.status else ""))
+    else:
+        for row in rows:
+            print(f"{row['workflow_id']:<40} {row['status'] or '-':<26} {row['started']}")
+    return 0
+
+
+def _refused(outcome: SignalOutcome, as_json: bool) -> int:
+    if as_json:
+        print(outcome.model_dump_json())
+    else:
+        print(f"refused: {outcome.reason}")
+    return 1
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds to wait for a worker to answer (default 60)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("start", help="start a conversation")
+    p.add_argument("prompt")
+    p.add_argument("--id", help="conversation (workflow) id; default: a fresh one")
+    p.add_argument("--one-shot", action="store_true", help="complete after the first answer")
+    p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
+    _add_wait(p)
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("say", help="send the next user message")
+    p.add_argument("id")
+    p.add_argument("message")
+    _add_wait(p)
+    p.set_defaults(func=cmd_say)
+
+    p = sub.add_parser("status", help="the current state of a conversation")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("list", help="conversations, optionally by status")
+    p.add_argument("--status", choices=STATUSES)
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("end", help="end a conversation after its in-flight work")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_end)
+    return parser
+
+
+def _add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="return when the turn needs a human or is done, printing the status")
+    p.add_argument("--wait-timeout", type=float, default=600.0,
+                   help="seconds --wait waits for the turn (default 600)")
+    p.add_argument("--json", action="store_true")
+
+
+async def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "max_steps", 1) < 1:
+        print("error: --max-steps must be at least 1", file=sys.stderr)
+        return 2
+    settings = TemporalSettings.from_env()
+    try:
+        client = await connect(settings)
+    except RuntimeError as err:
+        print(f"error: cannot reach Temporal at {settings.address}: {err}", file=sys.stderr)
+        return 1
+    try:
+        return await args.func(Session(client, settings, args.timeout), args)
+    except CliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except RPCError as err:
+        print(f"error: Temporal refused the request: {err.message}", file=sys.stderr)
+        return 1

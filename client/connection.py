@@ -1,0 +1,33 @@
+"""Connecting to Temporal, shared by the worker and the CLI."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+
+@dataclass(frozen=True)
+class TemporalSettings:
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "react-agent"
+
+    @classmethod
+    def from_env(cls) -> TemporalSettings:
+        env = os.environ
+        return cls(
+            address=env.get("TEMPORAL_ADDRESS") or cls.address,
+            namespace=env.get("TEMPORAL_NAMESPACE") or cls.namespace,
+            task_queue=env.get("AGENT_TASK_QUEUE") or cls.task_queue,
+        )
+
+
+async def connect(settings: TemporalSettings) -> Client:
+    return await Client.connect(
+        settings.address,
+        namespace=settings.namespace,
+        data_converter=pydantic_data_converter,
+    )

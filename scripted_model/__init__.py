@@ -1,0 +1,15 @@
+"""A scripted, deterministic OpenAI-compatible server (plus a fake Open-Meteo) for tests and the offline demo."""
+
+from .script import Scenario, Script, ScriptedReply, ScriptedToolCall, load_script, select_reply
+from .server import RecordedRequest, ScriptedModelServer
+
+__all__ = [
+    "RecordedRequest",
+    "Scenario",
+    "Script",
+    "ScriptedModelServer",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "load_script",
+    "select_reply",
+]

@@ -1,0 +1,142 @@
+"""Script models and the pure, deterministic choice of the next scripted reply.
+
+Kept free of I/O so the selection rules can be unit-tested and reasoned about
+without a server: the same request messages always give the same reply.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ScriptedToolCall(BaseModel):
+    """One tool call the model "decides" to make."""
+
+    name: str
+    arguments: str | dict = {}
+
+    def arguments_text(self) -> str:
+        """A dict is JSON-encoded; a str is sent verbatim (it may be invalid JSON on purpose)."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+class ScriptedReply(BaseModel):
+    """What the model answers at one step of a conversation."""
+
+    content: str | None = None
+    tool_calls: list[ScriptedToolCall] = []
+    errors: list[int] = []
+    hold: bool = False
+    delay_s: float = 0.0
+    finish_reason: str | None = None
+
+    def effective_finish_reason(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+class Scenario(BaseModel):
+    """Replies for conversations whose first user message contains `trigger`."""
+
+    trigger: str
+    replies: list[ScriptedReply]
+
+
+class Script(BaseModel):
+    scenarios: list[Scenario] = []
+
+
+class Selection(BaseModel):
+    """The outcome of `select_reply`: which scenario (if any), which step, what reply."""
+
+    trigger: str | None
+    step: int
+    reply: ScriptedReply
+
+
+def load_script(path: str | Path) -> Script:
+    return Script.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Text of a message whose content is a str, a list of text parts, or absent."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def _text_of(messages: list[dict[str, Any]], role: str, last: bool) -> str:
+    matching = [m for m in messages if m.get("role") == role]
+    if not matching:
+        return ""
+    return message_text(matching[-1] if last else matching[0])
+
+
+def _fill_template(content: str, messages: list[dict[str, Any]]) -> str:
+    # str.replace, not str.format: scripted content may contain JSON braces.
+    return (
+        content.replace("{last_tool}", _text_of(messages, "tool", last=True))
+        .replace("{last_user}", _text_of(messages, "user", last=True))
+        .replace("{first_user}", _text_of(messages, "user", last=False))
+    )
+
+
+def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:
+    """Pick the reply for a request: scenario by first user message, step by assistant turns."""
+    first_user = _text_of(messages, "user", last=False)
+    step = sum(1 for m in messages if m.get("role") == "assistant")
+    scenario = next((s for s in script.scenarios if s.trigger in first_user), None)
+    if scenario is None:
+        fallback = f"I am the offline scripted model. Nothing is scripted for: {first_user}"
+        return Selection(trigger=None, step=step, reply=ScriptedReply(content=fallback))
+    if step >= len(scenario.replies):
+        exhausted = (
+            f"The script for {scenario.trigger!r} is exhausted at step {step} "
+            f"(it has {len(scenario.replies)} replies)."
+        )
+        return Selection(trigger=scenario.trigger, step=step, reply=ScriptedReply(content=exhausted))
+    reply = scenario.replies[step]
+    if reply.content is not None:
+        reply = reply.model_copy(update={"content": _fill_template(reply.content, messages)})
+    return Selection(trigger=scenario.trigger, step=step, reply=reply)
+
+
+def tool_call_payloads(step: int, reply: ScriptedReply) -> list[dict[str, Any]]:
+    """OpenAI-shaped tool calls with deterministic ids `call_{step}_{i}`."""
+    return [
+        {
+            "id": f"call_{step}_{i}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments_text()},
+        }
+        for i, call in enumerate(reply.tool_calls)
+    ]
+
+
+def usage(
+    messages: list[dict[str, Any]], tools: list[Any] | None, reply: ScriptedReply
+) -> dict[str, int]:
+    """A rough, deterministic token count (about 4 characters per token)."""
+    prompt = math.ceil(len(json.dumps(messages) + json.dumps(tools or [])) / 4)
+    completion_text = (reply.content or "") + "".join(c.arguments_text() for c in reply.tool_calls)
+    completion = max(1, math.ceil(len(completion_text) / 4))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }

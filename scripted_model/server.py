@@ -1,0 +1,340 @@
+"""A deterministic OpenAI-compatible HTTP server driven by a `Script`.
+
+Tests and the offline demo point the real `openai` client at it, so the
+production code path (HTTP, retries, streaming parsing) runs unchanged. It also
+serves the fake Open-Meteo API so the offline demo is a single process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from . import open_meteo
+from .script import (
+    Script,
+    ScriptedReply,
+    Selection,
+    message_text,
+    select_reply,
+    tool_call_payloads,
+    usage,
+)
+
+CREATED = 1767268800  # fixed so responses are byte-for-byte reproducible
+MODEL_ID = "scripted"
+
+_ERROR_KINDS = {
+    400: ("invalid_request_error", "bad_request"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "forbidden"),
+    404: ("not_found_error", "not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    kind, code = _ERROR_KINDS.get(status, ("server_error", "server_error"))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _split(text: str, parts: int) -> list[str]:
+    """`text` cut into `parts` roughly equal pieces, dropping empty ones (short text)."""
+    n = len(text)
+    pieces = [text[n * i // parts : n * (i + 1) // parts] for i in range(parts)]
+    return [p for p in pieces if p]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    trigger: str | None
+    step: int
+    body: dict[str, Any]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: "ScriptedModelServer"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Silenced: the default access log would clutter test and demo output."""
+
+    def do_GET(self) -> None:
+        self._guarded(self._route_get)
+
+    def do_POST(self) -> None:
+        self._guarded(self._route_post)
+
+    def _guarded(self, route: Any) -> None:
+        # The client may be gone (timeout, cancelled activity) by the time we write.
+        try:
+            route()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _route_get(self) -> None:
+        url = urlsplit(self.path)
+        params = dict(parse_qsl(url.query))
+        owner = self.server.owner
+        if url.path == "/v1/models":
+            model = {"id": MODEL_ID, "object": "model", "created": CREATED, "owned_by": "scripted"}
+            self._send_json(200, {"object": "list", "data": [model]})
+        elif url.path == "/v1/search":
+            owner._count_call("geocoding")
+            self._send_json(*open_meteo.geocode(params))
+        elif url.path == "/v1/forecast":
+            owner._count_call("forecast")
+            self._send_json(*open_meteo.forecast(params))
+        else:
+            self._send_json(404, _error_body(404, f"no route for GET {url.path}"))
+
+    def _route_post(self) -> None:
+        path = urlsplit(self.path).path
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if path != "/v1/chat/completions":
+            self._send_json(404, _error_body(404, f"no route for POST {path}"))
+            return
+        try:
+            body = json.loads(raw)
+            messages = body["messages"]
+            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            self._send_json(400, _error_body(400, "body must be JSON with a 'messages' list"))
+            return
+        owner = self.server.owner
+        selection, error_status = owner._begin_chat(body)
+        if error_status is not None:
+            self._send_json(error_status, _error_body(error_status, f"scripted {error_status}"))
+            return
+        reply = selection.reply
+        if reply.delay_s > 0:
+            time.sleep(reply.delay_s)
+        if reply.hold:
+            owner._release_event.wait()
+        model = body.get("model") or MODEL_ID
+        counts = usage(messages, body.get("tools"), reply)
+        completion_id = f"chatcmpl-{owner._conversation_key(messages)[:24]}"
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send_stream(completion_id, model, selection, counts if include_usage else None)
+        else:
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            calls = tool_call_payloads(selection.step, reply)
+            if calls:
+                message["tool_calls"] = calls
+            choice = {"index": 0, "message": message, "finish_reason": reply.effective_finish_reason()}
+            self._send_json(200, {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": model,
+                "choices": [choice],
+                "usage": counts,
+            })
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_stream(
+        self, completion_id: str, model: str, selection: Selection, counts: dict[str, int] | None
+    ) -> None:
+        # No Content-Length: the body ends when the connection closes.
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
+            event = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": model,
+                "choices": choices,
+                **extra,
+            }
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+
+        def delta(d: dict[str, Any], finish_reason: str | None = None) -> None:
+            chunk([{"index": 0, "delta": d, "finish_reason": finish_reason}])
+
+        reply: ScriptedReply = selection.reply
+        delta({"role": "assistant"})
+        for piece in _split(reply.content or "", 3):
+            delta({"content": piece})
+        for i, call in enumerate(tool_call_payloads(selection.step, reply)):
+            head = {"name": call["function"]["name"], "arguments": ""}
+            delta({"tool_calls": [{"index": i, "id": call["id"], "type": "function", "function": head}]})
+            for piece in _split(call["function"]["arguments"], 2):
+                delta({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+        delta({}, reply.effective_finish_reason())
+        if counts is not None:
+            chunk([], usage=counts)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+class ScriptedModelServer:
+    """Serves a `Script` over HTTP from a daemon thread; records every chat request."""
+
+    def __init__(self, script: Script | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._script = script or Script()
+        self._host = host
+        self._requested_port = port
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._requests: list[RecordedRequest] = []
+        self._hits: dict[str, int] = {}
+        self._calls = {"geocoding": 0, "forecast": 0}
+        self._release_event = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> "ScriptedModelServer":
+        self._httpd = _HTTPServer((self._host, self._requested_port), _Handler)
+        self._httpd.owner = self
+        # A short poll interval keeps stop() fast (shutdown waits for the next poll).
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="scripted-model", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._release_event.set()  # let held handlers finish instead of hanging forever
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    def __enter__(self) -> "ScriptedModelServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("server is not started")
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """What OPENAI_BASE_URL should be set to."""
+        return f"http://{self._host}:{self.port}/v1"
+
+    @property
+    def geocoding_url(self) -> str:
+        return f"{self.base_url}/search"
+
+    @property
+    def forecast_url(self) -> str:
+        return f"{self.base_url}/forecast"
+
+    # -- control ---------------------------------------------------------------------------
+
+    @property
+    def script(self) -> Script:
+        with self._lock:
+            return self._script
+
+    def set_script(self, script: Script) -> None:
+        """Swap the script; error-injection counters restart so new `errors` lists apply."""
+        with self._lock:
+            self._script = script
+            self._hits.clear()
+
+    def release(self) -> None:
+        """Let held replies (and any later ones) through until `rearm()`."""
+        self._release_event.set()
+
+    def rearm(self) -> None:
+        self._release_event.clear()
+
+    # -- observation -----------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, trigger: str | None = None, step: int | None = None) -> int:
+        with self._lock:
+            return self._count_locked(trigger, step)
+
+    def wait_for_request(
+        self, trigger: str | None = None, step: int | None = None, timeout: float = 10.0
+    ) -> bool:
+        """Block until a chat request for (trigger, step) has arrived; None matches any."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: self._count_locked(trigger, step) > 0, timeout)
+
+    @property
+    def geocoding_calls(self) -> int:
+        with self._lock:
+            return self._calls["geocoding"]
+
+    @property
+    def forecast_calls(self) -> int:
+        with self._lock:
+            return self._calls["forecast"]
+
+    # -- used by the handler ---------------------------------------------------------------
+
+    def _count_locked(self, trigger: str | None, step: int | None) -> int:
+        return sum(
+            1
+            for r in self._requests
+            if (trigger is None or r.trigger == trigger) and (step is None or r.step == step)
+        )
+
+    def _count_call(self, kind: str) -> None:
+        with self._lock:
+            self._calls[kind] += 1
+
+    @staticmethod
+    def _conversation_key(messages: list[Any]) -> str:
+        return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+    def _begin_chat(self, body: dict[str, Any]) -> tuple[Selection, int | None]:
+        """Record the request and decide whether this hit gets a scripted error status."""
+        messages = body["messages"]
+        with self._arrived:
+            selection = select_reply(self._script, messages)
+            # Per conversation (its first user message) and step: a retry of a step, or a new turn
+            # that lands on the same step, moves on through the `errors` list.
+            first_user = next((message_text(m) for m in messages if m.get("role") == "user"), "")
+            key = f"{selection.step}:{first_user}"
+            hit = self._hits.get(key, 0)
+            self._hits[key] = hit + 1
+            self._requests.append(RecordedRequest(selection.trigger, selection.step, body))
+            self._arrived.notify_all()
+        errors = selection.reply.errors
+        return selection, (errors[hit] if hit < len(errors) else None)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The sample conversation of `make demo`. Uses a real model when OPENAI_API_KEY or OPENAI_BASE_URL
+# is set, and otherwise the bundled offline scripted model (which also fakes Open-Meteo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${VENV:-.venv}/bin/python
+SCRIPTED_PORT=${SCRIPTED_PORT:-8765}
+
+if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
+  echo "No OPENAI_API_KEY or OPENAI_BASE_URL: using the offline scripted model (and a fake Open-Meteo)."
+  OFFLINE=1
+  export OPENAI_BASE_URL="http://127.0.0.1:$SCRIPTED_PORT/v1"
+  export OPENAI_API_KEY=offline-scripted
+  export OPENAI_MODEL=scripted
+  export OPEN_METEO_GEOCODING_URL="http://127.0.0.1:$SCRIPTED_PORT/v1/search"
+  export OPEN_METEO_FORECAST_URL="http://127.0.0.1:$SCRIPTED_PORT/v1/forecast"
+else
+  echo "Using the model endpoint ${OPENAI_BASE_URL:-of OpenAI} with model ${OPENAI_MODEL:-gpt-4o-mini}."
+fi
+make -s install
+
+[ -n "${OFFLINE:-}" ] && scripts/stack.sh scripted
+scripts/stack.sh server
+scripts/stack.sh worker
+
+ID="demo-$(date +%Y%m%d-%H%M%S)"
+echo
+echo "Starting conversation $ID ..."
+"$PY" -m client start --id "$ID" --wait "What's the weather in Paris right now?"
+echo
+echo "See it in the Temporal UI: http://localhost:${UI_PORT:-8233}/namespaces/default/workflows/$ID"
+echo "Continue it:  $PY -m client say $ID \"And in Tokyo?\" --wait"
+echo "Stop everything: make stop"

@@ -1,0 +1,103 @@
+"""Durability for real: the worker runs as its own process and is SIGKILLed mid-conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import script, settled, start, tool_call, unique
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """`python -m worker` as a child process, configured only by its environment."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        self._env = env
+        self._log_dir = log_dir
+        self._started = 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self._started += 1
+        log = open(self._log_dir / f"worker-{self._started}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "worker"], cwd=ROOT, env=self._env,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def kill(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, "the worker died early"
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+    def log(self, n: int) -> str:
+        return (self._log_dir / f"worker-{n}.log").read_text()
+
+
+@pytest.fixture
+def worker_process(
+    temporal_address: str, model: ScriptedModelServer, tmp_path: Path
+) -> Iterator[tuple[WorkerProcess, str]]:
+    queue = unique("durable")
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": temporal_address,
+        "AGENT_TASK_QUEUE": queue,
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_MODEL": "scripted",
+        "OPEN_METEO_GEOCODING_URL": model.geocoding_url,
+        "OPEN_METEO_FORECAST_URL": model.forecast_url,
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+    }
+    worker = WorkerProcess(env, tmp_path)
+    try:
+        yield worker, queue
+    finally:
+        worker.stop()
+
+
+async def test_worker_killed_between_tool_and_next_llm_reply_resumes_without_rerunning_the_tool(
+    client: Client, model: ScriptedModelServer, worker_process: tuple[WorkerProcess, str]
+):
+    worker, queue = worker_process
+    trigger = script(
+        model, unique("sigkill"),
+        ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Berlin"})]),
+        ScriptedReply(content="Berlin now: {last_tool}", hold=True),
+    )
+    geocoding_before, forecast_before = model.geocoding_calls, model.forecast_calls
+    worker.start()
+    handle = await start(client, queue, f"{trigger}: weather in Berlin?")
+
+    # The second LLM request has arrived, so the tool activity has completed; its reply is held.
+    assert await asyncio.to_thread(model.wait_for_request, trigger, 1, 60.0)
+    assert model.geocoding_calls == geocoding_before + 1
+    worker.kill()
+
+    worker.start()
+    model.release()
+    status = await settled(handle, timeout_s=90)
+
+    assert status.stop_reason == "answered"
+    assert status.final_answer.startswith("Berlin now: Berlin, Germany")
+    assert model.count(trigger, step=1) >= 2, "the held LLM call should have been retried"
+    assert model.geocoding_calls == geocoding_before + 1, "get_weather ran again"
+    assert model.forecast_calls == forecast_before + 1, "get_weather ran again"
+    assert '"activity": "llm_call"' in worker.log(2) and '"attempt": 2' in worker.log(2)

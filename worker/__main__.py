@@ -1,0 +1,46 @@
+"""Run the agent worker until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import httpx
+import structlog
+
+from activities.settings import ActivitySettings
+from client.connection import TemporalSettings, connect
+from worker.app import build_worker, ensure_search_attributes
+from worker.logging import configure_logging
+
+log = structlog.get_logger()
+
+
+async def main() -> None:
+    configure_logging()
+    temporal = TemporalSettings.from_env()
+    settings = ActivitySettings.from_env()
+    client = await connect(temporal)
+    await ensure_search_attributes(client, temporal.namespace)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
+        worker = build_worker(client, temporal.task_queue, settings, http)
+        async with worker:
+            log.info(
+                "worker started",
+                address=temporal.address,
+                namespace=temporal.namespace,
+                task_queue=temporal.task_queue,
+                model=settings.openai_model,
+                base_url=settings.openai_base_url or "default",
+            )
+            await stop.wait()
+            log.info("worker stopping")
+    log.info("worker stopped")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

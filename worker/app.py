@@ -1,0 +1,55 @@
+"""Building the worker: one place that knows every workflow and activity of the agent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+import structlog
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from activities.llm import LLMActivities
+from activities.settings import ActivitySettings
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry, default_registry
+from worker.logging import LoggingInterceptor
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+
+log = structlog.get_logger()
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register `AgentStatus`; a workflow upserting an unknown attribute would fail every task."""
+    request = AddSearchAttributesRequest(
+        namespace=namespace,
+        search_attributes={AGENT_STATUS.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+    )
+    try:
+        await client.operator_service.add_search_attributes(request)
+    except RPCError as err:
+        if err.status != RPCStatusCode.ALREADY_EXISTS:
+            raise
+    log.info("search attribute ready", name=AGENT_STATUS.name, namespace=namespace)
+
+
+def build_worker(
+    client: Client,
+    task_queue: str,
+    settings: ActivitySettings,
+    http: httpx.AsyncClient,
+    registry: ToolRegistry | None = None,
+) -> Worker:
+    llm = LLMActivities(settings)
+    tools = ToolActivities(registry or default_registry(), settings, http)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ConversationWorkflow],
+        activities=[llm.llm_call, tools.list_tools, tools.run_tool],
+        interceptors=[LoggingInterceptor()],
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )

@@ -1,0 +1,133 @@
+"""Pure decisions of the ReAct loop: no I/O, no clock, no randomness; unit-tested without a server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from workflows.models import LLMReply, ToolCall, ToolDefinition
+
+MAX_ECHOED_ARGS = 300
+
+
+@dataclass(frozen=True)
+class ReadyCall:
+    """A tool call whose tool exists and whose arguments match its schema."""
+
+    call: ToolCall
+    tool: ToolDefinition
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InvalidCall:
+    """A tool call the model must correct; `observation` tells it how."""
+
+    call: ToolCall
+    observation: str
+
+
+@dataclass(frozen=True)
+class RunTools:
+    calls: list[ToolCall]
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    text: str
+    stop_reason: str
+
+
+def tools_offered(step: int, max_steps: int) -> bool:
+    """Tools are offered on every step but the last, which must produce an answer."""
+    return step < max_steps
+
+
+def decide_after_reply(reply: LLMReply, offered_tools: bool) -> RunTools | FinalAnswer:
+    """A reply with tool calls continues the loop; anything else ends the turn."""
+    calls = reply.message.tool_calls or []
+    if calls and offered_tools:
+        return RunTools(calls)
+    text = reply.message.content or ""
+    return FinalAnswer(text=text, stop_reason="answered" if offered_tools else "max_steps")
+
+
+def validate_arguments(tool: ToolDefinition, arguments: Any) -> str | None:
+    """The reason `arguments` does not fit the tool's schema, or None when they do."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    validator = jsonschema.Draft202012Validator(tool.parameters)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    parts = []
+    for err in errors:
+        where = ".".join(str(p) for p in err.absolute_path)
+        parts.append(f"{where}: {err.message}" if where else err.message)
+    return "; ".join(parts)
+
+
+def check_tool_call(call: ToolCall, catalog: dict[str, ToolDefinition]) -> ReadyCall | InvalidCall:
+    """Resolve a model's tool call against the catalog, or explain what is wrong with it."""
+    name = call.function.name
+    tool = catalog.get(name)
+    if tool is None:
+        available = ", ".join(sorted(catalog)) or "none"
+        return InvalidCall(call, f"Error: unknown tool '{name}'. Available tools: {available}.")
+    raw = call.function.arguments.strip() or "{}"
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return InvalidCall(
+            call,
+            f"Error: the arguments of {name} are not valid JSON ({exc.msg} at position "
+            f"{exc.pos}): {_clip(raw)}. Send a JSON object matching the tool's schema.",
+        )
+    problem = validate_arguments(tool, arguments)
+    if problem is not None:
+        schema = json.dumps(tool.parameters, separators=(",", ":"))
+        return InvalidCall(
+            call,
+            f"Error: invalid arguments for {name}: {problem}. Expected schema: {schema}",
+        )
+    return ReadyCall(call, tool, arguments)
+
+
+def needs_approval(tool: ToolDefinition) -> bool:
+    return tool.risk != "safe"
+
+
+def approval_unavailable(tool: ToolDefinition) -> str:
+    """Until the approval gate exists, a non-safe tool is refused rather than run unapproved."""
+    return (
+        f"Error: {tool.name} is {tool.risk} and needs a human approval, which this agent cannot "
+        "obtain yet. It was not run."
+    )
+
+
+def describe_call(name: str, arguments: dict[str, Any], limit: int = 60) -> str:
+    """A short one-line rendering such as `get_weather(location=Beijing)` for UI summaries."""
+    inner = ", ".join(f"{k}={_scalar(v)}" for k, v in arguments.items())
+    text = f"{name}({inner})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tool_failure_observation(tool: ToolDefinition, reason: str, attempts: int) -> str:
+    """The observation for a tool activity that failed for good."""
+    if tool.idempotent:
+        return f"Error: {tool.name} failed after {attempts} attempt(s): {reason}"
+    return (
+        f"Error: {tool.name} failed and was not retried because it is not idempotent; "
+        f"its outcome is unknown: {reason}"
+    )
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ECHOED_ARGS else text[:MAX_ECHOED_ARGS] + "…"

@@ -1,0 +1,193 @@
+"""Typed models that cross the workflow boundary: input, messages, activity payloads, status.
+
+Everything here is plain data, safe to import inside the workflow sandbox. Messages are kept in
+OpenAI chat format so they can be sent to any OpenAI-compatible endpoint unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Risk = Literal["safe", "sensitive", "destructive"]
+Status = Literal[
+    "running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"
+]
+StopReason = Literal[
+    "answered",
+    "max_steps",
+    "loop_detected",
+    "budget_exceeded",
+    "llm_error",
+    "ended",
+    "idle_timeout",
+    "cancelled",
+]
+
+# Statuses in which a turn is no longer making progress on its own.
+SETTLED_STATUSES: frozenset[str] = frozenset(
+    {"waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"}
+)
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The dict the chat completions API expects for this message."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        elif self.role == "assistant" and self.content is None:
+            out["content"] = ""
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class ToolDefinition(BaseModel):
+    """What the workflow knows of a tool: enough to describe, validate, gate and schedule it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    risk: Risk = "safe"
+    idempotent: bool = True
+    timeout_s: float = 30.0
+    max_attempts: int = 3
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class LLMOptions(BaseModel):
+    """Timeouts and retries of the model call; the defaults suit a hosted model."""
+
+    timeout_s: float = 120.0
+    heartbeat_timeout_s: float = 10.0
+    max_attempts: int = 6
+    max_retry_interval_s: float = 30.0
+
+
+class ConversationInput(BaseModel):
+    prompt: str
+    system_prompt: str | None = None
+    model: str | None = None  # None: the worker's OPENAI_MODEL
+    max_steps: int = Field(default=10, ge=1)
+    one_shot: bool = False
+    idle_timeout_s: float = Field(default=3600.0, gt=0)
+    llm: LLMOptions = Field(default_factory=LLMOptions)
+
+
+class LLMRequest(BaseModel):
+    model: str | None
+    messages: list[ChatMessage]
+    tools: list[dict[str, Any]] = []
+    tool_choice: Literal["auto", "none"] = "auto"
+    turn: int = 0
+    step: int = 0
+
+
+class LLMReply(BaseModel):
+    message: ChatMessage
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str = ""
+
+
+class ToolInvocation(BaseModel):
+    """The input of a tool activity. The activity type is the tool's name."""
+
+    call_id: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+
+
+class ToolOutcome(BaseModel):
+    status: Literal["ok", "error"] = "ok"
+    observation: str
+
+
+class SayRequest(BaseModel):
+    text: str
+    request_id: str | None = None
+
+
+class EndRequest(BaseModel):
+    request_id: str | None = None
+
+
+class SignalOutcome(BaseModel):
+    """What became of a signal, so a client can tell taken from refused."""
+
+    request_id: str
+    accepted: bool
+    reason: str | None = None
+    turn: int | None = None  # for `say`: the turn that will answer this message
+
+
+class PendingConfirmation(BaseModel):
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    risk: Risk
+
+
+class PendingQuestion(BaseModel):
+    call_id: str
+    kind: Literal["input", "choice", "multi_choice", "confirm"]
+    message: str
+    options: list[str] = []
+
+
+class ConversationStatus(BaseModel):
+    """The status JSON of the contract: what `status --json` prints."""
+
+    workflow_id: str
+    status: Status
+    turn: int
+    steps: int
+    llm_calls: int
+    tools_used: list[str]
+    stop_reason: StopReason | None
+    final_answer: str | None
+    pending_confirmations: list[PendingConfirmation] = []
+    pending_question: PendingQuestion | None = None
+    usage: Usage
+    error: str | None
+    queued_messages: int = 0
