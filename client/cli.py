@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -63,14 +63,14 @@ class Session:
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise CliError(f"no such conversation: {workflow_id}") from None
+                if not self._told_waiting:
+                    print("waiting for a worker to answer...", file=sys.stderr, flush=True)
+                    self._told_waiting = True
                 if time.monotonic() >= deadline:
                     raise CliError(
                         f"no worker answered for {self.timeout_s:.0f}s (is `python -m worker` "
                         f"running on task queue {self.settings.task_queue}?)"
                     ) from None
-                if not self._told_waiting:
-                    print("waiting for a worker to answer...", file=sys.stderr, flush=True)
-                    self._told_waiting = True
                 await asyncio.sleep(POLL_INTERVAL_S)
 
     async def status(self, workflow_id: str) -> ConversationStatus:
@@ -135,7 +135,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
             task_queue=s.settings.task_queue,
             static_summary=_clip(a.prompt, 200),
             static_details=f"Conversation started from the CLI with `{_clip(a.prompt, 500)}`",
-            search_attributes=TypedSearchAttributes([AGENT_STATUS.value_set("running")]),
+            search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
         )
     except WorkflowAlreadyStartedError:
         raise CliError(f"conversation {workflow_id} is already running") from None
@@ -213,11 +213,12 @@ def _clip(text: str, limit: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=60.0,
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--timeout", type=float, default=60.0,
                         help="seconds to wait for a worker to answer (default 60)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("start", help="start a conversation")
+    p = sub.add_parser("start", parents=[common], help="start a conversation")
     p.add_argument("prompt")
     p.add_argument("--id", help="conversation (workflow) id; default: a fresh one")
     p.add_argument("--one-shot", action="store_true", help="complete after the first answer")
@@ -227,24 +228,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wait(p)
     p.set_defaults(func=cmd_start)
 
-    p = sub.add_parser("say", help="send the next user message")
+    p = sub.add_parser("say", parents=[common], help="send the next user message")
     p.add_argument("id")
     p.add_argument("message")
     _add_wait(p)
     p.set_defaults(func=cmd_say)
 
-    p = sub.add_parser("status", help="the current state of a conversation")
+    p = sub.add_parser("status", parents=[common], help="the current state of a conversation")
     p.add_argument("id")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("list", help="conversations, optionally by status")
+    p = sub.add_parser("list", parents=[common], help="conversations, optionally by status")
     p.add_argument("--status", choices=STATUSES)
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("end", help="end a conversation after its in-flight work")
+    p = sub.add_parser("end", parents=[common], help="end a conversation after its in-flight work")
     p.add_argument("id")
     p.set_defaults(func=cmd_end)
     return parser

@@ -19,7 +19,7 @@ else
 fi
 make -s install
 
-[ -n "${OFFLINE:-}" ] && scripts/stack.sh scripted
+if [ -n "${OFFLINE:-}" ]; then scripts/stack.sh scripted; fi
 scripts/stack.sh server
 scripts/stack.sh worker
 
@@ -29,5 +29,6 @@ echo "Starting conversation $ID ..."
 "$PY" -m client start --id "$ID" --wait "What's the weather in Paris right now?"
 echo
 echo "See it in the Temporal UI: http://localhost:${UI_PORT:-8233}/namespaces/default/workflows/$ID"
-echo "Continue it:  $PY -m client say $ID \"And in Tokyo?\" --wait"
+echo "Inspect it:   $PY -m client status $ID --json"
+echo "End it:       $PY -m client end $ID"
 echo "Stop everything: make stop"

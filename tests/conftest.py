@@ -20,6 +20,8 @@ from scripted_model import ScriptedModelServer
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
 
+SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
+
 # The tuning of shared/NOTES.md: without it every activity round trip waits ~48 ms.
 DEV_SERVER_ARGS = [
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
@@ -81,7 +83,7 @@ def model(model_server: ScriptedModelServer) -> Iterator[ScriptedModelServer]:
 @pytest.fixture(scope="session")
 def activity_settings(model_server: ScriptedModelServer, tmp_path_factory) -> ActivitySettings:
     return ActivitySettings(
-        openai_api_key="test-key",
+        openai_api_key=SECRET_KEY,
         openai_base_url=model_server.base_url,
         openai_model="scripted",
         geocoding_url=model_server.geocoding_url,

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client
+import os
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.conftest import SECRET_KEY
 from tests.helpers import script, settled, start, tool_call, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest
+
+HISTORIES = Path(__file__).parent / "histories"
+REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -33,6 +40,9 @@ async def test_weather_turn_uses_the_observation_and_reports_status(
     assert status.usage.total_tokens == status.usage.prompt_tokens + status.usage.completion_tokens > 0
     assert status.error is None and status.pending_confirmations == [] and status.pending_question is None
     assert model.geocoding_calls == geocoding_before + 1
+
+    history = (await handle.fetch_history()).to_json()
+    assert SECRET_KEY not in history and model.base_url not in history
 
     messages = await handle.query(ConversationWorkflow.messages)
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
@@ -178,5 +188,14 @@ async def test_finished_conversation_replays_deterministically(
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
     history = await handle.fetch_history()
-    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
+    await REPLAYER.replay_workflow(history)
+    if os.environ.get("RECORD_HISTORIES"):
+        (HISTORIES / "weather_invalid_call_two_turns.json").write_text(history.to_json())
+
+
+async def test_recorded_histories_of_earlier_versions_still_replay():
+    """Histories recorded by earlier code: a change that breaks them breaks running conversations."""
+    files = sorted(HISTORIES.glob("*.json"))
+    assert files, "no recorded histories; run the suite once with RECORD_HISTORIES=1"
+    for path in files:
+        await REPLAYER.replay_workflow(WorkflowHistory.from_json(path.stem, path.read_text()))

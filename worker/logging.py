@@ -44,6 +44,7 @@ def configure_logging(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
 
 
 class LoggingInterceptor(Interceptor):
