@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
-from activities.tools import ToolContext, ToolError, ToolRegistry
+from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from workflows.models import ToolDefinition, ToolInvocation, ToolOutcome
 
 log = structlog.get_logger()
@@ -47,9 +47,13 @@ class ToolActivities:
             http=self._http,
             call_id=invocation.call_id,
             idempotency_key=invocation.idempotency_key,
+            answer=invocation.answer,
         )
         try:
             observation = await heartbeating(spec.handler(parsed, ctx))
+        except NeedsInput as exc:
+            log.info("tool needs input", kind=exc.question.kind)
+            return ToolOutcome(status="needs_input", question=exc.question)
         except ToolError as exc:
             log.info("tool refused", error=str(exc))
             return ToolOutcome(status="error", observation=f"Error: {exc}")

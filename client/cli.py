@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import sys
 import time
@@ -25,9 +26,12 @@ from client.render import render_status
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import (
     SETTLED_STATUSES,
+    AnswerRequest,
+    ConfirmRequest,
     ConversationInput,
     ConversationStatus,
     EndRequest,
+    RejectRequest,
     SayRequest,
     SignalOutcome,
 )
@@ -39,6 +43,10 @@ STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", 
 
 class CliError(Exception):
     """A failure to report as one line, exiting 1."""
+
+
+class UsageError(Exception):
+    """A command line that cannot be sent as it is: exit 2."""
 
 
 class Session:
@@ -162,6 +170,54 @@ async def cmd_say(s: Session, a: argparse.Namespace) -> int:
     return print_status(await s.wait_settled(a.id, outcome.turn or 0, a.wait_timeout), a.json)
 
 
+async def send_and_report(s: Session, a: argparse.Namespace, signal: Any, request: Any) -> int:
+    """Send a decision or answer, then report whether the workflow took it; --wait for the turn."""
+    before = await s.status(a.id) if a.wait else None
+    await s.signal(a.id, signal, request)
+    outcome = await s.outcome(a.id, request.request_id)
+    if outcome is None:
+        raise CliError(f"conversation {a.id} ended before taking the signal")
+    if not outcome.accepted:
+        return _refused(outcome, a.json)
+    if before is None:
+        print(outcome.model_dump_json() if a.json else "taken")
+        return 0
+    return print_status(await s.wait_settled(a.id, before.turn, a.wait_timeout), a.json)
+
+
+def _targets(a: argparse.Namespace) -> tuple[list[str], bool]:
+    if bool(a.call_ids) == bool(a.all):
+        raise UsageError("name the call ids to decide, or --all")
+    return a.call_ids, a.all
+
+
+async def cmd_confirm(s: Session, a: argparse.Namespace) -> int:
+    call_ids, all_ = _targets(a)
+    args = None
+    if a.args is not None:
+        try:
+            args = json.loads(a.args)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--args is not valid JSON: {err}") from None
+        if not isinstance(args, dict):
+            raise UsageError("--args must be a JSON object")
+    request = ConfirmRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_, args=args,
+                             approver=a.approver)
+    return await send_and_report(s, a, ConversationWorkflow.confirm, request)
+
+
+async def cmd_reject(s: Session, a: argparse.Namespace) -> int:
+    call_ids, all_ = _targets(a)
+    request = RejectRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_,
+                            reason=a.reason, approver=a.approver)
+    return await send_and_report(s, a, ConversationWorkflow.reject, request)
+
+
+async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
+    request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values)
+    return await send_and_report(s, a, ConversationWorkflow.answer, request)
+
+
 async def cmd_end(s: Session, a: argparse.Namespace) -> int:
     request_id = uuid.uuid4().hex
     await s.signal(a.id, ConversationWorkflow.end, EndRequest(request_id=request_id))
@@ -234,6 +290,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wait(p)
     p.set_defaults(func=cmd_say)
 
+    for name, func, help_text in (
+        ("confirm", cmd_confirm, "approve pending tool call(s)"),
+        ("reject", cmd_reject, "reject pending tool call(s)"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=help_text)
+        p.add_argument("id")
+        p.add_argument("call_ids", nargs="*", metavar="CALL_ID")
+        p.add_argument("--all", action="store_true", help="every call waiting for a decision")
+        p.add_argument("--as", dest="approver", default=_os_user(),
+                       help="who decides (default: the OS user)")
+        if name == "confirm":
+            p.add_argument("--args", help="edited arguments (JSON object) for a single call")
+        else:
+            p.add_argument("--reason", default="", help="why; the model reads it")
+        _add_wait(p)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("answer", parents=[common], help="answer the pending question")
+    p.add_argument("id")
+    p.add_argument("values", nargs="+", metavar="VALUE")
+    _add_wait(p)
+    p.set_defaults(func=cmd_answer)
+
     p = sub.add_parser("status", parents=[common], help="the current state of a conversation")
     p.add_argument("id")
     p.add_argument("--json", action="store_true")
@@ -249,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.set_defaults(func=cmd_end)
     return parser
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:
@@ -272,6 +358,9 @@ async def run(argv: list[str]) -> int:
         return 1
     try:
         return await args.func(Session(client, settings, args.timeout), args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

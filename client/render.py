@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 from workflows.models import ConversationStatus
 
 
@@ -25,6 +28,26 @@ def render_status(s: ConversationStatus) -> str:
     lines.append(
         f"usage: {u.total_tokens} tokens ({u.prompt_tokens} prompt + {u.completion_tokens} completion)"
     )
+    for p in s.pending_confirmations:
+        args = json.dumps(p.args, ensure_ascii=False)
+        lines.append(f"waiting for approval: {p.tool}({args}) [{p.risk}], call {p.call_id}")
+        lines.append(f"  approve: python -m client confirm {wid} {p.call_id}")
+        lines.append(f"  edit:    python -m client confirm {wid} {p.call_id} --args {shlex.quote(args)}")
+        lines.append(f'  reject:  python -m client reject {wid} {p.call_id} --reason "..."')
+    if len(s.pending_confirmations) > 1:
+        lines.append(f"  or all at once: python -m client confirm {wid} --all")
+    q = s.pending_question
+    if q is not None:
+        lines.append(f"question ({q.kind}): {q.message}")
+        if q.options:
+            lines.append("  options: " + " | ".join(q.options))
+        hint = {"input": '"your answer"', "choice": '"one option"',
+                "multi_choice": '"option" "another option"', "confirm": "yes|no"}[q.kind]
+        lines.append(f"  answer: python -m client answer {wid} {hint}")
+    for d in s.decisions:
+        verdict = "approved" if d.approved else f"rejected ({d.reason})"
+        lines.append(f"decision: {d.tool} call {d.call_id} {verdict} by {d.approver} at "
+                     f"{d.at.isoformat(timespec='seconds')}")
     if s.status == "idle":
         lines.append(f'next: python -m client say {wid} "..."   or   python -m client end {wid}')
     return "\n".join(lines)

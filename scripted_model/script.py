@@ -111,9 +111,22 @@ def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:
         )
         return Selection(trigger=scenario.trigger, step=step, reply=ScriptedReply(content=exhausted))
     reply = scenario.replies[step]
+    update: dict[str, Any] = {}
     if reply.content is not None:
-        reply = reply.model_copy(update={"content": _fill_template(reply.content, messages)})
-    return Selection(trigger=scenario.trigger, step=step, reply=reply)
+        update["content"] = _fill_template(reply.content, messages)
+    if any(isinstance(c.arguments, dict) for c in reply.tool_calls):
+        update["tool_calls"] = [_fill_arguments(c, messages) for c in reply.tool_calls]
+    return Selection(trigger=scenario.trigger, step=step, reply=reply.model_copy(update=update))
+
+
+def _fill_arguments(call: ScriptedToolCall, messages: list[dict[str, Any]]) -> ScriptedToolCall:
+    """Templates in string values of dict arguments; raw-string arguments stay verbatim."""
+    if isinstance(call.arguments, str):
+        return call
+    filled = {
+        k: _fill_template(v, messages) if isinstance(v, str) else v for k, v in call.arguments.items()
+    }
+    return call.model_copy(update={"arguments": filled})
 
 
 def tool_call_payloads(step: int, reply: ScriptedReply) -> list[dict[str, Any]]:

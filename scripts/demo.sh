@@ -24,9 +24,23 @@ scripts/stack.sh server
 scripts/stack.sh worker
 
 ID="demo-$(date +%Y%m%d-%H%M%S)"
+PROMPT="Check the weather in Paris and save it as a note titled 'Paris weather'."
 echo
-echo "Starting conversation $ID ..."
-"$PY" -m client start --id "$ID" --wait "What's the weather in Paris right now?"
+echo "Starting conversation $ID: $PROMPT"
+"$PY" -m client start --id "$ID" --wait "$PROMPT" || true
+
+# Each approval goes through the confirm signal, exactly as a person would send it.
+for _ in 1 2 3 4 5; do
+  state=$("$PY" -m client status "$ID" --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["status"])')
+  [ "$state" = "waiting_for_confirmation" ] || break
+  echo
+  echo "Approving: $PY -m client confirm $ID --all --as demo --wait"
+  "$PY" -m client confirm "$ID" --all --as demo --wait || true
+done
+if [ "$state" = "waiting_for_input" ]; then
+  echo
+  echo "The model asked a question; answer it with: $PY -m client answer $ID ..."
+fi
 echo
 echo "See it in the Temporal UI: http://localhost:${UI_PORT:-8233}/namespaces/default/workflows/$ID"
 echo "Inspect it:   $PY -m client status $ID --json"

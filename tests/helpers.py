@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
 import time
 import uuid
+from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from scripted_model import Scenario, ScriptedModelServer, ScriptedReply, ScriptedToolCall, Script
 from workflows.conversation import ConversationWorkflow
 from workflows.models import SETTLED_STATUSES, ConversationInput, ConversationStatus, LLMOptions
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
+HISTORIES = Path(__file__).parent / "histories"
+REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+
+
+async def replay(handle: WorkflowHandle, record_as: str) -> None:
+    """Replay a finished conversation; with RECORD_HISTORIES=1, keep it for future replays."""
+    history = await handle.fetch_history()
+    await REPLAYER.replay_workflow(history)
+    if os.environ.get("RECORD_HISTORIES"):
+        (HISTORIES / f"{record_as}.json").write_text(history.to_json())
 
 
 def tool_call(name: str, arguments: dict | str) -> ScriptedToolCall:
@@ -54,3 +69,37 @@ async def settled(handle: WorkflowHandle, turn: int = 1, timeout_s: float = 30) 
         if time.monotonic() > deadline:
             raise AssertionError(f"turn {turn} did not settle in {timeout_s}s: {status}")
         await asyncio.sleep(0.1)
+
+
+async def reaches(handle: WorkflowHandle, status: str, timeout_s: float = 30) -> ConversationStatus:
+    """Poll until the conversation shows `status`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = await handle.query(ConversationWorkflow.status)
+        if current.status == status:
+            return current
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never reached {status} in {timeout_s}s: {current}")
+        await asyncio.sleep(0.1)
+
+
+async def outcome_of(handle: WorkflowHandle, request_id: str, timeout_s: float = 10):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outcome = await handle.query(ConversationWorkflow.signal_outcome, request_id)
+        if outcome is not None:
+            return outcome
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no outcome recorded for {request_id}")
+        await asyncio.sleep(0.05)
+
+
+def note_rows(data_dir: Path, title: str | None = None) -> list[tuple]:
+    db = data_dir / "notes.sqlite3"
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as conn:
+        if title is None:
+            return conn.execute("SELECT id, title, body FROM notes ORDER BY id").fetchall()
+        return conn.execute("SELECT id, title, body FROM notes WHERE title = ? ORDER BY id",
+                            (title,)).fetchall()

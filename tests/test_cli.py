@@ -111,3 +111,44 @@ async def test_query_waits_for_a_worker_and_says_so(cli, client, temporal_addres
     assert "waiting for a worker to answer..." in out.stderr
     assert "no worker answered for 2s" in out.stderr
     await client.get_workflow_handle(conv).terminate()
+
+
+async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: ScriptedModelServer):
+    trigger = script(
+        model, unique("cli-hitl"),
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("cli"), "body": "b"}),
+                                  tool_call("delete_note", {"note_id": 424242})]),
+        ScriptedReply(tool_calls=[tool_call("ask_choice", {"message": "Color?", "options": ["red", "blue"]})]),
+        ScriptedReply(content="You chose {last_tool}."),
+    )
+    conv = unique("cli-hitl-conv")
+    started = await cli("start", "--id", conv, "--wait", "--json", trigger)
+    status = json.loads(started.stdout)
+    assert status["status"] == "waiting_for_confirmation"
+    create, delete = status["pending_confirmations"]
+
+    readable = await cli("status", conv)
+    assert f"approve: python -m client confirm {conv} {create['call_id']}" in readable.stdout
+    assert f"reject:  python -m client reject {conv} {delete['call_id']}" in readable.stdout
+
+    assert (await cli("confirm", conv)).returncode == 2
+    assert (await cli("confirm", conv, create["call_id"], "--args", "{not json")).returncode == 2
+    unknown = await cli("confirm", conv, "call_nope")
+    assert unknown.returncode == 1 and unknown.stdout.strip() == "refused: unknown call id call_nope"
+    bad_edit = await cli("confirm", conv, create["call_id"], "--args", '{"title": ""}')
+    assert bad_edit.returncode == 1 and "invalid edited args" in bad_edit.stdout
+
+    rejected = await cli("reject", conv, delete["call_id"], "--reason", "keep it", "--as", "dora")
+    assert rejected.returncode == 0 and rejected.stdout.strip() == "taken"
+    confirmed = await cli("confirm", conv, create["call_id"], "--as", "alice", "--wait", "--json")
+    assert confirmed.returncode == 0, confirmed.stderr
+    after = json.loads(confirmed.stdout)
+    assert after["status"] == "waiting_for_input" and after["pending_question"]["options"] == ["red", "blue"]
+    assert {(d["approver"], d["approved"]) for d in after["decisions"]} == {("dora", False), ("alice", True)}
+
+    wrong = await cli("answer", conv, "green")
+    assert wrong.returncode == 1 and "not one of the options" in wrong.stdout
+    answered = await cli("answer", conv, "blue", "--wait")
+    assert answered.returncode == 0 and "answer: You chose blue." in answered.stdout
+    again = await cli("answer", conv, "red")
+    assert again.returncode == 1 and "no question is waiting" in again.stdout

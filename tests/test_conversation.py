@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.conftest import SECRET_KEY
-from tests.helpers import script, settled, start, tool_call, unique
+from tests.helpers import HISTORIES, REPLAYER, replay, script, settled, start, tool_call, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest
-
-HISTORIES = Path(__file__).parent / "histories"
-REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -187,10 +179,7 @@ async def test_finished_conversation_replays_deterministically(
     await settled(handle, turn=2)
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
-    history = await handle.fetch_history()
-    await REPLAYER.replay_workflow(history)
-    if os.environ.get("RECORD_HISTORIES"):
-        (HISTORIES / "weather_invalid_call_two_turns.json").write_text(history.to_json())
+    await replay(handle, record_as="weather_invalid_call_two_turns")
 
 
 async def test_recorded_histories_of_earlier_versions_still_replay():

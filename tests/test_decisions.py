@@ -89,13 +89,6 @@ def test_empty_reply_is_an_empty_answer():
     assert decisions.decide_after_reply(reply(None), True) == decisions.FinalAnswer("", "answered")
 
 
-def test_non_safe_tools_need_approval():
-    base = dict(name="t", description="", parameters={"type": "object"})
-    assert not decisions.needs_approval(ToolDefinition(**base, risk="safe"))
-    assert decisions.needs_approval(ToolDefinition(**base, risk="sensitive"))
-    assert decisions.needs_approval(ToolDefinition(**base, risk="destructive"))
-
-
 def test_describe_call_is_short_and_readable():
     assert decisions.describe_call("get_weather", {"location": "Beijing"}) == "get_weather(location=Beijing)"
     long = decisions.describe_call("t", {"text": "x" * 200}, limit=40)

@@ -14,7 +14,9 @@ import pytest
 from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import script, settled, start, tool_call, unique
+from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
+from workflows.conversation import ConversationWorkflow
+from workflows.models import ConfirmRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,3 +103,29 @@ async def test_worker_killed_between_tool_and_next_llm_reply_resumes_without_rer
     assert model.geocoding_calls == geocoding_before + 1, "get_weather ran again"
     assert model.forecast_calls == forecast_before + 1, "get_weather ran again"
     assert '"activity": "llm_call"' in worker.log(2) and '"attempt": 2' in worker.log(2)
+
+
+async def test_worker_killed_while_a_confirmation_waits_then_confirmed_with_no_worker_runs_once(
+    client: Client, model: ScriptedModelServer, worker_process: tuple[WorkerProcess, str],
+    tmp_path: Path,
+):
+    worker, queue = worker_process
+    title = unique("durable-note")
+    trigger = script(
+        model, unique("kill-pending"),
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "once"})]),
+        ScriptedReply(content="{last_tool}"),
+    )
+    worker.start()
+    handle = await start(client, queue, f"{trigger}")
+    [pending] = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)).pending_confirmations
+    worker.kill()
+
+    # The server takes the signal with no worker running; the decision waits in the history.
+    await handle.signal(ConversationWorkflow.confirm,
+                        ConfirmRequest(request_id="decided-offline", call_ids=[pending.call_id]))
+    worker.start()
+    status = await settled(handle, timeout_s=90)
+    assert (await handle.query(ConversationWorkflow.signal_outcome, "decided-offline")).accepted
+    assert status.final_answer.startswith("Created note #")
+    assert len(note_rows(tmp_path / "data", title)) == 1

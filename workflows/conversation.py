@@ -1,14 +1,14 @@
 """The conversation workflow: one durable ReAct loop per conversation.
 
 Read it as the story of a conversation: load the tools, wait for a message, think (LLM activity),
-act (tool activities), observe (tool messages), and again until the model answers. Every decision
-that is not orchestration lives in `workflows.decisions`, as a pure function.
+act (tool activities, each risky one only after a human decision), observe (tool messages), and
+again until the model answers. Decisions that are not orchestration live in pure functions
+(`workflows.decisions`, `workflows.approvals`); the human-facing state lives in `HumanDesk`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from datetime import timedelta
 
 from temporalio import workflow
@@ -16,30 +16,37 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import decisions
+    from workflows import approvals, decisions
+    from workflows.desk import HumanDesk
     from workflows.models import (
+        AnswerRequest,
         ChatMessage,
+        ConfirmRequest,
         ConversationInput,
         ConversationStatus,
         EndRequest,
         LLMReply,
         LLMRequest,
+        Question,
+        RejectRequest,
         SayRequest,
         SignalOutcome,
         Status,
         StopReason,
+        ToolCall,
         ToolDefinition,
         ToolInvocation,
         ToolOutcome,
         Usage,
     )
     from workflows.prompts import DEFAULT_SYSTEM_PROMPT
+    from workflows.questions import ASK_TOOLS, question_from_args
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 LLM_ACTIVITY = "llm_call"
 LIST_TOOLS_ACTIVITY = "list_tools"
-MAX_REMEMBERED_SIGNALS = 200
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
 
 
 @workflow.defn
@@ -53,7 +60,9 @@ class ConversationWorkflow:
         ]
         self._inbox: list[str] = [inp.prompt]
         self._catalog: dict[str, ToolDefinition] = {}
-        self._status: Status = "running"
+        self._desk = HumanDesk()
+        self._phase: Status = "running"  # running | idle | completed; waits come from the desk
+        self._published: Status | None = None
         self._turn = 0
         self._steps = 0
         self._llm_calls = 0
@@ -63,15 +72,14 @@ class ConversationWorkflow:
         self._error: str | None = None
         self._usage = Usage()
         self._end_requested = False
-        self._outcomes: OrderedDict[str, SignalOutcome] = OrderedDict()
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
-        self._publish_status()
+        self._sync_status()
         await self._load_tools()
         while True:
             if not self._inbox and not self._end_requested:
-                self._set_status("idle")
+                self._set_phase("idle")
                 try:
                     await workflow.wait_condition(
                         lambda: bool(self._inbox) or self._end_requested,
@@ -82,13 +90,13 @@ class ConversationWorkflow:
                     break
             if self._inbox:
                 await self._run_turn(self._inbox.pop(0))
-                if inp.one_shot:
+                if inp.one_shot or (self._end_requested and self._stop_reason == "ended"):
                     break
                 continue
             self._stop_reason = "ended"
             break
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._set_status("completed")
+        self._set_phase("completed")
         return self.status()
 
     # ----- signals and queries -----
@@ -96,39 +104,57 @@ class ConversationWorkflow:
     @workflow.signal
     def say(self, request: SayRequest) -> None:
         if self._input.one_shot:
-            self._remember(request.request_id, False, "a one-shot conversation takes no more messages")
-        elif self._end_requested or self._status == "completed":
-            self._remember(request.request_id, False, "the conversation is ending")
+            self._desk.refuse(request.request_id, "a one-shot conversation takes no more messages")
+        elif self._end_requested or self._phase == "completed":
+            self._desk.refuse(request.request_id, "the conversation is ending")
         elif not request.text.strip():
-            self._remember(request.request_id, False, "the message is empty")
+            self._desk.refuse(request.request_id, "the message is empty")
         else:
             self._inbox.append(request.text)
-            self._remember(request.request_id, True, turn=self._turn + len(self._inbox))
+            self._desk.accept(request.request_id, turn=self._turn + len(self._inbox))
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
         self._end_requested = True
-        self._remember(request.request_id, True)
+        self._desk.accept(request.request_id)
+
+    @workflow.signal
+    def confirm(self, request: ConfirmRequest) -> None:
+        self._desk.confirm(request, workflow.now())
+        self._sync_status()
+
+    @workflow.signal
+    def reject(self, request: RejectRequest) -> None:
+        self._desk.reject(request, workflow.now())
+        self._sync_status()
+
+    @workflow.signal
+    def answer(self, request: AnswerRequest) -> None:
+        self._desk.answer(request)
+        self._sync_status()
 
     @workflow.query
     def status(self) -> ConversationStatus:
         return ConversationStatus(
             workflow_id=workflow.info().workflow_id,
-            status=self._status,
+            status=self._current_status(),
             turn=self._turn,
             steps=self._steps,
             llm_calls=self._llm_calls,
             tools_used=list(self._tools_used),
             stop_reason=self._stop_reason,
             final_answer=self._final_answer,
+            pending_confirmations=self._desk.pending_confirmations(),
+            pending_question=self._desk.pending_question(),
             usage=self._usage,
             error=self._error,
             queued_messages=len(self._inbox),
+            decisions=list(self._desk.decisions),
         )
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
-        return self._outcomes.get(request_id)
+        return self._desk.outcomes.get(request_id)
 
     @workflow.query
     def messages(self) -> list[ChatMessage]:
@@ -137,6 +163,7 @@ class ConversationWorkflow:
     # ----- the loop -----
 
     async def _load_tools(self) -> None:
+        self._catalog = {t.name: t for t in ASK_TOOLS}
         try:
             tools = await workflow.execute_activity(
                 LIST_TOOLS_ACTIVITY,
@@ -149,7 +176,7 @@ class ConversationWorkflow:
             self._error = f"tools unavailable: {failure_reason(err)}"
             workflow.logger.warning("tool discovery failed: %s", self._error)
             return
-        self._catalog = {t.name: t for t in tools}
+        self._catalog.update({t.name: t for t in tools})
 
     async def _run_turn(self, text: str) -> None:
         self._turn += 1
@@ -158,10 +185,14 @@ class ConversationWorkflow:
         self._stop_reason = None
         self._final_answer = None
         self._error = None
+        self._desk.start_turn()
         self._messages.append(ChatMessage(role="user", content=text))
-        self._set_status("running")
+        self._set_phase("running")
         max_steps = self._input.max_steps
         while True:
+            if self._end_requested:
+                self._stop_reason = "ended"
+                return
             step = self._steps + 1
             offered = decisions.tools_offered(step, max_steps)
             try:
@@ -209,29 +240,88 @@ class ConversationWorkflow:
             summary=f"llm turn {self._turn} step {step}",
         )
 
-    async def _run_tools(self, calls: list) -> None:
-        """Run a turn's tool calls concurrently and append one tool message per call, in order."""
+    async def _run_tools(self, calls: list[ToolCall]) -> None:
+        """Read then write: safe calls run at once, then risky ones wait for their own decision,
+        then questions are asked one at a time. One tool message per call, in the original order."""
         checked = [decisions.check_tool_call(c, self._catalog) for c in calls]
-        outcomes = await asyncio.gather(*(self._run_tool(c) for c in checked))
-        for item, outcome in zip(checked, outcomes):
+        outcomes: dict[int, ToolOutcome] = {}
+        safe, gated, asks = [], [], []
+        for i, item in enumerate(checked):
+            if isinstance(item, decisions.InvalidCall):
+                outcomes[i] = ToolOutcome(status="error", observation=item.observation)
+                self._desk.remember_call(item.call.id, "it was invalid and never ran")
+            elif item.tool.asks is not None:
+                asks.append(i)
+            elif approvals.needs_approval(item.tool, self._input.approval):
+                gated.append(i)
+            else:
+                safe.append(i)
+                self._desk.remember_call(item.call.id, "it needed no approval")
+        keys = {i: str(workflow.uuid4()) for i in safe + gated}
+
+        ran = await asyncio.gather(*(self._execute(checked[i], checked[i].arguments, keys[i]) for i in safe))
+        outcomes.update(zip(safe, ran))
+        if gated:
+            for i in gated:
+                self._desk.hold(checked[i].call.id, checked[i].tool, checked[i].arguments)
+            self._sync_status()
+            ran = await asyncio.gather(*(self._decide_then_execute(checked[i], keys[i]) for i in gated))
+            outcomes.update(zip(gated, ran))
+        for i in asks:
+            item = checked[i]
+            answer = await self._ask(item.call.id, question_from_args(item.tool, item.arguments))
+            outcomes[i] = ToolOutcome(observation=answer) if answer is not None else ToolOutcome(
+                status="error", observation=self._no_answer())
+        self._desk.close_round()
+        for i, item in enumerate(checked):
             self._messages.append(
-                ChatMessage(role="tool", tool_call_id=item.call.id, content=outcome.observation)
+                ChatMessage(role="tool", tool_call_id=item.call.id, content=outcomes[i].observation)
             )
 
-    async def _run_tool(self, item: decisions.ReadyCall | decisions.InvalidCall) -> ToolOutcome:
-        if isinstance(item, decisions.InvalidCall):
-            return ToolOutcome(status="error", observation=item.observation)
+    async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
+        call_id = item.call.id
+        try:
+            await workflow.wait_condition(
+                lambda: self._desk.is_decided(call_id) or self._end_requested,
+                timeout=timedelta(seconds=self._input.decision_timeout_s),
+            )
+        except asyncio.TimeoutError:
+            pass
+        if not self._desk.is_decided(call_id):
+            reason = "the conversation was ended" if self._end_requested else "approval timed out"
+            self._desk.decide_by_system(call_id, reason, workflow.now())
+            self._sync_status()
+        pending = self._desk.pending[call_id]
+        if not pending.decision.approved:
+            who = "" if pending.decision.approver == "system" else " by user"
+            return ToolOutcome(status="error",
+                               observation=f"rejected{who}: {pending.decision.reason}")
+        return await self._execute(item, pending.args, key)
+
+    async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
+        """Run a tool; when it asks for input, ask the human and run it again with the answer."""
+        answer: str | None = None
+        for _ in range(MAX_INPUT_ROUNDS):
+            outcome = await self._run_activity(item, args, key, answer)
+            if outcome.status != "needs_input" or outcome.question is None:
+                return outcome
+            answer = await self._ask(item.call.id, outcome.question)
+            if answer is None:
+                return ToolOutcome(status="error", observation=self._no_answer())
+        return ToolOutcome(
+            status="error",
+            observation=f"Error: {item.tool.name} still needed input after {MAX_INPUT_ROUNDS} answers",
+        )
+
+    async def _run_activity(
+        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None
+    ) -> ToolOutcome:
         tool = item.tool
-        if decisions.needs_approval(tool):
-            return ToolOutcome(status="error", observation=decisions.approval_unavailable(tool))
         if tool.name not in self._tools_used:
             self._tools_used.append(tool.name)
-        invocation = ToolInvocation(
-            call_id=item.call.id,
-            arguments=item.arguments,
-            idempotency_key=str(workflow.uuid4()),
-        )
         attempts = tool.max_attempts if tool.idempotent else 1
+        invocation = ToolInvocation(call_id=item.call.id, arguments=args, idempotency_key=key,
+                                    answer=answer)
         try:
             return await workflow.execute_activity(
                 tool.name,
@@ -244,7 +334,7 @@ class ConversationWorkflow:
                     maximum_interval=timedelta(seconds=10),
                     maximum_attempts=attempts,
                 ),
-                summary=decisions.describe_call(tool.name, item.arguments),
+                summary=decisions.describe_call(tool.name, args),
             )
         except ActivityError as err:
             reason = failure_reason(err)
@@ -254,42 +344,49 @@ class ConversationWorkflow:
                 observation=decisions.tool_failure_observation(tool, reason, attempts),
             )
 
-    # ----- bookkeeping -----
+    async def _ask(self, call_id: str, question: Question) -> str | None:
+        """Ask the human one question (others wait their turn); None if it went unanswered."""
+        async with self._desk.question_lock:
+            self._desk.ask(call_id, question)
+            self._sync_status()
+            try:
+                await workflow.wait_condition(
+                    lambda: self._desk.has_answer() or self._end_requested,
+                    timeout=timedelta(seconds=self._input.decision_timeout_s),
+                )
+            except asyncio.TimeoutError:
+                pass
+            answer = self._desk.take_answer()
+            self._sync_status()
+            return answer
 
-    def _set_status(self, status: Status) -> None:
-        if status != self._status:
-            self._status = status
-            self._publish_status()
+    def _no_answer(self) -> str:
+        if self._end_requested:
+            return "no answer: the conversation was ended"
+        return "no answer: the question timed out"
 
-    def _publish_status(self) -> None:
-        workflow.upsert_search_attributes([AGENT_STATUS.value_set(self._status)])
-        workflow.set_current_details(self._details_markdown())
+    # ----- status -----
 
-    def _details_markdown(self) -> str:
-        wid = workflow.info().workflow_id
-        lines = [f"**Status:** {self._status} (turn {self._turn}, step {self._steps})"]
-        if self._stop_reason:
-            lines.append(f"**Stop reason:** {self._stop_reason}")
-        if self._error:
-            lines.append(f"**Error:** {self._error}")
-        if self._status == "idle":
-            lines.append(f"Reply with `python -m client say {wid} \"...\"`, "
-                         f"or finish with `python -m client end {wid}`.")
-        return "\n\n".join(lines)
+    def _current_status(self) -> Status:
+        if self._phase == "running":
+            return self._desk.waiting_status() or "running"
+        return self._phase
 
-    def _remember(
-        self, request_id: str | None, accepted: bool, reason: str | None = None,
-        turn: int | None = None,
-    ) -> None:
-        if not accepted:
-            workflow.logger.info("signal refused: %s", reason)
-        if request_id is None:
+    def _set_phase(self, phase: Status) -> None:
+        self._phase = phase
+        self._sync_status()
+
+    def _sync_status(self) -> None:
+        """Publish the status to the `AgentStatus` search attribute and the UI, when it changed."""
+        status = self._current_status()
+        if status == self._published:
             return
-        self._outcomes[request_id] = SignalOutcome(
-            request_id=request_id, accepted=accepted, reason=reason, turn=turn
+        self._published = status
+        workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+        workflow.set_current_details(
+            self._desk.details_markdown(workflow.info().workflow_id, status, self._turn,
+                                        self._stop_reason, self._error)
         )
-        while len(self._outcomes) > MAX_REMEMBERED_SIGNALS:
-            self._outcomes.popitem(last=False)
 
 
 def failure_reason(err: BaseException) -> str:

@@ -96,18 +96,6 @@ def check_tool_call(call: ToolCall, catalog: dict[str, ToolDefinition]) -> Ready
     return ReadyCall(call, tool, arguments)
 
 
-def needs_approval(tool: ToolDefinition) -> bool:
-    return tool.risk != "safe"
-
-
-def approval_unavailable(tool: ToolDefinition) -> str:
-    """Until the approval gate exists, a non-safe tool is refused rather than run unapproved."""
-    return (
-        f"Error: {tool.name} is {tool.risk} and needs a human approval, which this agent cannot "
-        "obtain yet. It was not run."
-    )
-
-
 def describe_call(name: str, arguments: dict[str, Any], limit: int = 60) -> str:
     """A short one-line rendering such as `get_weather(location=Beijing)` for UI summaries."""
     inner = ", ".join(f"{k}={_scalar(v)}" for k, v in arguments.items())

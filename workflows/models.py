@@ -6,6 +6,7 @@ OpenAI chat format so they can be sent to any OpenAI-compatible endpoint unchang
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -14,6 +15,7 @@ Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
     "running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"
 ]
+QuestionKind = Literal["input", "choice", "multi_choice", "confirm"]
 StopReason = Literal[
     "answered",
     "max_steps",
@@ -83,6 +85,8 @@ class ToolDefinition(BaseModel):
     idempotent: bool = True
     timeout_s: float = 30.0
     max_attempts: int = 3
+    # Set for the ask_* tools, whose execution is a question to the human, not an activity.
+    asks: QuestionKind | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,13 @@ class LLMOptions(BaseModel):
     max_retry_interval_s: float = 30.0
 
 
+class ApprovalPolicy(BaseModel):
+    """Which tool calls wait for a human. The default: every non-safe tool."""
+
+    require_approval_for: list[Risk] = ["sensitive", "destructive"]
+    auto_approve: list[str] = []  # tool names that never wait
+
+
 class ConversationInput(BaseModel):
     prompt: str
     system_prompt: str | None = None
@@ -111,6 +122,8 @@ class ConversationInput(BaseModel):
     max_steps: int = Field(default=10, ge=1)
     one_shot: bool = False
     idle_timeout_s: float = Field(default=3600.0, gt=0)
+    decision_timeout_s: float = Field(default=86400.0, gt=0)
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     llm: LLMOptions = Field(default_factory=LLMOptions)
 
 
@@ -136,11 +149,19 @@ class ToolInvocation(BaseModel):
     call_id: str
     arguments: dict[str, Any]
     idempotency_key: str
+    answer: str | None = None  # the human's answer, when the tool asked for input on a prior run
+
+
+class Question(BaseModel):
+    kind: QuestionKind
+    message: str
+    options: list[str] = []
 
 
 class ToolOutcome(BaseModel):
-    status: Literal["ok", "error"] = "ok"
-    observation: str
+    status: Literal["ok", "error", "needs_input"] = "ok"
+    observation: str = ""
+    question: Question | None = None  # set with status "needs_input"
 
 
 class SayRequest(BaseModel):
@@ -150,6 +171,39 @@ class SayRequest(BaseModel):
 
 class EndRequest(BaseModel):
     request_id: str | None = None
+
+
+class ConfirmRequest(BaseModel):
+    request_id: str | None = None
+    call_ids: list[str] = []
+    all: bool = False
+    args: dict[str, Any] | None = None  # edited arguments, for a single call
+    approver: str = "unknown"
+
+
+class RejectRequest(BaseModel):
+    request_id: str | None = None
+    call_ids: list[str] = []
+    all: bool = False
+    reason: str = ""
+    approver: str = "unknown"
+
+
+class AnswerRequest(BaseModel):
+    request_id: str | None = None
+    values: list[str]
+
+
+class Decision(BaseModel):
+    """A human's (or the timeout's) verdict on one call, kept for the audit trail."""
+
+    call_id: str
+    tool: str
+    approved: bool
+    approver: str
+    at: datetime
+    args_hash: str  # sha256 of the canonical JSON of the arguments that run
+    reason: str | None = None
 
 
 class SignalOutcome(BaseModel):
@@ -170,7 +224,7 @@ class PendingConfirmation(BaseModel):
 
 class PendingQuestion(BaseModel):
     call_id: str
-    kind: Literal["input", "choice", "multi_choice", "confirm"]
+    kind: QuestionKind
     message: str
     options: list[str] = []
 
@@ -191,3 +245,4 @@ class ConversationStatus(BaseModel):
     usage: Usage
     error: str | None
     queued_messages: int = 0
+    decisions: list[Decision] = []  # of the current turn

@@ -10,7 +10,7 @@ import httpx
 from pydantic import BaseModel
 
 from activities.settings import ActivitySettings
-from workflows.models import Risk, ToolDefinition
+from workflows.models import Question, Risk, ToolDefinition
 
 # Activity types already taken by the runtime; a tool with one of these names would shadow them.
 RESERVED_NAMES = frozenset({"llm_call", "list_tools"})
@@ -20,12 +20,21 @@ class ToolError(Exception):
     """A failure the model should read and can act on. It becomes an observation, never a retry."""
 
 
+class NeedsInput(Exception):
+    """The tool cannot go on without a human's answer; it is run again with `ctx.answer` set."""
+
+    def __init__(self, question: Question):
+        super().__init__(question.message)
+        self.question = question
+
+
 @dataclass(frozen=True)
 class ToolContext:
     settings: ActivitySettings
     http: httpx.AsyncClient
     call_id: str
     idempotency_key: str
+    answer: str | None = None
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[str]]

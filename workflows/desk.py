@@ -1,0 +1,195 @@
+"""The human side of a conversation: pending decisions, the open question, and signal outcomes.
+
+Plain state plus the pure rules of `workflows.approvals`; the workflow owns the waiting. Every
+refusal leaves the state untouched and is recorded, so the CLI can report it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+from temporalio import workflow
+
+from workflows import approvals
+from workflows.approvals import PendingCall, Refusal
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    Decision,
+    PendingConfirmation,
+    PendingQuestion,
+    Question,
+    RejectRequest,
+    SignalOutcome,
+    Status,
+    ToolDefinition,
+)
+
+MAX_REMEMBERED_SIGNALS = 200
+MAX_REMEMBERED_CALLS = 500
+
+
+class HumanDesk:
+    def __init__(self) -> None:
+        self.pending: dict[str, PendingCall] = {}
+        self.decisions: list[Decision] = []
+        self.outcomes: OrderedDict[str, SignalOutcome] = OrderedDict()
+        self.question_lock = asyncio.Lock()
+        self._past_calls: OrderedDict[str, str] = OrderedDict()
+        self._question: PendingQuestion | None = None
+        self._answer: str | None = None
+
+    # ----- rounds and turns -----
+
+    def start_turn(self) -> None:
+        self.decisions = []
+
+    def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any]) -> None:
+        self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args)
+
+    def close_round(self) -> None:
+        """The round's calls all have results: their ids become stale."""
+        for call_id, pending in self.pending.items():
+            d = pending.decision
+            verdict = "approved" if d and d.approved else "rejected"
+            self.remember_call(call_id, f"it was already {verdict} by {d.approver if d else 'nobody'}")
+        self.pending = {}
+
+    def remember_call(self, call_id: str, what: str) -> None:
+        self._past_calls[call_id] = what
+        while len(self._past_calls) > MAX_REMEMBERED_CALLS:
+            self._past_calls.popitem(last=False)
+
+    # ----- decisions -----
+
+    def is_decided(self, call_id: str) -> bool:
+        return self.pending[call_id].decision is not None
+
+    def confirm(self, request: ConfirmRequest, now: datetime) -> None:
+        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        if isinstance(targets, Refusal):
+            return self.refuse(request.request_id, targets.reason)
+        if request.args is not None:
+            problem = approvals.check_edited_args(self.pending[targets[0]], request.args, request.call_ids)
+            if problem is not None:
+                return self.refuse(request.request_id, problem.reason)
+        for call_id in targets:
+            pending = self.pending[call_id]
+            if request.args is not None:
+                pending.args = request.args
+            self._decide(pending, True, request.approver, now, None)
+        self.accept(request.request_id)
+
+    def reject(self, request: RejectRequest, now: datetime) -> None:
+        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        if isinstance(targets, Refusal):
+            return self.refuse(request.request_id, targets.reason)
+        reason = request.reason.strip() or "no reason given"
+        for call_id in targets:
+            self._decide(self.pending[call_id], False, request.approver, now, reason)
+        self.accept(request.request_id)
+
+    def decide_by_system(self, call_id: str, reason: str, now: datetime) -> None:
+        self._decide(self.pending[call_id], False, "system", now, reason)
+
+    def _decide(
+        self, pending: PendingCall, approved: bool, approver: str, now: datetime, reason: str | None
+    ) -> None:
+        pending.decision = Decision(
+            call_id=pending.call_id, tool=pending.tool.name, approved=approved,
+            approver=approver or "unknown", at=now, args_hash=approvals.args_hash(pending.args),
+            reason=reason,
+        )
+        self.decisions.append(pending.decision)
+
+    # ----- questions -----
+
+    def ask(self, call_id: str, question: Question) -> None:
+        self._question = PendingQuestion(call_id=call_id, **question.model_dump())
+        self._answer = None
+
+    def has_answer(self) -> bool:
+        return self._answer is not None
+
+    def take_answer(self) -> str | None:
+        answer, self._question, self._answer = self._answer, None, None
+        return answer
+
+    def answer(self, request: AnswerRequest) -> None:
+        if self._question is None or self._answer is not None:
+            return self.refuse(request.request_id, "no question is waiting for an answer")
+        checked = approvals.check_answer(
+            Question(kind=self._question.kind, message=self._question.message,
+                     options=self._question.options),
+            request.values,
+        )
+        if isinstance(checked, Refusal):
+            return self.refuse(request.request_id, checked.reason)
+        self._answer = checked.text
+        self.accept(request.request_id)
+
+    # ----- what the status shows -----
+
+    def waiting_status(self) -> Status | None:
+        if any(p.decision is None for p in self.pending.values()):
+            return "waiting_for_confirmation"
+        if self._question is not None and self._answer is None:
+            return "waiting_for_input"
+        return None
+
+    def pending_confirmations(self) -> list[PendingConfirmation]:
+        return [
+            PendingConfirmation(call_id=p.call_id, tool=p.tool.name, args=p.args, risk=p.tool.risk)
+            for p in self.pending.values()
+            if p.decision is None
+        ]
+
+    def pending_question(self) -> PendingQuestion | None:
+        return self._question if self._answer is None else None
+
+    def details_markdown(
+        self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None
+    ) -> str:
+        lines = [f"**Status:** {status} (turn {turn})"]
+        if stop_reason:
+            lines.append(f"**Stop reason:** {stop_reason}")
+        if error:
+            lines.append(f"**Error:** {error}")
+        for p in self.pending_confirmations():
+            lines.append(
+                f"**Waiting for approval:** `{p.tool}` ({p.risk}) call `{p.call_id}` with "
+                f"`{approvals.canonical_json(p.args)}`\n\n"
+                f"Approve: `python -m client confirm {wid} {p.call_id}` · "
+                f"Reject: `python -m client reject {wid} {p.call_id} --reason \"...\"`"
+            )
+        question = self.pending_question()
+        if question is not None:
+            options = f" Options: {', '.join(question.options)}." if question.options else ""
+            lines.append(
+                f"**Question ({question.kind}):** {question.message}{options}\n\n"
+                f"Answer: `python -m client answer {wid} ...`"
+            )
+        if status == "idle":
+            lines.append(f"Reply: `python -m client say {wid} \"...\"` · "
+                         f"Finish: `python -m client end {wid}`")
+        return "\n\n".join(lines)
+
+    # ----- signal outcomes -----
+
+    def accept(self, request_id: str | None, turn: int | None = None) -> None:
+        self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=True, turn=turn))
+
+    def refuse(self, request_id: str | None, reason: str) -> None:
+        workflow.logger.info("signal refused: %s", reason)
+        self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=False,
+                                               reason=reason))
+
+    def _record(self, request_id: str | None, outcome: SignalOutcome) -> None:
+        if request_id is None:
+            return
+        self.outcomes[request_id] = outcome
+        while len(self.outcomes) > MAX_REMEMBERED_SIGNALS:
+            self.outcomes.popitem(last=False)
