@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
-from workflows.models import ToolDefinition, ToolInvocation, ToolOutcome
+from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
 
 log = structlog.get_logger()
 
@@ -26,8 +26,8 @@ class ToolActivities:
         self._http = http
 
     @activity.defn(name="list_tools")
-    async def list_tools(self) -> list[ToolDefinition]:
-        return self._registry.definitions()
+    async def list_tools(self) -> ToolCatalog:
+        return ToolCatalog(tools=self._registry.definitions())
 
     @activity.defn(dynamic=True)
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:

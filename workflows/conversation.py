@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Status,
         StopReason,
         ToolCall,
+        ToolCatalog,
         ToolDefinition,
         ToolInvocation,
         ToolOutcome,
@@ -70,6 +71,7 @@ class ConversationWorkflow:
         self._stop_reason: StopReason | None = None
         self._final_answer: str | None = None
         self._error: str | None = None
+        self._setup_errors: list[str] = []  # tool sources that failed to load; the chat goes on
         self._usage = Usage()
         self._end_requested = False
 
@@ -147,7 +149,7 @@ class ConversationWorkflow:
             pending_confirmations=self._desk.pending_confirmations(),
             pending_question=self._desk.pending_question(),
             usage=self._usage,
-            error=self._error,
+            error=self._error or ("; ".join(self._setup_errors) or None),
             queued_messages=len(self._inbox),
             decisions=list(self._desk.decisions),
         )
@@ -165,18 +167,21 @@ class ConversationWorkflow:
     async def _load_tools(self) -> None:
         self._catalog = {t.name: t for t in ASK_TOOLS}
         try:
-            tools = await workflow.execute_activity(
+            catalog = await workflow.execute_activity(
                 LIST_TOOLS_ACTIVITY,
-                result_type=list[ToolDefinition],
-                start_to_close_timeout=timedelta(seconds=30),
+                result_type=ToolCatalog,
+                start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
                 summary="list tools",
             )
         except ActivityError as err:
-            self._error = f"tools unavailable: {failure_reason(err)}"
-            workflow.logger.warning("tool discovery failed: %s", self._error)
+            self._setup_errors = [f"tools unavailable: {failure_reason(err)}"]
+            workflow.logger.warning("tool discovery failed: %s", self._setup_errors[0])
             return
-        self._catalog.update({t.name: t for t in tools})
+        self._setup_errors = list(catalog.errors)
+        for error in catalog.errors:
+            workflow.logger.warning("tool source unavailable: %s", error)
+        self._catalog.update({t.name: t for t in catalog.tools if t.name not in self._catalog})
 
     async def _run_turn(self, text: str) -> None:
         self._turn += 1

@@ -99,6 +99,13 @@ class ToolDefinition(BaseModel):
         }
 
 
+class ToolCatalog(BaseModel):
+    """What `list_tools` found: the tools, and the sources (MCP servers) that failed to load."""
+
+    tools: list[ToolDefinition]
+    errors: list[str] = []
+
+
 class LLMOptions(BaseModel):
     """Timeouts and retries of the model call; the defaults suit a hosted model."""
 
