@@ -56,6 +56,18 @@ class ToolActivities:
             return ToolOutcome(status="needs_input", question=exc.question)
         except ToolError as exc:
             log.info("tool refused", error=str(exc))
-            return ToolOutcome(status="error", observation=f"Error: {exc}")
+            return bounded(ToolOutcome(status="error", observation=f"Error: {exc}"),
+                           invocation.max_observation_bytes)
         log.info("tool done", observation_bytes=len(observation.encode()))
-        return ToolOutcome(status="ok", observation=observation)
+        return bounded(ToolOutcome(status="ok", observation=observation),
+                       invocation.max_observation_bytes)
+
+
+def bounded(outcome: ToolOutcome, max_bytes: int) -> ToolOutcome:
+    """Cut an observation to `max_bytes` (UTF-8) with a clear marker, recording the full size."""
+    data = outcome.observation.encode()
+    if len(data) <= max_bytes:
+        return outcome
+    marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
+    head = data[:max_bytes].decode(errors="ignore")
+    return outcome.model_copy(update={"observation": head + marker, "full_bytes": len(data)})

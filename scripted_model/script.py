@@ -7,6 +7,7 @@ without a server: the same request messages always give the same reply.
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ class ScriptedToolCall(BaseModel):
 
     name: str
     arguments: str | dict = {}
+    id: str | None = None  # None: a deterministic id; "" sends a call with no id at all
 
     def arguments_text(self) -> str:
         """A dict is JSON-encoded; a str is sent verbatim (it may be invalid JSON on purpose)."""
@@ -96,10 +98,22 @@ def _fill_template(content: str, messages: list[dict[str, Any]]) -> str:
     )
 
 
+_DROPPED = re.compile(r"^\[(\d+) earlier tool steps dropped")
+
+
+def _dropped_steps(messages: list[dict[str, Any]]) -> int:
+    """Steps the agent's context compaction removed, so the script keeps its place."""
+    return sum(
+        int(m.group(1))
+        for msg in messages
+        if msg.get("role") == "system" and (m := _DROPPED.match(message_text(msg)))
+    )
+
+
 def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:
     """Pick the reply for a request: scenario by first user message, step by assistant turns."""
     first_user = _text_of(messages, "user", last=False)
-    step = sum(1 for m in messages if m.get("role") == "assistant")
+    step = sum(1 for m in messages if m.get("role") == "assistant") + _dropped_steps(messages)
     scenario = next((s for s in script.scenarios if s.trigger in first_user), None)
     if scenario is None:
         fallback = f"I am the offline scripted model. Nothing is scripted for: {first_user}"
@@ -133,7 +147,7 @@ def tool_call_payloads(step: int, reply: ScriptedReply) -> list[dict[str, Any]]:
     """OpenAI-shaped tool calls with deterministic ids `call_{step}_{i}`."""
     return [
         {
-            "id": f"call_{step}_{i}",
+            "id": f"call_{step}_{i}" if call.id is None else call.id,
             "type": "function",
             "function": {"name": call.name, "arguments": call.arguments_text()},
         }

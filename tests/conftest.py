@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer
+from tests.fake_tools import registry_with_test_tools
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
 
@@ -97,5 +98,5 @@ async def task_queue(client: Client, activity_settings: ActivitySettings) -> Asy
     """A task queue served by an in-process worker for the whole session."""
     queue = f"tests-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient(timeout=10) as http:
-        async with build_worker(client, queue, activity_settings, http):
+        async with build_worker(client, queue, activity_settings, http, registry_with_test_tools()):
             yield queue

@@ -153,8 +153,12 @@ async def test_one_shot_llm_error_completes_with_that_reason(
 async def test_max_steps_forces_a_final_answer_without_tools(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
-    looping = ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})])
-    trigger = script(model, unique("maxsteps"), looping, looping, ScriptedReply(content="Best effort."))
+    trigger = script(
+        model, unique("maxsteps"),
+        ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+        ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Rome"})]),
+        ScriptedReply(content="Best effort."),
+    )
     status = await settled(await start(client, task_queue, f"{trigger}", max_steps=3))
     assert (status.steps, status.stop_reason, status.final_answer) == (3, "max_steps", "Best effort.")
     last_request = [r for r in model.requests if r.trigger == trigger][-1]

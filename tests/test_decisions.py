@@ -6,7 +6,7 @@ import json
 
 from activities.tools import default_registry
 from workflows import decisions
-from workflows.models import ChatMessage, FunctionCall, LLMReply, ToolCall, ToolDefinition
+from workflows.models import ChatMessage, FunctionCall, ToolCall, ToolDefinition
 
 CATALOG = {t.name: t for t in default_registry().definitions()}
 
@@ -15,8 +15,8 @@ def call(name: str, arguments: str, call_id: str = "call_1") -> ToolCall:
     return ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
 
 
-def reply(content: str | None = None, calls: list[ToolCall] | None = None) -> LLMReply:
-    return LLMReply(message=ChatMessage(role="assistant", content=content, tool_calls=calls))
+def reply(content: str | None = None, calls: list[ToolCall] | None = None) -> ChatMessage:
+    return ChatMessage(role="assistant", content=content, tool_calls=calls)
 
 
 def test_valid_call_is_ready_with_parsed_arguments():
@@ -83,6 +83,12 @@ def test_last_step_ends_the_turn_even_if_the_model_insists_on_tools():
     calls = [call("get_weather", '{"location": "Paris"}')]
     decision = decisions.decide_after_reply(reply("partial", calls), offered_tools=False)
     assert decision == decisions.FinalAnswer("partial", "max_steps")
+
+
+def test_a_stopping_rule_names_the_stop_reason():
+    calls = [call("get_weather", '{"location": "Paris"}')]
+    decision = decisions.decide_after_reply(reply("enough", calls), False, "loop_detected")
+    assert decision == decisions.FinalAnswer("enough", "loop_detected")
 
 
 def test_empty_reply_is_an_empty_answer():

@@ -1,9 +1,9 @@
 """The conversation workflow: one durable ReAct loop per conversation.
 
 Read it as the story of a conversation: load the tools, wait for a message, think (LLM activity),
-act (tool activities, each risky one only after a human decision), observe (tool messages), and
-again until the model answers. Decisions that are not orchestration live in pure functions
-(`workflows.decisions`, `workflows.approvals`); the human-facing state lives in `HumanDesk`.
+act (tool rounds, see `workflows.acting`), observe, and again until the model answers or a stopping
+rule ends the turn. Decisions that are not orchestration live in pure functions (`decisions`,
+`approvals`, `stopping`, `repair`, `compaction`); the human-facing state lives in `HumanDesk`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,16 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import approvals, decisions
+    from workflows import decisions
+    from workflows.acting import ToolRounds, failure_reason, raise_if_cancelled
+    from workflows.compaction import compact
     from workflows.desk import HumanDesk
     from workflows.models import (
         AnswerRequest,
+        CarriedState,
         ChatMessage,
         ConfirmRequest,
         ConversationInput,
@@ -27,79 +30,106 @@ with workflow.unsafe.imports_passed_through():
         EndRequest,
         LLMReply,
         LLMRequest,
-        Question,
         RejectRequest,
         SayRequest,
         SignalOutcome,
         Status,
         StopReason,
-        ToolCall,
         ToolCatalog,
         ToolDefinition,
-        ToolInvocation,
-        ToolOutcome,
+        TurnSummary,
         Usage,
     )
     from workflows.prompts import DEFAULT_SYSTEM_PROMPT
-    from workflows.questions import ASK_TOOLS, question_from_args
+    from workflows.questions import ASK_TOOLS
+    from workflows.repair import recover_tool_calls, unique_call_ids
+    from workflows.stopping import CallRecord, is_looping, over_budget
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 LLM_ACTIVITY = "llm_call"
 LIST_TOOLS_ACTIVITY = "list_tools"
-TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
+MAX_TURN_SUMMARIES = 20
+MAX_SEEN_CALL_IDS = 2000
 
 
 @workflow.defn
-class ConversationWorkflow:
+class ConversationWorkflow(ToolRounds):
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
         self._input = inp
-        self._messages: list[ChatMessage] = [
+        self._desk = HumanDesk()
+        self._phase: Status = "running"  # running | idle | completed; waits come from the desk
+        self._published: Status | None = None
+        self._turns_this_run = 0
+        carry = inp.carry
+        if carry is not None:
+            self._restore(carry)
+            return
+        self._messages = [
             ChatMessage(role="system", content=inp.system_prompt or DEFAULT_SYSTEM_PROMPT)
         ]
         self._inbox: list[str] = [inp.prompt]
         self._catalog: dict[str, ToolDefinition] = {}
-        self._desk = HumanDesk()
-        self._phase: Status = "running"  # running | idle | completed; waits come from the desk
-        self._published: Status | None = None
+        self._setup_errors: list[str] = []  # tool sources that failed to load; the chat goes on
         self._turn = 0
         self._steps = 0
         self._llm_calls = 0
+        self._turn_llm_calls = 0
         self._tools_used: list[str] = []
         self._stop_reason: StopReason | None = None
         self._final_answer: str | None = None
         self._error: str | None = None
-        self._setup_errors: list[str] = []  # tool sources that failed to load; the chat goes on
         self._usage = Usage()
+        self._turn_usage = Usage()
+        self._turns: list[TurnSummary] = []
+        self._in_turn = False
+        self._forced_reason: StopReason | None = None
+        self._call_records: list[CallRecord] = []
+        self._seen_call_ids: list[str] = []
         self._end_requested = False
+        self._runs = 1
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
-        self._sync_status()
-        await self._load_tools()
+        try:
+            self._sync_status()
+            if inp.carry is None:
+                await self._load_tools()
+            elif self._in_turn:
+                await self._run_turn(None)
+            await self._serve()
+        except asyncio.CancelledError:
+            self._stop_reason = "cancelled"
+            self._set_phase("completed")
+            raise
+        self._set_phase("completed")
+        return self.status()
+
+    async def _serve(self) -> None:
+        """Take messages one turn at a time until the conversation ends, goes idle too long,
+        or hands over to a fresh run."""
         while True:
             if not self._inbox and not self._end_requested:
                 self._set_phase("idle")
+                if self._should_continue_as_new(at_turn_boundary=True):
+                    await self._continue_as_new()
                 try:
                     await workflow.wait_condition(
                         lambda: bool(self._inbox) or self._end_requested,
-                        timeout=timedelta(seconds=inp.idle_timeout_s),
+                        timeout=timedelta(seconds=self._input.idle_timeout_s),
                     )
                 except asyncio.TimeoutError:
                     self._stop_reason = "idle_timeout"
                     break
             if self._inbox:
                 await self._run_turn(self._inbox.pop(0))
-                if inp.one_shot or (self._end_requested and self._stop_reason == "ended"):
+                if self._input.one_shot or self._stop_reason == "ended":
                     break
                 continue
             self._stop_reason = "ended"
             break
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._set_phase("completed")
-        return self.status()
 
     # ----- signals and queries -----
 
@@ -152,6 +182,8 @@ class ConversationWorkflow:
             error=self._error or ("; ".join(self._setup_errors) or None),
             queued_messages=len(self._inbox),
             decisions=list(self._desk.decisions),
+            turns=list(self._turns),
+            runs=self._runs,
         )
 
     @workflow.query
@@ -162,7 +194,7 @@ class ConversationWorkflow:
     def messages(self) -> list[ChatMessage]:
         return list(self._messages)
 
-    # ----- the loop -----
+    # ----- thinking -----
 
     async def _load_tools(self) -> None:
         self._catalog = {t.name: t for t in ASK_TOOLS}
@@ -183,48 +215,113 @@ class ConversationWorkflow:
             workflow.logger.warning("tool source unavailable: %s", error)
         self._catalog.update({t.name: t for t in catalog.tools if t.name not in self._catalog})
 
-    async def _run_turn(self, text: str) -> None:
+    async def _run_turn(self, text: str | None) -> None:
+        """Run a turn to its end; `text` is None when resuming one carried over continue-as-new."""
+        if text is not None:
+            self._begin_turn(text)
+        await self._think_and_act()
+        self._in_turn = False
+        self._turns = [*self._turns, TurnSummary(
+            turn=self._turn, steps_taken=self._steps, llm_calls=self._turn_llm_calls,
+            tools_used=list(self._tools_used), stop_reason=self._stop_reason,
+            usage=self._turn_usage, error=self._error,
+        )][-MAX_TURN_SUMMARIES:]
+        workflow.logger.info("turn %d finished: %s after %d step(s)", self._turn,
+                             self._stop_reason, self._steps)
+
+    def _begin_turn(self, text: str) -> None:
         self._turn += 1
+        self._turns_this_run += 1
         self._steps = 0
+        self._turn_llm_calls = 0
+        self._turn_usage = Usage()
         self._tools_used = []
         self._stop_reason = None
         self._final_answer = None
         self._error = None
+        self._forced_reason = None
+        self._call_records = []
+        self._in_turn = True
         self._desk.start_turn()
         self._messages.append(ChatMessage(role="user", content=text))
         self._set_phase("running")
-        max_steps = self._input.max_steps
+
+    async def _think_and_act(self) -> None:
         while True:
             if self._end_requested:
                 self._stop_reason = "ended"
                 return
+            if over_budget(self._usage, self._input.max_total_tokens):
+                self._stop("budget_exceeded", self._budget_error())
+                return
+            if self._should_continue_as_new(at_turn_boundary=False):
+                await self._continue_as_new()
             step = self._steps + 1
-            offered = decisions.tools_offered(step, max_steps)
+            offered = (
+                decisions.tools_offered(step, self._input.max_steps) and not self._forced_reason
+            )
             try:
                 reply = await self._call_llm(step, offered)
             except ActivityError as err:
-                self._error = f"model call failed: {failure_reason(err)}"
-                self._stop_reason = "llm_error"
-                workflow.logger.warning("turn %d ended by LLM error: %s", self._turn, self._error)
+                raise_if_cancelled(err)
+                self._stop("llm_error", f"model call failed: {failure_reason(err)}")
                 return
             self._steps = step
             self._llm_calls += 1
+            self._turn_llm_calls += 1
             self._usage = self._usage + reply.usage
-            decision = decisions.decide_after_reply(reply, offered)
+            self._turn_usage = self._turn_usage + reply.usage
+            message = self._repair(reply.message, step)
+            decision = decisions.decide_after_reply(message, offered, self._forced_reason)
+            if isinstance(decision, decisions.RunTools) and over_budget(
+                self._usage, self._input.max_total_tokens
+            ):
+                decision = decisions.FinalAnswer(message.content or "", "budget_exceeded")
             if isinstance(decision, decisions.FinalAnswer):
-                # An answer must never leave tool calls without results in the history.
-                self._messages.append(reply.message.model_copy(update={"tool_calls": None}))
-                self._final_answer = decision.text
-                self._stop_reason = decision.stop_reason  # type: ignore[assignment]
+                self._finish(message, decision, reply.finish_reason)
                 return
-            self._messages.append(reply.message)
-            await self._run_tools(decision.calls)
+            self._messages.append(message)
+            cut_off = reply.finish_reason == "length"
+            self._call_records += await self._run_tools(decision.calls, cut_off)
+            if is_looping(self._call_records):
+                workflow.logger.warning("loop detected in turn %d", self._turn)
+                self._forced_reason = "loop_detected"
+
+    def _repair(self, message: ChatMessage, step: int) -> ChatMessage:
+        message = recover_tool_calls(message, self._catalog.keys())
+        if message.tool_calls:
+            calls = unique_call_ids(message.tool_calls, self._seen_call_ids, self._turn, step)
+            self._seen_call_ids = [*self._seen_call_ids, *(c.id for c in calls)][-MAX_SEEN_CALL_IDS:]
+            message = message.model_copy(update={"tool_calls": calls})
+        return message
+
+    def _finish(
+        self, message: ChatMessage, answer: decisions.FinalAnswer, finish_reason: str | None
+    ) -> None:
+        # An answer must never leave tool calls without results in the history.
+        self._messages.append(message.model_copy(update={"tool_calls": None}))
+        self._final_answer = answer.text
+        self._stop_reason = answer.stop_reason  # type: ignore[assignment]
+        if answer.stop_reason == "budget_exceeded":
+            self._error = self._budget_error()
+        elif finish_reason == "length":
+            self._error = "the answer was cut off at the model's output limit (finish_reason=length)"
+        elif not answer.text.strip():
+            self._error = "the model returned an empty reply"
+
+    def _budget_error(self) -> str:
+        return f"the conversation used its token budget ({self._input.max_total_tokens} tokens)"
+
+    def _stop(self, reason: StopReason, error: str) -> None:
+        self._stop_reason = reason
+        self._error = error
+        workflow.logger.warning("turn %d stopped (%s): %s", self._turn, reason, error)
 
     async def _call_llm(self, step: int, offered_tools: bool) -> LLMReply:
         opts = self._input.llm
         request = LLMRequest(
             model=self._input.model,
-            messages=self._messages,
+            messages=compact(self._messages, self._input.context_budget_tokens),
             tools=[t.openai_schema() for t in self._catalog.values()],
             tool_choice="auto" if offered_tools else "none",
             turn=self._turn,
@@ -245,130 +342,53 @@ class ConversationWorkflow:
             summary=f"llm turn {self._turn} step {step}",
         )
 
-    async def _run_tools(self, calls: list[ToolCall]) -> None:
-        """Read then write: safe calls run at once, then risky ones wait for their own decision,
-        then questions are asked one at a time. One tool message per call, in the original order."""
-        checked = [decisions.check_tool_call(c, self._catalog) for c in calls]
-        outcomes: dict[int, ToolOutcome] = {}
-        safe, gated, asks = [], [], []
-        for i, item in enumerate(checked):
-            if isinstance(item, decisions.InvalidCall):
-                outcomes[i] = ToolOutcome(status="error", observation=item.observation)
-                self._desk.remember_call(item.call.id, "it was invalid and never ran")
-            elif item.tool.asks is not None:
-                asks.append(i)
-            elif approvals.needs_approval(item.tool, self._input.approval):
-                gated.append(i)
-            else:
-                safe.append(i)
-                self._desk.remember_call(item.call.id, "it needed no approval")
-        keys = {i: str(workflow.uuid4()) for i in safe + gated}
+    # ----- continue-as-new -----
 
-        ran = await asyncio.gather(*(self._execute(checked[i], checked[i].arguments, keys[i]) for i in safe))
-        outcomes.update(zip(safe, ran))
-        if gated:
-            for i in gated:
-                self._desk.hold(checked[i].call.id, checked[i].tool, checked[i].arguments)
-            self._sync_status()
-            ran = await asyncio.gather(*(self._decide_then_execute(checked[i], keys[i]) for i in gated))
-            outcomes.update(zip(gated, ran))
-        for i in asks:
-            item = checked[i]
-            answer = await self._ask(item.call.id, question_from_args(item.tool, item.arguments))
-            outcomes[i] = ToolOutcome(observation=answer) if answer is not None else ToolOutcome(
-                status="error", observation=self._no_answer())
-        self._desk.close_round()
-        for i, item in enumerate(checked):
-            self._messages.append(
-                ChatMessage(role="tool", tool_call_id=item.call.id, content=outcomes[i].observation)
-            )
+    def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
+        if workflow.info().is_continue_as_new_suggested():
+            return True
+        return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
 
-    async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
-        call_id = item.call.id
-        try:
-            await workflow.wait_condition(
-                lambda: self._desk.is_decided(call_id) or self._end_requested,
-                timeout=timedelta(seconds=self._input.decision_timeout_s),
-            )
-        except asyncio.TimeoutError:
-            pass
-        if not self._desk.is_decided(call_id):
-            reason = "the conversation was ended" if self._end_requested else "approval timed out"
-            self._desk.decide_by_system(call_id, reason, workflow.now())
-            self._sync_status()
-        pending = self._desk.pending[call_id]
-        if not pending.decision.approved:
-            who = "" if pending.decision.approver == "system" else " by user"
-            return ToolOutcome(status="error",
-                               observation=f"rejected{who}: {pending.decision.reason}")
-        return await self._execute(item, pending.args, key)
+    async def _continue_as_new(self) -> None:
+        """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.logger.info(
+            "continuing as new after %d events", workflow.info().get_current_history_length()
+        )
+        workflow.continue_as_new(self._input.model_copy(update={"carry": self._carry()}))
 
-    async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
-        """Run a tool; when it asks for input, ask the human and run it again with the answer."""
-        answer: str | None = None
-        for _ in range(MAX_INPUT_ROUNDS):
-            outcome = await self._run_activity(item, args, key, answer)
-            if outcome.status != "needs_input" or outcome.question is None:
-                return outcome
-            answer = await self._ask(item.call.id, outcome.question)
-            if answer is None:
-                return ToolOutcome(status="error", observation=self._no_answer())
-        return ToolOutcome(
-            status="error",
-            observation=f"Error: {item.tool.name} still needed input after {MAX_INPUT_ROUNDS} answers",
+    def _carry(self) -> CarriedState:
+        return CarriedState(
+            messages=compact(self._messages, self._input.context_budget_tokens),
+            inbox=self._inbox, catalog=list(self._catalog.values()),
+            setup_errors=self._setup_errors, turn=self._turn, steps=self._steps,
+            llm_calls=self._llm_calls, turn_llm_calls=self._turn_llm_calls,
+            tools_used=self._tools_used, stop_reason=self._stop_reason,
+            final_answer=self._final_answer, error=self._error, usage=self._usage,
+            turn_usage=self._turn_usage, turns=self._turns, in_turn=self._in_turn,
+            forced_reason=self._forced_reason,
+            call_records=[(r.tool, r.args_key, r.result_key) for r in self._call_records],
+            seen_call_ids=self._seen_call_ids, end_requested=self._end_requested,
+            runs=self._runs + 1, **self._desk.snapshot(),
         )
 
-    async def _run_activity(
-        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None
-    ) -> ToolOutcome:
-        tool = item.tool
-        if tool.name not in self._tools_used:
-            self._tools_used.append(tool.name)
-        attempts = tool.max_attempts if tool.idempotent else 1
-        invocation = ToolInvocation(call_id=item.call.id, arguments=args, idempotency_key=key,
-                                    answer=answer)
-        try:
-            return await workflow.execute_activity(
-                tool.name,
-                invocation,
-                result_type=ToolOutcome,
-                start_to_close_timeout=timedelta(seconds=tool.timeout_s),
-                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=attempts,
-                ),
-                summary=decisions.describe_call(tool.name, args),
-            )
-        except ActivityError as err:
-            reason = failure_reason(err)
-            workflow.logger.warning("tool %s failed: %s", tool.name, reason)
-            return ToolOutcome(
-                status="error",
-                observation=decisions.tool_failure_observation(tool, reason, attempts),
-            )
-
-    async def _ask(self, call_id: str, question: Question) -> str | None:
-        """Ask the human one question (others wait their turn); None if it went unanswered."""
-        async with self._desk.question_lock:
-            self._desk.ask(call_id, question)
-            self._sync_status()
-            try:
-                await workflow.wait_condition(
-                    lambda: self._desk.has_answer() or self._end_requested,
-                    timeout=timedelta(seconds=self._input.decision_timeout_s),
-                )
-            except asyncio.TimeoutError:
-                pass
-            answer = self._desk.take_answer()
-            self._sync_status()
-            return answer
-
-    def _no_answer(self) -> str:
-        if self._end_requested:
-            return "no answer: the conversation was ended"
-        return "no answer: the question timed out"
+    def _restore(self, c: CarriedState) -> None:
+        self._messages = list(c.messages)
+        self._inbox = list(c.inbox)
+        self._catalog = {t.name: t for t in c.catalog}
+        self._setup_errors = list(c.setup_errors)
+        self._turn, self._steps, self._llm_calls = c.turn, c.steps, c.llm_calls
+        self._turn_llm_calls = c.turn_llm_calls
+        self._tools_used = list(c.tools_used)
+        self._stop_reason, self._final_answer, self._error = c.stop_reason, c.final_answer, c.error
+        self._usage, self._turn_usage = c.usage, c.turn_usage
+        self._turns = list(c.turns)
+        self._in_turn, self._forced_reason = c.in_turn, c.forced_reason
+        self._call_records = [CallRecord(*r) for r in c.call_records]
+        self._seen_call_ids = list(c.seen_call_ids)
+        self._end_requested = c.end_requested
+        self._runs = c.runs
+        self._desk.restore(c.outcomes, c.past_calls, c.decisions)
 
     # ----- status -----
 
@@ -392,15 +412,3 @@ class ConversationWorkflow:
             self._desk.details_markdown(workflow.info().workflow_id, status, self._turn,
                                         self._stop_reason, self._error)
         )
-
-
-def failure_reason(err: BaseException) -> str:
-    """The innermost readable cause of an activity failure."""
-    cause: BaseException | None = err
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, TimeoutError):
-        return f"timed out ({cause.type.name.lower().replace('_', '-') if cause.type else 'timeout'})"
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause)

@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from workflows.models import LLMReply, ToolCall, ToolDefinition
+from workflows.models import ChatMessage, ToolCall, ToolDefinition
 
 MAX_ECHOED_ARGS = 300
 
@@ -46,13 +46,16 @@ def tools_offered(step: int, max_steps: int) -> bool:
     return step < max_steps
 
 
-def decide_after_reply(reply: LLMReply, offered_tools: bool) -> RunTools | FinalAnswer:
-    """A reply with tool calls continues the loop; anything else ends the turn."""
-    calls = reply.message.tool_calls or []
+def decide_after_reply(
+    message: ChatMessage, offered_tools: bool, forced_reason: str | None = None
+) -> RunTools | FinalAnswer:
+    """A reply with tool calls continues the loop; anything else ends the turn. A reply to a call
+    made without tools (the last step, or after a stopping rule) always ends it."""
+    calls = message.tool_calls or []
     if calls and offered_tools:
         return RunTools(calls)
-    text = reply.message.content or ""
-    return FinalAnswer(text=text, stop_reason="answered" if offered_tools else "max_steps")
+    reason = forced_reason or ("answered" if offered_tools else "max_steps")
+    return FinalAnswer(text=message.content or "", stop_reason=reason)
 
 
 def validate_arguments(tool: ToolDefinition, arguments: Any) -> str | None:

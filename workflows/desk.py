@@ -42,6 +42,24 @@ class HumanDesk:
         self._question: PendingQuestion | None = None
         self._answer: str | None = None
 
+    # ----- continue-as-new -----
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a new run needs; nothing is pending at the points where a run hands over."""
+        return {
+            "outcomes": list(self.outcomes.values()),
+            "past_calls": list(self._past_calls.items()),
+            "decisions": list(self.decisions),
+        }
+
+    def restore(
+        self, outcomes: list[SignalOutcome], past_calls: list[tuple[str, str]],
+        decisions: list[Decision],
+    ) -> None:
+        self.outcomes = OrderedDict((o.request_id, o) for o in outcomes)
+        self._past_calls = OrderedDict(past_calls)
+        self.decisions = list(decisions)
+
     # ----- rounds and turns -----
 
     def start_turn(self) -> None:

@@ -132,6 +132,11 @@ class ConversationInput(BaseModel):
     decision_timeout_s: float = Field(default=86400.0, gt=0)
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     llm: LLMOptions = Field(default_factory=LLMOptions)
+    max_total_tokens: int | None = Field(default=None, gt=0)  # per conversation
+    context_budget_tokens: int | None = Field(default=24_000, gt=0)  # prompt size before compaction
+    max_observation_bytes: int = Field(default=16_384, ge=256)
+    continue_as_new_after_turns: int = Field(default=50, ge=1)
+    carry: CarriedState | None = None  # set by continue-as-new only
 
 
 class LLMRequest(BaseModel):
@@ -157,6 +162,7 @@ class ToolInvocation(BaseModel):
     arguments: dict[str, Any]
     idempotency_key: str
     answer: str | None = None  # the human's answer, when the tool asked for input on a prior run
+    max_observation_bytes: int = 16_384
 
 
 class Question(BaseModel):
@@ -169,6 +175,7 @@ class ToolOutcome(BaseModel):
     status: Literal["ok", "error", "needs_input"] = "ok"
     observation: str = ""
     question: Question | None = None  # set with status "needs_input"
+    full_bytes: int | None = None  # the observation's size before truncation, when truncated
 
 
 class SayRequest(BaseModel):
@@ -236,6 +243,18 @@ class PendingQuestion(BaseModel):
     options: list[str] = []
 
 
+class TurnSummary(BaseModel):
+    """What finalize records for a turn."""
+
+    turn: int
+    steps_taken: int
+    llm_calls: int
+    tools_used: list[str]
+    stop_reason: StopReason | None
+    usage: Usage
+    error: str | None = None
+
+
 class ConversationStatus(BaseModel):
     """The status JSON of the contract: what `status --json` prints."""
 
@@ -253,3 +272,37 @@ class ConversationStatus(BaseModel):
     error: str | None
     queued_messages: int = 0
     decisions: list[Decision] = []  # of the current turn
+    turns: list[TurnSummary] = []  # the latest finished turns
+    runs: int = 1  # workflow runs so far (continue-as-new starts a new one)
+
+
+class CarriedState(BaseModel):
+    """Everything a conversation needs to go on in a new run after continue-as-new."""
+
+    messages: list[ChatMessage]
+    inbox: list[str]
+    catalog: list[ToolDefinition]
+    setup_errors: list[str]
+    turn: int
+    steps: int
+    llm_calls: int
+    turn_llm_calls: int
+    tools_used: list[str]
+    stop_reason: StopReason | None
+    final_answer: str | None
+    error: str | None
+    usage: Usage
+    turn_usage: Usage
+    turns: list[TurnSummary]
+    in_turn: bool  # the run ended between two steps of a turn, which the next run resumes
+    forced_reason: StopReason | None
+    call_records: list[tuple[str, str, str]]
+    seen_call_ids: list[str]
+    outcomes: list[SignalOutcome]
+    past_calls: list[tuple[str, str]]
+    decisions: list[Decision]
+    end_requested: bool
+    runs: int
+
+
+ConversationInput.model_rebuild()

@@ -1,0 +1,61 @@
+"""Tools that exist only in tests, to exercise retries, size limits and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from activities.tools import ToolRegistry, ToolSpec
+from activities.tools.notes import NOTES_TOOLS
+from activities.tools.weather import WEATHER
+
+ATTEMPTS: Counter[str] = Counter()  # tool name → attempts started, in this process
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class SizeArgs(BaseModel):
+    size: int = 40_000
+
+
+async def flaky_read(args: NoArgs, ctx) -> str:
+    ATTEMPTS["flaky_read"] += 1
+    if activity.info().attempt < 3:
+        raise ConnectionError(f"upstream hiccup on attempt {activity.info().attempt}")
+    return f"read ok on attempt {activity.info().attempt}"
+
+
+async def flaky_write(args: NoArgs, ctx) -> str:
+    ATTEMPTS["flaky_write"] += 1
+    raise RuntimeError("the upstream closed the connection mid-write")
+
+
+async def big_output(args: SizeArgs, ctx) -> str:
+    return "é" + "x" * (args.size - 2)
+
+
+async def slow_tool(args: NoArgs, ctx) -> str:
+    ATTEMPTS["slow_tool"] += 1
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        ATTEMPTS["slow_tool_cancelled"] += 1
+        raise
+    return "finished"
+
+
+TEST_TOOLS = [
+    ToolSpec("flaky_read", "Reads, but fails twice first.", NoArgs, flaky_read, idempotent=True),
+    ToolSpec("flaky_write", "Writes, and fails.", NoArgs, flaky_write, idempotent=False),
+    ToolSpec("big_output", "Returns a huge text.", SizeArgs, big_output),
+    ToolSpec("slow_tool", "Takes two minutes.", NoArgs, slow_tool, timeout_s=300),
+]
+
+
+def registry_with_test_tools() -> ToolRegistry:
+    return ToolRegistry([WEATHER, *NOTES_TOOLS, *TEST_TOOLS])

@@ -1,0 +1,78 @@
+"""Long conversations hand over to fresh runs (continue-as-new) without losing anything.
+
+A dev server of its own suggests continue-as-new after 40 history events, so it happens often.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.settings import ActivitySettings
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.conftest import DEV_SERVER_ARGS, temporal_cli
+from tests.fake_tools import registry_with_test_tools
+from tests.helpers import REPLAYER, reaches, script, settled, start, tool_call, unique
+from worker.app import build_worker
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.models import ConfirmRequest, EndRequest, SayRequest
+
+
+@pytest_asyncio.fixture(scope="module")
+async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tuple[Client, str]]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[AGENT_STATUS],
+        dev_server_extra_args=[
+            *DEV_SERVER_ARGS, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40",
+        ],
+    )
+    queue = f"can-{uuid.uuid4().hex[:6]}"
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            async with build_worker(env.client, queue, activity_settings, http, registry_with_test_tools()):
+                yield env.client, queue
+    finally:
+        await env.shutdown()
+
+
+async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
+    eager_client: tuple[Client, str], model: ScriptedModelServer
+):
+    client, queue = eager_client
+    weather = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
+               for city in ["Paris", "Tokyo", "Berlin", "London", "Sydney", "Beijing"] * 2]
+    note = ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("can"), "body": "b"})])
+    echoes = [ScriptedReply(content="echo: {last_user}") for _ in range(8)]
+    trigger = script(model, unique("long"), *weather, note, ScriptedReply(content="first done"), *echoes)
+    handle = await start(client, queue, trigger, max_steps=20)
+
+    # A confirmation pending in a later run, and a burst of messages sent across the handovers.
+    pending = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)).pending_confirmations
+    for i in range(8):
+        await handle.signal(ConversationWorkflow.say, SayRequest(text=f"message {i}", request_id=f"m{i}"))
+    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[pending[0].call_id], request_id="c"))
+    status = await settled(handle, turn=9, timeout_s=90)
+
+    assert status.runs > 2, "continue-as-new never happened"
+    assert (status.turn, status.final_answer, status.queued_messages) == (9, "echo: message 7", 0)
+    assert status.turns[0].steps_taken == 14 and status.turns[0].stop_reason == "answered"
+    assert [t.turn for t in status.turns] == list(range(1, 10))
+    for i in range(8):
+        outcome = await handle.query(ConversationWorkflow.signal_outcome, f"m{i}")
+        assert outcome.accepted and outcome.turn == i + 2
+    messages = await handle.query(ConversationWorkflow.messages)
+    assert [m.content for m in messages if m.role == "user"][-8:] == [f"message {i}" for i in range(8)]
+
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    result = await handle.result()
+    assert (result.status, result.stop_reason) == ("completed", "ended")
+    history = await handle.fetch_history()  # the last run replays cleanly too
+    await REPLAYER.replay_workflow(history)

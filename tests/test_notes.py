@@ -1,0 +1,47 @@
+"""The notes tools against a real SQLite file, without Temporal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from activities.tools import NeedsInput, ToolError
+from activities.tools.notes import CreateNoteArgs, DeleteNoteArgs, _create, _delete, _list
+from tests.helpers import note_rows
+
+
+def test_create_with_the_same_idempotency_key_writes_once(tmp_path: Path):
+    args = CreateNoteArgs(title="Milk", body="2 litres")
+    first = _create(tmp_path, args, "key-1")
+    again = _create(tmp_path, args, "key-1")  # a retry of the same call, e.g. after a crash
+    assert first == again == "Created note #1 'Milk'."
+    assert note_rows(tmp_path) == [(1, "Milk", "2 litres")]
+    _create(tmp_path, args, "key-2")  # a new call is a new note
+    assert len(note_rows(tmp_path)) == 2
+
+
+def test_list_filters_by_text(tmp_path: Path):
+    assert _list(tmp_path, "") == "No notes."
+    _create(tmp_path, CreateNoteArgs(title="Milk", body="2 litres"), "a")
+    _create(tmp_path, CreateNoteArgs(title="Trip", body="Paris in May"), "b")
+    assert _list(tmp_path, "paris") == "#2 Trip: Paris in May"
+    assert _list(tmp_path, "zzz") == "No notes matching 'zzz'."
+
+
+def test_delete_by_title_asks_when_ambiguous(tmp_path: Path):
+    for key in ("a", "b"):
+        _create(tmp_path, CreateNoteArgs(title="Todo", body=key), key)
+    _create(tmp_path, CreateNoteArgs(title="Solo", body="s"), "c")
+    with pytest.raises(NeedsInput) as asked:
+        _delete(tmp_path, DeleteNoteArgs(title="todo"), None)
+    question = asked.value.question
+    assert question.kind == "choice" and [o.split(" (")[0] for o in question.options] == ["#1 Todo", "#2 Todo"]
+    with pytest.raises(ToolError, match="names none of the matching notes"):
+        _delete(tmp_path, DeleteNoteArgs(title="Todo"), "#3 Solo")
+    assert _delete(tmp_path, DeleteNoteArgs(title="Todo"), question.options[1]) == "Deleted note #2 'Todo'."
+    assert _delete(tmp_path, DeleteNoteArgs(title="Solo"), None) == "Deleted note #3 'Solo'."
+    with pytest.raises(ToolError, match="there is no note #9"):
+        _delete(tmp_path, DeleteNoteArgs(note_id=9), None)
+    with pytest.raises(ValueError):
+        DeleteNoteArgs(note_id=1, title="Todo")

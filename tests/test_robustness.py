@@ -1,0 +1,210 @@
+"""Robustness through a real server: stopping rules, odd model output, retries, size limits,
+cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from tests.fake_tools import ATTEMPTS
+from tests.helpers import reaches, script, settled, start, tool_call, unique
+from workflows.conversation import ConversationWorkflow
+from workflows.models import SayRequest
+
+
+async def tool_messages(handle) -> list:
+    return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
+
+
+def requests_of(model: ScriptedModelServer, trigger: str) -> list:
+    return [r for r in model.requests if r.trigger == trigger]
+
+
+async def test_same_call_same_result_twice_stops_with_loop_detected(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    same = ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})])
+    trigger = script(model, unique("loop"), same, same, ScriptedReply(content="I was going in circles."))
+    status = await settled(await start(client, task_queue, trigger))
+    assert (status.stop_reason, status.steps, status.final_answer) == ("loop_detected", 3, "I was going in circles.")
+    assert requests_of(model, trigger)[-1].body["tool_choice"] == "none"
+    [summary] = status.turns
+    assert (summary.steps_taken, summary.llm_calls, summary.stop_reason) == (3, 3, "loop_detected")
+    assert summary.tools_used == ["get_weather"] and summary.usage.total_tokens > 0
+
+
+async def test_token_budget_stops_the_conversation(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(
+        model, unique("budget"),
+        ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+        ScriptedReply(content="never reached"),
+        ScriptedReply(content="nor this"),
+    )
+    handle = await start(client, task_queue, trigger, max_total_tokens=50)
+    status = await settled(handle)
+    assert status.stop_reason == "budget_exceeded" and "token budget (50 tokens)" in status.error
+    assert status.llm_calls == 1 and await tool_messages(handle) == []  # the tool call was dropped
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="more?"))
+    again = await settled(handle, turn=2)
+    assert again.stop_reason == "budget_exceeded" and again.llm_calls == 1  # no further model call
+
+
+async def test_tool_call_written_into_content_is_recovered(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(
+        model, unique("content-call"),
+        ScriptedReply(content='```json\n{"name": "get_weather", "arguments": {"location": "Tokyo"}}\n```'),
+        ScriptedReply(content="{last_tool}"),
+    )
+    status = await settled(await start(client, task_queue, trigger))
+    assert status.final_answer.startswith("Tokyo, Japan") and status.tools_used == ["get_weather"]
+
+
+async def test_empty_reply_ends_the_turn_with_a_clear_error(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(model, unique("empty"), ScriptedReply(content=""), ScriptedReply(content="back"))
+    handle = await start(client, task_queue, trigger)
+    status = await settled(handle)
+    assert (status.stop_reason, status.final_answer, status.error) == (
+        "answered", "", "the model returned an empty reply")
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="hello?"))
+    assert (await settled(handle, turn=2)).final_answer == "back"
+
+
+async def test_missing_and_repeated_tool_call_ids_get_unique_ones(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(
+        model, unique("ids"),
+        ScriptedReply(tool_calls=[
+            ScriptedToolCall(name="get_weather", arguments={"location": "Paris"}, id=""),
+            ScriptedToolCall(name="get_weather", arguments={"location": "Tokyo"}, id="same"),
+            ScriptedToolCall(name="get_weather", arguments={"location": "Berlin"}, id="same"),
+        ]),
+        ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": "London"}, id="same")]),
+        ScriptedReply(content="done"),
+    )
+    handle = await start(client, task_queue, trigger)
+    await settled(handle)
+    messages = await handle.query(ConversationWorkflow.messages)
+    call_ids = [c.id for m in messages if m.tool_calls for c in m.tool_calls]
+    assert len(set(call_ids)) == 4 and "" not in call_ids
+    assert [m.tool_call_id for m in messages if m.role == "tool"] == call_ids
+    second_request = requests_of(model, trigger)[1].body["messages"]
+    assert [m["tool_call_id"] for m in second_request if m["role"] == "tool"] == call_ids[:3]
+
+
+async def test_cut_off_replies_are_flagged(client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(
+        model, unique("length"),
+        ScriptedReply(tool_calls=[tool_call("get_weather", '{"location": "Par')], finish_reason="length"),
+        ScriptedReply(content="The weather in Paris is", finish_reason="length"),
+    )
+    handle = await start(client, task_queue, trigger)
+    status = await settled(handle)
+    [observation] = await tool_messages(handle)
+    assert "not valid JSON" in observation.content and "finish_reason=length" in observation.content
+    assert status.final_answer == "The weather in Paris is"
+    assert "cut off" in status.error and status.stop_reason == "answered"
+
+
+async def test_idempotent_tool_is_retried_and_non_idempotent_is_not(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(
+        model, unique("retries"),
+        ScriptedReply(tool_calls=[tool_call("flaky_read", {}), tool_call("flaky_write", {})]),
+        ScriptedReply(content="ok"),
+    )
+    before = ATTEMPTS.copy()
+    handle = await start(client, task_queue, trigger)
+    await settled(handle, timeout_s=60)
+    read, write = await tool_messages(handle)
+    assert read.content == "read ok on attempt 3"
+    assert ATTEMPTS["flaky_read"] - before["flaky_read"] == 3
+    assert ATTEMPTS["flaky_write"] - before["flaky_write"] == 1
+    assert "not retried because it is not idempotent; its outcome is unknown" in write.content
+
+
+async def test_huge_observations_are_truncated_with_a_marker(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(
+        model, unique("big"),
+        ScriptedReply(tool_calls=[tool_call("big_output", {"size": 100_000})]),
+        ScriptedReply(content="ok"),
+    )
+    handle = await start(client, task_queue, trigger, max_observation_bytes=1000)
+    await settled(handle)
+    [observation] = await tool_messages(handle)
+    assert observation.content.endswith("…[truncated: 100000 bytes, showing the first 1000]")
+    assert len(observation.content.encode()) < 1100
+    history = await handle.fetch_history()
+    assert max(len(e.SerializeToString()) for e in history.events) < 20_000
+
+
+async def test_cancelling_stops_the_in_flight_tool_promptly(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(model, unique("cancel"), ScriptedReply(tool_calls=[tool_call("slow_tool", {})]))
+    before = ATTEMPTS.copy()
+    handle = await start(client, task_queue, trigger)
+    for _ in range(100):
+        if ATTEMPTS["slow_tool"] > before["slow_tool"]:
+            break
+        await asyncio.sleep(0.1)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=30)
+    for _ in range(100):  # the activity learns of it through its next heartbeat
+        if ATTEMPTS["slow_tool_cancelled"] > before["slow_tool_cancelled"]:
+            break
+        await asyncio.sleep(0.1)
+    assert ATTEMPTS["slow_tool_cancelled"] == before["slow_tool_cancelled"] + 1
+    status = await handle.query(ConversationWorkflow.status)
+    assert (status.status, status.stop_reason) == ("completed", "cancelled")
+
+
+async def test_cancelling_during_a_model_call(client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(model, unique("cancel-llm"), ScriptedReply(content="late", hold=True))
+    handle = await start(client, task_queue, trigger)
+    assert await asyncio.to_thread(model.wait_for_request, trigger, 0, 30.0)
+    await reaches(handle, "running")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=30)
+    assert (await handle.query(ConversationWorkflow.status)).stop_reason == "cancelled"
+
+
+def prompt_tokens(request) -> int:
+    from scripted_model.script import ScriptedReply as Reply, usage
+
+    return usage(request.body["messages"], request.body.get("tools"), Reply())["prompt_tokens"]
+
+
+async def run_thirty_steps(client, task_queue, model, budget: int | None) -> list[int]:
+    steps = [ScriptedReply(tool_calls=[tool_call("big_output", {"size": 4000 + i})]) for i in range(29)]
+    trigger = script(model, unique("thirty"), *steps, ScriptedReply(content="done"))
+    handle = await start(client, task_queue, trigger, max_steps=30, context_budget_tokens=budget)
+    status = await settled(handle, timeout_s=120)
+    assert status.steps == 30 and status.final_answer == "done"
+    return [prompt_tokens(r) for r in requests_of(model, trigger)]
+
+
+async def test_compaction_bounds_the_prompt_over_thirty_steps(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    full = await run_thirty_steps(client, task_queue, model, budget=None)
+    compacted = await run_thirty_steps(client, task_queue, model, budget=1200)
+    assert len(full) == len(compacted) == 30
+    print("\nprompt tokens per step, full:", full, "\ncompacted:", compacted)
+    assert full[0] == compacted[0]
+    assert full[-1] > 10 * full[0]  # without compaction the prompt grows with every step
+    assert max(compacted) <= 2 * compacted[0]

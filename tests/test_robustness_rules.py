@@ -1,0 +1,100 @@
+"""Unit tests of stopping rules, output repair and compaction: pure functions, no server."""
+
+from __future__ import annotations
+
+from workflows.compaction import ELIDED_PREFIX, compact, estimate_tokens
+from workflows.models import ChatMessage, FunctionCall, ToolCall, Usage
+from workflows.repair import recover_tool_calls, unique_call_ids
+from workflows.stopping import call_record, is_looping, over_budget
+
+KNOWN = {"get_weather", "create_note"}
+
+
+def call(call_id: str, name: str = "get_weather", args: str = "{}") -> ToolCall:
+    return ToolCall(id=call_id, function=FunctionCall(name=name, arguments=args))
+
+
+def test_same_tool_same_args_same_result_twice_is_a_loop():
+    a = call_record("get_weather", {"location": "Paris"}, "Sunny, 20°C")
+    b = call_record("get_weather", {"location": "  paris "}, "sunny,   20°c")
+    assert is_looping([a, b])
+    assert not is_looping([a])
+    assert not is_looping([a, call_record("get_weather", {"location": "Paris"}, "Rain")])
+    assert not is_looping([a, call_record("get_weather", {"location": "Rome"}, "Sunny, 20°C")])
+    assert not is_looping([a, call_record("list_notes", {"location": "Paris"}, "Sunny, 20°C")])
+    assert not is_looping([a, call_record("x", {}, "y"), a])  # not in a row
+
+
+def test_budget():
+    assert not over_budget(Usage(total_tokens=999), 1000)
+    assert over_budget(Usage(total_tokens=1000), 1000)
+    assert not over_budget(Usage(total_tokens=10**9), None)
+
+
+def test_tool_call_in_content_is_recovered():
+    for content in (
+        '{"name": "get_weather", "arguments": {"location": "Paris"}}',
+        '```json\n{"name": "get_weather", "parameters": {"location": "Paris"}}\n```',
+        '[{"type": "function", "function": {"name": "get_weather", "arguments": "{\\"location\\": \\"Paris\\"}"}}]',
+        '{"tool_calls": [{"id": "x1", "function": {"name": "get_weather", "arguments": {"location": "Paris"}}}]}',
+    ):
+        fixed = recover_tool_calls(ChatMessage(role="assistant", content=content), KNOWN)
+        assert fixed.content is None, content
+        [recovered] = fixed.tool_calls
+        assert recovered.function.name == "get_weather"
+        assert '"location": "Paris"' in recovered.function.arguments
+
+
+def test_ordinary_or_unknown_json_content_is_left_alone():
+    for content in ("It is sunny.", '{"name": "launch_rockets", "arguments": {}}', '{"answer": 42}',
+                    "[1, 2]", "{broken"):
+        message = ChatMessage(role="assistant", content=content)
+        assert recover_tool_calls(message, KNOWN) == message
+    with_calls = ChatMessage(role="assistant", content='{"name": "get_weather"}', tool_calls=[call("a")])
+    assert recover_tool_calls(with_calls, KNOWN) == with_calls
+
+
+def test_missing_and_repeated_ids_become_unique_and_deterministic():
+    calls = [call(""), call("dup"), call("dup"), call("seen"), call("fine")]
+    fixed = unique_call_ids(calls, seen={"seen", "call_t2s3_0"}, turn=2, step=3)
+    ids = [c.id for c in fixed]
+    assert ids == ["call_t2s3_0_2", "dup", "call_t2s3_2", "call_t2s3_3", "fine"]
+    assert unique_call_ids(calls, {"seen", "call_t2s3_0"}, 2, 3) == fixed
+
+
+def history(rounds: int, size: int = 4000) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content="s"), ChatMessage(role="user", content="u")]
+    for i in range(rounds):
+        messages.append(ChatMessage(role="assistant", tool_calls=[call(f"c{i}", "get_weather")]))
+        messages.append(ChatMessage(role="tool", tool_call_id=f"c{i}", content="x" * size))
+    return messages
+
+
+def test_compaction_leaves_a_history_under_budget_alone():
+    messages = history(10)
+    assert compact(messages, None) is messages
+    assert compact(messages, 10**6) is messages
+
+
+def test_compaction_elides_old_observations_first_and_keeps_calls_paired():
+    messages = history(10)
+    compacted = compact(messages, 5000)
+    assert estimate_tokens(compacted) <= 5000
+    assert [(m.role, m.tool_call_id) for m in compacted] == [(m.role, m.tool_call_id) for m in messages]
+    assert compacted[-1].content == "x" * 4000  # the latest round is intact
+    assert compacted[3].content.startswith(ELIDED_PREFIX) and "4000 bytes" in compacted[3].content
+    assert compact(compacted, 5000) == compacted  # stable
+
+
+def test_compaction_drops_whole_old_rounds_when_eliding_is_not_enough():
+    messages = history(200)
+    compacted = compact(messages, 1500)
+    assert estimate_tokens(compacted) <= 1500
+    assert compacted[:2] == messages[:2]
+    note = compacted[2]
+    assert note.role == "system" and "earlier tool steps dropped to bound the context" in note.content
+    dropped = (len(messages) - len(compacted) + 1) // 2
+    assert note.content == f"[{dropped} earlier tool steps dropped to bound the context: get_weather x{dropped}]"
+    assert compacted[-2:] == messages[-2:]
+    calls = [c.id for m in compacted for c in (m.tool_calls or [])]
+    assert calls == [m.tool_call_id for m in compacted if m.role == "tool"]  # every call has its result

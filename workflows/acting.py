@@ -1,0 +1,209 @@
+"""Acting: one round of tool calls, with the human gate. Part of `ConversationWorkflow`.
+
+Read then write: safe calls run at once; risky ones then wait for their own decision and run as
+soon as approved; questions come last, one at a time. Every call gets exactly one tool message, in
+the original order, before the workflow thinks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import approvals, decisions
+    from workflows.desk import HumanDesk
+    from workflows.models import (
+        ChatMessage,
+        ConversationInput,
+        Question,
+        ToolCall,
+        ToolDefinition,
+        ToolInvocation,
+        ToolOutcome,
+    )
+    from workflows.questions import question_from_args
+    from workflows.stopping import CallRecord, call_record
+
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
+TRUNCATED_HINT = (
+    " Your reply was cut off at the model's output limit (finish_reason=length): send shorter "
+    "arguments."
+)
+
+
+class ToolRounds:
+    """The acting half of the conversation workflow (a mixin: the state lives in the workflow)."""
+
+    _input: ConversationInput
+    _catalog: dict[str, ToolDefinition]
+    _desk: HumanDesk
+    _messages: list[ChatMessage]
+    _tools_used: list[str]
+    _end_requested: bool
+
+    def _sync_status(self) -> None:
+        raise NotImplementedError
+
+    async def _run_tools(self, calls: list[ToolCall], cut_off: bool) -> list[CallRecord]:
+        checked = [decisions.check_tool_call(c, self._catalog) for c in calls]
+        outcomes: dict[int, ToolOutcome] = {}
+        safe, gated, asks = [], [], []
+        for i, item in enumerate(checked):
+            if isinstance(item, decisions.InvalidCall):
+                hint = TRUNCATED_HINT if cut_off and "not valid JSON" in item.observation else ""
+                outcomes[i] = ToolOutcome(status="error", observation=item.observation + hint)
+                self._desk.remember_call(item.call.id, "it was invalid and never ran")
+            elif item.tool.asks is not None:
+                asks.append(i)
+            elif approvals.needs_approval(item.tool, self._input.approval):
+                gated.append(i)
+            else:
+                safe.append(i)
+                self._desk.remember_call(item.call.id, "it needed no approval")
+        keys = {i: str(workflow.uuid4()) for i in safe + gated}
+
+        ran = await asyncio.gather(
+            *(self._execute(checked[i], checked[i].arguments, keys[i]) for i in safe)
+        )
+        outcomes.update(zip(safe, ran))
+        if gated:
+            for i in gated:
+                self._desk.hold(checked[i].call.id, checked[i].tool, checked[i].arguments)
+            self._sync_status()
+            ran = await asyncio.gather(
+                *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
+            )
+            outcomes.update(zip(gated, ran))
+        for i in asks:
+            item = checked[i]
+            answer = await self._ask(item.call.id, question_from_args(item.tool, item.arguments))
+            outcomes[i] = (
+                ToolOutcome(observation=answer) if answer is not None
+                else ToolOutcome(status="error", observation=self._no_answer())
+            )
+        self._desk.close_round()
+        records = []
+        for i, item in enumerate(checked):
+            observation = outcomes[i].observation
+            self._messages.append(
+                ChatMessage(role="tool", tool_call_id=item.call.id, content=observation)
+            )
+            args = item.arguments if isinstance(item, decisions.ReadyCall) else {"raw": item.call.function.arguments}
+            records.append(call_record(item.call.function.name, args, observation))
+        return records
+
+    async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
+        call_id = item.call.id
+        try:
+            await workflow.wait_condition(
+                lambda: self._desk.is_decided(call_id) or self._end_requested,
+                timeout=timedelta(seconds=self._input.decision_timeout_s),
+            )
+        except asyncio.TimeoutError:
+            pass
+        if not self._desk.is_decided(call_id):
+            reason = "the conversation was ended" if self._end_requested else "approval timed out"
+            self._desk.decide_by_system(call_id, reason, workflow.now())
+            self._sync_status()
+        pending = self._desk.pending[call_id]
+        decision = pending.decision
+        assert decision is not None
+        if not decision.approved:
+            who = "" if decision.approver == "system" else " by user"
+            return ToolOutcome(status="error", observation=f"rejected{who}: {decision.reason}")
+        return await self._execute(item, pending.args, key)
+
+    async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
+        """Run a tool; when it asks for input, ask the human and run it again with the answer."""
+        answer: str | None = None
+        for _ in range(MAX_INPUT_ROUNDS):
+            outcome = await self._run_activity(item, args, key, answer)
+            if outcome.status != "needs_input" or outcome.question is None:
+                return outcome
+            answer = await self._ask(item.call.id, outcome.question)
+            if answer is None:
+                return ToolOutcome(status="error", observation=self._no_answer())
+        return ToolOutcome(
+            status="error",
+            observation=f"Error: {item.tool.name} still needed input after {MAX_INPUT_ROUNDS} answers",
+        )
+
+    async def _run_activity(
+        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None
+    ) -> ToolOutcome:
+        tool = item.tool
+        if tool.name not in self._tools_used:
+            self._tools_used.append(tool.name)
+        attempts = tool.max_attempts if tool.idempotent else 1
+        invocation = ToolInvocation(
+            call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
+            max_observation_bytes=self._input.max_observation_bytes,
+        )
+        try:
+            return await workflow.execute_activity(
+                tool.name,
+                invocation,
+                result_type=ToolOutcome,
+                start_to_close_timeout=timedelta(seconds=tool.timeout_s),
+                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=attempts,
+                ),
+                summary=decisions.describe_call(tool.name, args),
+            )
+        except ActivityError as err:
+            raise_if_cancelled(err)
+            reason = failure_reason(err)
+            workflow.logger.warning("tool %s failed: %s", tool.name, reason)
+            return ToolOutcome(
+                status="error",
+                observation=decisions.tool_failure_observation(tool, reason, attempts),
+            )
+
+    async def _ask(self, call_id: str, question: Question) -> str | None:
+        """Ask the human one question (others wait their turn); None if it went unanswered."""
+        async with self._desk.question_lock:
+            self._desk.ask(call_id, question)
+            self._sync_status()
+            try:
+                await workflow.wait_condition(
+                    lambda: self._desk.has_answer() or self._end_requested,
+                    timeout=timedelta(seconds=self._input.decision_timeout_s),
+                )
+            except asyncio.TimeoutError:
+                pass
+            answer = self._desk.take_answer()
+            self._sync_status()
+            return answer
+
+    def _no_answer(self) -> str:
+        if self._end_requested:
+            return "no answer: the conversation was ended"
+        return "no answer: the question timed out"
+
+
+def raise_if_cancelled(err: ActivityError) -> None:
+    """An activity failed because the conversation is being cancelled: let that win."""
+    if isinstance(err.cause, CancelledError):
+        raise asyncio.CancelledError() from err
+
+
+def failure_reason(err: BaseException) -> str:
+    """The innermost readable cause of an activity failure."""
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, TimeoutError):
+        return f"timed out ({cause.type.name.lower().replace('_', '-') if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause)

@@ -1,0 +1,68 @@
+"""Making odd model output usable: tool calls put in `content`, and missing or repeated ids."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Any
+
+from workflows.models import ChatMessage, FunctionCall, ToolCall
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> ChatMessage:
+    """A reply whose whole `content` is a JSON tool call (some providers do this when streaming)
+    becomes a proper tool call. Anything that is not clearly a call of a known tool is left alone."""
+    if message.tool_calls or not message.content:
+        return message
+    text = message.content.strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    if not text.startswith(("{", "[")):
+        return message
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        return message
+    items = payload.get("tool_calls") if isinstance(payload, dict) and "tool_calls" in payload else payload
+    items = items if isinstance(items, list) else [items]
+    calls = [_as_call(item) for item in items]
+    if not calls or any(c is None or c.function.name not in known_tools for c in calls):
+        return message
+    return ChatMessage(role="assistant", content=None, tool_calls=calls)
+
+
+def _as_call(item: Any) -> ToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    spec = item.get("function") if isinstance(item.get("function"), dict) else item
+    name = spec.get("name")
+    args = next((spec[k] for k in ("arguments", "parameters", "args") if k in spec), {})
+    if not isinstance(name, str):
+        return None
+    arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return ToolCall(id=str(item.get("id") or ""), function=FunctionCall(name=name, arguments=arguments))
+
+
+def unique_call_ids(
+    calls: list[ToolCall], seen: Collection[str], turn: int, step: int
+) -> list[ToolCall]:
+    """Give every call an id that is non-empty and unused in this conversation, deterministically,
+    so that each tool message answers exactly one call."""
+    taken = set(seen)
+    fixed = []
+    for i, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in taken:
+            base = f"call_t{turn}s{step}_{i}"
+            call_id, n = base, 1
+            while call_id in taken:
+                n += 1
+                call_id = f"{base}_{n}"
+            call = call.model_copy(update={"id": call_id})
+        taken.add(call_id)
+        fixed.append(call)
+    return fixed
