@@ -20,6 +20,7 @@ class ActivitySettings:
     geocoding_url: str = DEFAULT_GEOCODING_URL
     forecast_url: str = DEFAULT_FORECAST_URL
     data_dir: Path = Path(".agent-data")
+    mcp_config: Path | None = None  # AGENT_MCP_CONFIG: an mcpServers JSON file
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -31,4 +32,5 @@ class ActivitySettings:
             geocoding_url=env.get("OPEN_METEO_GEOCODING_URL") or DEFAULT_GEOCODING_URL,
             forecast_url=env.get("OPEN_METEO_FORECAST_URL") or DEFAULT_FORECAST_URL,
             data_dir=Path(env.get("AGENT_DATA_DIR") or ".agent-data"),
+            mcp_config=Path(env["AGENT_MCP_CONFIG"]) if env.get("AGENT_MCP_CONFIG") else None,
         )

@@ -12,6 +12,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.mcp import McpToolbox
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
@@ -20,24 +21,41 @@ log = structlog.get_logger()
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry, settings: ActivitySettings, http: httpx.AsyncClient):
+    """Native tools from the registry, and MCP servers' tools when the worker has a toolbox."""
+
+    def __init__(
+        self, registry: ToolRegistry, settings: ActivitySettings, http: httpx.AsyncClient,
+        mcp: McpToolbox | None = None,
+    ):
         self._registry = registry
         self._settings = settings
         self._http = http
+        self._mcp = mcp
 
     @activity.defn(name="list_tools")
     async def list_tools(self) -> ToolCatalog:
-        return ToolCatalog(tools=self._registry.definitions())
+        native = self._registry.definitions()
+        if self._mcp is None:
+            return ToolCatalog(tools=native)
+        discovery = await heartbeating(self._mcp.discover())
+        for error in discovery.errors:
+            log.warning("tool source unavailable", error=error)
+        return ToolCatalog(tools=native + discovery.tools, errors=discovery.errors)
 
     @activity.defn(dynamic=True)
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:
         name = activity.info().activity_type
+        invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
         spec = self._registry.get(name)
+        if spec is None and self._mcp is not None:
+            outcome = await heartbeating(self._mcp.call(name, invocation.arguments))
+            log.info("mcp tool done", status=outcome.status,
+                     observation_bytes=len(outcome.observation.encode()))
+            return bounded(outcome, invocation.max_observation_bytes)
         if spec is None:
             raise ApplicationError(
                 f"this worker has no tool named {name!r}", type="UnknownTool", non_retryable=True
             )
-        invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
         try:
             parsed = spec.args_model.model_validate(invocation.arguments)
         except ValidationError as exc:

@@ -204,7 +204,6 @@ async def test_compaction_bounds_the_prompt_over_thirty_steps(
     full = await run_thirty_steps(client, task_queue, model, budget=None)
     compacted = await run_thirty_steps(client, task_queue, model, budget=1200)
     assert len(full) == len(compacted) == 30
-    print("\nprompt tokens per step, full:", full, "\ncompacted:", compacted)
     assert full[0] == compacted[0]
     assert full[-1] > 10 * full[0]  # without compaction the prompt grows with every step
     assert max(compacted) <= 2 * compacted[0]

@@ -8,9 +8,10 @@ import signal
 import httpx
 import structlog
 
+from activities.mcp import McpConfigError
 from activities.settings import ActivitySettings
 from client.connection import TemporalSettings, connect
-from worker.app import build_worker, ensure_search_attributes
+from worker.app import build_worker, ensure_search_attributes, mcp_toolbox
 from worker.logging import configure_logging
 
 log = structlog.get_logger()
@@ -26,8 +27,13 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    try:
+        mcp = mcp_toolbox(settings)
+    except McpConfigError as err:
+        log.error("cannot start: bad MCP config", error=str(err))
+        raise SystemExit(2) from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
-        worker = build_worker(client, temporal.task_queue, settings, http)
+        worker = build_worker(client, temporal.task_queue, settings, http, mcp=mcp)
         async with worker:
             log.info(
                 "worker started",
@@ -39,6 +45,8 @@ async def main() -> None:
             )
             await stop.wait()
             log.info("worker stopping")
+    if mcp is not None:
+        await mcp.aclose()
     log.info("worker stopped")
 
 

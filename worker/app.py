@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import httpx
@@ -13,6 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.llm import LLMActivities
+from activities.mcp import McpToolbox, load_mcp_config
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry, default_registry
@@ -42,9 +44,10 @@ def build_worker(
     settings: ActivitySettings,
     http: httpx.AsyncClient,
     registry: ToolRegistry | None = None,
+    mcp: McpToolbox | None = None,
 ) -> Worker:
     llm = LLMActivities(settings)
-    tools = ToolActivities(registry or default_registry(), settings, http)
+    tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
         client,
         task_queue=task_queue,
@@ -53,3 +56,14 @@ def build_worker(
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
+
+
+def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:
+    """The MCP servers of `AGENT_MCP_CONFIG`, resolved here in the worker and nowhere else."""
+    if settings.mcp_config is None:
+        return None
+    config = load_mcp_config(settings.mcp_config, os.environ)
+    for error in config.errors:
+        log.warning("mcp server left out", error=error)
+    log.info("mcp servers configured", servers=[s.name for s in config.servers])
+    return McpToolbox(config, log_dir=settings.data_dir / "mcp-logs")

@@ -44,7 +44,9 @@ def configure_logging(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    # One line per request is noise, and a URL may carry a secret from an MCP server's config.
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class LoggingInterceptor(Interceptor):

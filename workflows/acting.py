@@ -30,6 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.stopping import CallRecord, call_record
 
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
+TOOL_TIMEOUT_MARGIN_S = 5.0
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
 TRUNCATED_HINT = (
     " Your reply was cut off at the model's output limit (finish_reason=length): send shorter "
@@ -150,7 +152,7 @@ class ToolRounds:
                 tool.name,
                 invocation,
                 result_type=ToolOutcome,
-                start_to_close_timeout=timedelta(seconds=tool.timeout_s),
+                start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
                 heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),

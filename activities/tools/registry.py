@@ -69,6 +69,8 @@ class ToolRegistry:
         for spec in specs:
             if spec.name in RESERVED_NAMES:
                 raise ValueError(f"tool name {spec.name!r} is reserved")
+            if "__" in spec.name:
+                raise ValueError(f"tool name {spec.name!r}: '__' is kept for MCP tools (server__tool)")
             if spec.name in self._specs:
                 raise ValueError(f"tool {spec.name!r} is registered twice")
             self._specs[spec.name] = spec

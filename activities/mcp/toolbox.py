@@ -1,0 +1,179 @@
+"""The MCP servers' tools, as the worker offers them: discovered per conversation, called by name.
+
+One session per server is kept open for the worker's life and reopened after it dies. Every failure of
+a server (it would not start, it crashed, it hung) becomes an error observation, never an exception:
+the conversation goes on without that tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import structlog
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from mcp import Client, MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Tool
+from pydantic import BaseModel
+
+from activities.mcp.catalog import CatalogEntry, build_catalog
+from activities.mcp.config import McpConfig, McpServerConfig
+from activities.mcp.connection import McpConnection, ServerUnavailable, describe
+from activities.mcp.content import result_text
+from workflows.models import ToolDefinition, ToolOutcome
+
+log = structlog.get_logger()
+
+# JSON-RPC errors that are the server's answer to one request: the session itself is still sound.
+_ANSWERED = frozenset({INVALID_PARAMS, METHOD_NOT_FOUND, INTERNAL_ERROR})
+
+
+class McpDiscovery(BaseModel):
+    tools: list[ToolDefinition]
+    errors: list[str]  # one line per server or tool left out
+
+
+class McpToolbox:
+    """Create once per worker process; `aclose()` (or `async with`) at shutdown."""
+
+    def __init__(self, config: McpConfig, log_dir: Path | None = None):
+        """`log_dir` receives each stdio server's stderr; None discards it."""
+        self._config = config
+        self._log_dir = log_dir
+        self._connections: dict[str, McpConnection] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._catalog: dict[str, CatalogEntry] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> McpToolbox:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def discover(self) -> McpDiscovery:
+        """Every server's tools, listed concurrently; a server that fails costs only its own tools."""
+        listings = await asyncio.gather(*(self._list_tools(s) for s in self._config.servers))
+        catalog, errors = build_catalog([listing for listing in listings if not isinstance(listing, str)])
+        self._catalog = catalog
+        errors = (
+            [f"MCP config: {error}" for error in self._config.errors]
+            + [listing for listing in listings if isinstance(listing, str)]
+            + errors
+        )
+        log.info("mcp tools discovered", tools=len(catalog), errors=len(errors))
+        return McpDiscovery(tools=[entry.definition for entry in catalog.values()], errors=errors)
+
+    async def call(self, exposed_name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """Run one tool. Only cancellation escapes: every failure is an error outcome."""
+        entry = self._catalog.get(exposed_name)
+        if entry is None:  # a name from another worker's discovery: list again
+            await self.discover()
+            entry = self._catalog.get(exposed_name)
+        if entry is None:
+            return _error(f"no MCP tool is named {exposed_name}")
+        problem = best_match(Draft202012Validator(entry.definition.parameters).iter_errors(arguments))
+        if problem is not None:
+            where = f" at {problem.json_path}" if problem.path else ""
+            return _error(f"invalid arguments for {exposed_name}{where}: {problem.message}")
+
+        server, timeout = entry.server, entry.definition.timeout_s
+        bound = log.bind(server=server.name, tool=entry.tool)
+        client: Client | None = None
+        try:
+            with anyio.fail_after(timeout):
+                connection = self._connection(server)
+                client = await connection.client()
+                result = await client.call_tool(entry.tool, arguments)
+        except ServerUnavailable as exc:
+            return _server_error(server, str(exc))
+        except Exception as exc:
+            if client is None:  # the deadline passed while the session was still opening
+                return _server_error(server, f"did not answer within {timeout:g} s")
+            why, broken = _call_failure(exc, entry.tool, timeout)
+            why = server.redact(why)
+            bound.warning("mcp tool call failed", error=why, session_discarded=broken)
+            if broken:
+                self._discard(connection)
+            return _server_error(server, why)
+        text = result_text(result)
+        bound.info("mcp tool done", is_error=result.is_error, observation_bytes=len(text.encode()))
+        if result.is_error:
+            return _error(text or "the tool failed without saying why")
+        return ToolOutcome(status="ok", observation=text)
+
+    async def aclose(self) -> None:
+        """Close every session and wait for the servers to exit; idempotent."""
+        self._closed = True
+        for server_name in list(self._connections):
+            self._retire(self._connections.pop(server_name))
+        await asyncio.gather(*self._closing)
+
+    async def _list_tools(self, server: McpServerConfig) -> tuple[McpServerConfig, list[Tool]] | str:
+        """The server's tools, or the line that says why there are none."""
+        try:
+            connection = self._connection(server)
+            client = await connection.client()
+            with anyio.fail_after(server.timeout_s):
+                return server, await _all_tools(client)
+        except ServerUnavailable as exc:
+            return f'MCP server "{server.name}": {exc}'
+        except Exception as exc:
+            self._discard(connection)
+            why = "did not list its tools in time" if isinstance(exc, TimeoutError) else describe(exc)
+            return f'MCP server "{server.name}": listing tools failed: {server.redact(why)}'
+
+    def _connection(self, server: McpServerConfig) -> McpConnection:
+        """The server's open session, or a new one if it has none that is alive."""
+        if self._closed:
+            raise ServerUnavailable("the toolbox is closed")
+        connection = self._connections.get(server.name)
+        if connection is None or not connection.alive:
+            if connection is not None:
+                self._retire(connection)
+            connection = self._connections[server.name] = McpConnection(server, self._log_dir)
+        return connection
+
+    def _discard(self, connection: McpConnection) -> None:
+        """Drop a session that may be broken; the next use opens a fresh one."""
+        if self._connections.get(connection.server.name) is connection:
+            del self._connections[connection.server.name]
+            self._retire(connection)
+
+    def _retire(self, connection: McpConnection) -> None:
+        """Close in the background, keeping hold so `aclose` can wait for the server to exit."""
+        task = asyncio.create_task(connection.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+
+async def _all_tools(client: Client) -> list[Tool]:
+    tools: list[Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        if (cursor := page.next_cursor) is None:
+            return tools
+
+
+def _call_failure(exc: Exception, tool: str, timeout: float) -> tuple[str, bool]:
+    """What went wrong, and whether the session is suspect and must be reopened."""
+    if isinstance(exc, TimeoutError):
+        return f"tool {tool} did not answer within {timeout:g} s", True
+    answered = isinstance(exc, MCPError) and exc.code in _ANSWERED
+    return f"tool {tool} failed: {describe(exc)}", not answered
+
+
+def _error(message: str) -> ToolOutcome:
+    return ToolOutcome(status="error", observation=f"Error: {message}")
+
+
+def _server_error(server: McpServerConfig, message: str) -> ToolOutcome:
+    return _error(f'MCP server "{server.name}": {message}')

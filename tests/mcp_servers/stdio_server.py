@@ -1,0 +1,42 @@
+"""An MCP stdio server whose tools misbehave on purpose, for the toolbox tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import anyio
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("unruly")
+
+
+@server.tool()
+def pid() -> str:
+    """The server's process id, so a test can tell one process from the next."""
+    return str(os.getpid())
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Says `text` back."""
+    return text
+
+
+@server.tool()
+def crash() -> str:
+    """Dies in the middle of the call, with a last word on stderr."""
+    print("unruly: crashing on purpose", file=sys.stderr, flush=True)
+    os._exit(3)
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answers."""
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+if __name__ == "__main__":
+    server.run()
