@@ -10,14 +10,26 @@ import structlog
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
-from workflows.models import ChatMessage, FunctionCall, LLMReply, LLMRequest, ToolCall, Usage
+from workflows.models import (
+    ChatMessage,
+    FunctionCall,
+    LLMReply,
+    LLMRequest,
+    StreamEvent,
+    ToolCall,
+    Usage,
+)
+from workflows.narrator import TOKENS_TOPIC
 
 log = structlog.get_logger()
 
 # Statuses a retry can cure; every other HTTP error is the request's fault and is final.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
 HINTS = {
     401: "check OPENAI_API_KEY",
     403: "the key may not access this model",
@@ -58,61 +70,107 @@ class LLMActivities:
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
+        """One chat completion, streamed: token deltas go to the conversation's live stream."""
         model = request.model or self._default_model
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [m.to_openai() for m in request.messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
         if request.tools:
             kwargs["tools"] = request.tools
             kwargs["tool_choice"] = request.tool_choice
-        try:
-            completion = await heartbeating(self._client.chat.completions.create(**kwargs))
-        except openai.APIStatusError as exc:
-            raise classify_status_error(exc) from None
-        except openai.APIConnectionError as exc:  # includes APITimeoutError
-            raise ApplicationError(
-                f"model endpoint unreachable: {exc}", type="LLMTransientError"
-            ) from None
-        reply = _to_reply(completion, model)
+        attempt = activity.info().attempt
+        async with WorkflowStreamClient.from_within_activity(batch_interval=TOKEN_BATCH) as live:
+            tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
+            if attempt > 1:  # watchers drop what an earlier attempt streamed
+                tokens.publish(StreamEvent(kind="reset", turn=request.turn, step=request.step,
+                                           attempt=attempt))
+
+            def on_text(text: str) -> None:
+                tokens.publish(StreamEvent(kind="token", turn=request.turn, step=request.step,
+                                           attempt=attempt, text=text))
+
+            try:
+                reply = await heartbeating(self._stream(kwargs, model, on_text))
+            except openai.APIStatusError as exc:
+                raise classify_status_error(exc) from None
+            except openai.APIConnectionError as exc:  # includes APITimeoutError
+                raise ApplicationError(
+                    f"model endpoint unreachable: {exc}", type="LLMTransientError"
+                ) from None
         log.info(
             "llm reply",
             model=model,
-            step=request.step,
-            turn=request.turn,
             tool_calls=len(reply.message.tool_calls or []),
             finish_reason=reply.finish_reason,
             total_tokens=reply.usage.total_tokens,
         )
         return reply
 
+    async def _stream(self, kwargs: dict[str, Any], model: str, on_text) -> LLMReply:
+        chunks = await self._client.chat.completions.create(**kwargs)
+        reply = ReplyAssembler(model)
+        async for chunk in chunks:
+            text = reply.add(chunk)
+            if text:
+                on_text(text)
+            activity.heartbeat()
+        return reply.result()
 
-def _to_reply(completion: Any, model: str) -> LLMReply:
-    if not completion.choices:
-        return LLMReply(message=ChatMessage(role="assistant", content=""), model=model)
-    choice = completion.choices[0]
-    msg = choice.message
-    calls = [
-        ToolCall(
-            id=c.id,
-            function=FunctionCall(name=c.function.name, arguments=c.function.arguments or ""),
+
+class ReplyAssembler:
+    """Builds the assistant message from streamed chunks: text, tool-call deltas, usage."""
+
+    def __init__(self, model: str):
+        self._model = model
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._finish_reason: str | None = None
+        self._usage = Usage()
+
+    def add(self, chunk: Any) -> str:
+        """Take one chunk; return its text delta, if any."""
+        if chunk.model:
+            self._model = chunk.model
+        if chunk.usage is not None:
+            self._usage = Usage(
+                prompt_tokens=chunk.usage.prompt_tokens or 0,
+                completion_tokens=chunk.usage.completion_tokens or 0,
+                total_tokens=chunk.usage.total_tokens or 0,
+            )
+        if not chunk.choices:
+            return ""
+        choice = chunk.choices[0]
+        if choice.finish_reason:
+            self._finish_reason = choice.finish_reason
+        delta = choice.delta
+        for call in delta.tool_calls or []:
+            acc = self._calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            if call.id:
+                acc["id"] = call.id
+            if call.function is not None:
+                acc["name"] += call.function.name or ""
+                acc["arguments"] += call.function.arguments or ""
+        if delta.content:
+            self._text.append(delta.content)
+            return delta.content
+        return ""
+
+    def result(self) -> LLMReply:
+        calls = [
+            ToolCall(id=c["id"], function=FunctionCall(name=c["name"], arguments=c["arguments"]))
+            for _, c in sorted(self._calls.items())
+        ]
+        text = "".join(self._text)
+        return LLMReply(
+            message=ChatMessage(role="assistant", content=text or (None if calls else ""),
+                                tool_calls=calls or None),
+            usage=self._usage,
+            finish_reason=self._finish_reason,
+            model=self._model,
         )
-        for c in (msg.tool_calls or [])
-        if getattr(c, "function", None) is not None
-    ]
-    usage = Usage()
-    if completion.usage is not None:
-        usage = Usage(
-            prompt_tokens=completion.usage.prompt_tokens or 0,
-            completion_tokens=completion.usage.completion_tokens or 0,
-            total_tokens=completion.usage.total_tokens or 0,
-        )
-    return LLMReply(
-        message=ChatMessage(role="assistant", content=msg.content, tool_calls=calls or None),
-        usage=usage,
-        finish_reason=choice.finish_reason,
-        model=completion.model or model,
-    )
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:

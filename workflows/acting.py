@@ -17,15 +17,19 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from workflows import approvals, decisions
     from workflows.desk import HumanDesk
+    from workflows.approvals import Refusal
     from workflows.models import (
+        AuditAction,
         ChatMessage,
         ConversationInput,
+        Decision,
         Question,
         ToolCall,
         ToolDefinition,
         ToolInvocation,
         ToolOutcome,
     )
+    from workflows.narrator import Narrator
     from workflows.questions import question_from_args
     from workflows.stopping import CallRecord, call_record
 
@@ -48,11 +52,16 @@ class ToolRounds:
     _messages: list[ChatMessage]
     _tools_used: list[str]
     _end_requested: bool
+    _narrator: Narrator
+    _turn: int
+    _steps: int
 
     def _sync_status(self) -> None:
         raise NotImplementedError
 
-    async def _run_tools(self, calls: list[ToolCall], cut_off: bool) -> list[CallRecord]:
+    async def _run_tools(
+        self, calls: list[ToolCall], cut_off: bool
+    ) -> tuple[list[CallRecord], list[AuditAction]]:
         checked = [decisions.check_tool_call(c, self._catalog) for c in calls]
         outcomes: dict[int, ToolOutcome] = {}
         safe, gated, asks = [], [], []
@@ -76,7 +85,10 @@ class ToolRounds:
         outcomes.update(zip(safe, ran))
         if gated:
             for i in gated:
-                self._desk.hold(checked[i].call.id, checked[i].tool, checked[i].arguments)
+                item = checked[i]
+                self._desk.hold(item.call.id, item.tool, item.arguments)
+                self._emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
+                           args=item.arguments, risk=item.tool.risk)
             self._sync_status()
             ran = await asyncio.gather(
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
@@ -89,16 +101,29 @@ class ToolRounds:
                 ToolOutcome(observation=answer) if answer is not None
                 else ToolOutcome(status="error", observation=self._no_answer())
             )
+        decisions_by_call = {c: p.decision for c, p in self._desk.pending.items()}
+        args_run = {c: p.args for c, p in self._desk.pending.items()}
         self._desk.close_round()
-        records = []
+        records, actions = [], []
         for i, item in enumerate(checked):
-            observation = outcomes[i].observation
+            outcome = outcomes[i]
+            call_id, name = item.call.id, item.call.function.name
             self._messages.append(
-                ChatMessage(role="tool", tool_call_id=item.call.id, content=observation)
+                ChatMessage(role="tool", tool_call_id=call_id, content=outcome.observation)
             )
-            args = item.arguments if isinstance(item, decisions.ReadyCall) else {"raw": item.call.function.arguments}
-            records.append(call_record(item.call.function.name, args, observation))
-        return records
+            if isinstance(item, decisions.ReadyCall):
+                args: dict | str = args_run.get(call_id, item.arguments)
+            else:
+                args = item.call.function.arguments
+            records.append(call_record(name, args if isinstance(args, dict) else {"raw": args},
+                                       outcome.observation))
+            actions.append(AuditAction(
+                call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
+                status="error" if outcome.status == "needs_input" else outcome.status,
+                observation_bytes=len(outcome.observation.encode()),
+                full_bytes=outcome.full_bytes, ms=outcome.ms,
+            ))
+        return records, actions
 
     async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
         call_id = item.call.id
@@ -111,21 +136,42 @@ class ToolRounds:
             pass
         if not self._desk.is_decided(call_id):
             reason = "the conversation was ended" if self._end_requested else "approval timed out"
-            self._desk.decide_by_system(call_id, reason, workflow.now())
+            self._announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
             self._sync_status()
         pending = self._desk.pending[call_id]
         decision = pending.decision
         assert decision is not None
-        if not decision.approved:
-            who = "" if decision.approver == "system" else " by user"
-            return ToolOutcome(status="error", observation=f"rejected{who}: {decision.reason}")
-        return await self._execute(item, pending.args, key)
+        if decision.approved:
+            return await self._execute(item, pending.args, key)
+        if decision.approver == "system":
+            status = "timed_out" if decision.reason == "approval timed out" else "rejected"
+            return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")
+        return ToolOutcome(status="rejected", observation=f"rejected by user: {decision.reason}")
+
+    def _announce(self, result: list[Decision] | Refusal) -> None:
+        """Put decisions (or a refused decision) on the live stream."""
+        if isinstance(result, Refusal):
+            self._emit("decision_refused", text=result.reason)
+            return
+        for d in result:
+            self._emit("decision_taken", call_id=d.call_id, tool=d.tool, approver=d.approver,
+                       status="approved" if d.approved else "rejected", text=d.reason)
+
+    def _emit(self, kind: str, **fields) -> None:
+        self._narrator.emit(kind, turn=self._turn, step=self._steps, **fields)
 
     async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
         """Run a tool; when it asks for input, ask the human and run it again with the answer."""
         answer: str | None = None
         for _ in range(MAX_INPUT_ROUNDS):
+            started = workflow.now()
+            self._emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
             outcome = await self._run_activity(item, args, key, answer)
+            ms = int((workflow.now() - started).total_seconds() * 1000)
+            outcome = outcome.model_copy(update={"ms": ms})
+            self._emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
+                       status=outcome.status, ms=ms,
+                       observation_bytes=len(outcome.observation.encode()))
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome
             answer = await self._ask(item.call.id, outcome.question)
@@ -145,7 +191,8 @@ class ToolRounds:
         attempts = tool.max_attempts if tool.idempotent else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
-            max_observation_bytes=self._input.max_observation_bytes,
+            max_observation_bytes=self._input.max_observation_bytes, turn=self._turn,
+            step=self._steps,
         )
         try:
             return await workflow.execute_activity(
@@ -167,7 +214,7 @@ class ToolRounds:
             reason = failure_reason(err)
             workflow.logger.warning("tool %s failed: %s", tool.name, reason)
             return ToolOutcome(
-                status="error",
+                status="timed_out" if isinstance(err.cause, TimeoutError) else "error",
                 observation=decisions.tool_failure_observation(tool, reason, attempts),
             )
 
@@ -175,6 +222,8 @@ class ToolRounds:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
         async with self._desk.question_lock:
             self._desk.ask(call_id, question)
+            self._emit("question_asked", call_id=call_id, text=question.message,
+                       options=question.options, question_kind=question.kind)
             self._sync_status()
             try:
                 await workflow.wait_condition(

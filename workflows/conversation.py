@@ -20,8 +20,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.acting import ToolRounds, failure_reason, raise_if_cancelled
     from workflows.compaction import compact
     from workflows.desk import HumanDesk
+    from workflows.approvals import Refusal
     from workflows.models import (
         AnswerRequest,
+        AuditRecord,
         CarriedState,
         ChatMessage,
         ConfirmRequest,
@@ -40,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         TurnSummary,
         Usage,
     )
+    from workflows.narrator import Narrator
     from workflows.prompts import DEFAULT_SYSTEM_PROMPT
     from workflows.questions import ASK_TOOLS
     from workflows.repair import recover_tool_calls, unique_call_ids
@@ -64,8 +67,10 @@ class ConversationWorkflow(ToolRounds):
         self._turns_this_run = 0
         carry = inp.carry
         if carry is not None:
+            self._narrator = Narrator(carry.stream, carry.audit, carry.audit_dropped)
             self._restore(carry)
             return
+        self._narrator = Narrator()
         self._messages = [
             ChatMessage(role="system", content=inp.system_prompt or DEFAULT_SYSTEM_PROMPT)
         ]
@@ -102,6 +107,7 @@ class ConversationWorkflow(ToolRounds):
         except asyncio.CancelledError:
             self._stop_reason = "cancelled"
             self._set_phase("completed")
+            self._narrator.close()
             raise
         self._set_phase("completed")
         return self.status()
@@ -129,6 +135,7 @@ class ConversationWorkflow(ToolRounds):
                 continue
             self._stop_reason = "ended"
             break
+        self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     # ----- signals and queries -----
@@ -152,17 +159,21 @@ class ConversationWorkflow(ToolRounds):
 
     @workflow.signal
     def confirm(self, request: ConfirmRequest) -> None:
-        self._desk.confirm(request, workflow.now())
+        self._announce(self._desk.confirm(request, workflow.now()))
         self._sync_status()
 
     @workflow.signal
     def reject(self, request: RejectRequest) -> None:
-        self._desk.reject(request, workflow.now())
+        self._announce(self._desk.reject(request, workflow.now()))
         self._sync_status()
 
     @workflow.signal
     def answer(self, request: AnswerRequest) -> None:
-        self._desk.answer(request)
+        result = self._desk.answer(request)
+        if isinstance(result, Refusal):
+            self._emit("decision_refused", text=result.reason)
+        else:
+            self._emit("answered", text=result)
         self._sync_status()
 
     @workflow.query
@@ -194,6 +205,11 @@ class ConversationWorkflow(ToolRounds):
     def messages(self) -> list[ChatMessage]:
         return list(self._messages)
 
+    @workflow.query
+    def history(self) -> list[AuditRecord]:
+        """The audit trail: one record per step (the latest ones; older ones are in the memo)."""
+        return list(self._narrator.audit)
+
     # ----- thinking -----
 
     async def _load_tools(self) -> None:
@@ -221,6 +237,7 @@ class ConversationWorkflow(ToolRounds):
             self._begin_turn(text)
         await self._think_and_act()
         self._in_turn = False
+        self._emit("turn_finished", stop_reason=self._stop_reason, text=self._final_answer)
         self._turns = [*self._turns, TurnSummary(
             turn=self._turn, steps_taken=self._steps, llm_calls=self._turn_llm_calls,
             tools_used=list(self._tools_used), stop_reason=self._stop_reason,
@@ -244,6 +261,7 @@ class ConversationWorkflow(ToolRounds):
         self._in_turn = True
         self._desk.start_turn()
         self._messages.append(ChatMessage(role="user", content=text))
+        self._emit("turn_started", text=text)
         self._set_phase("running")
 
     async def _think_and_act(self) -> None:
@@ -260,11 +278,13 @@ class ConversationWorkflow(ToolRounds):
             offered = (
                 decisions.tools_offered(step, self._input.max_steps) and not self._forced_reason
             )
+            self._narrator.emit("llm_started", turn=self._turn, step=step)
             try:
                 reply = await self._call_llm(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
                 self._stop("llm_error", f"model call failed: {failure_reason(err)}")
+                self._record_step(step, None, Usage())
                 return
             self._steps = step
             self._llm_calls += 1
@@ -279,13 +299,24 @@ class ConversationWorkflow(ToolRounds):
                 decision = decisions.FinalAnswer(message.content or "", "budget_exceeded")
             if isinstance(decision, decisions.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
+                self._record_step(step, message.content, reply.usage)
                 return
             self._messages.append(message)
             cut_off = reply.finish_reason == "length"
-            self._call_records += await self._run_tools(decision.calls, cut_off)
+            records, actions = await self._run_tools(decision.calls, cut_off)
+            self._call_records += records
+            self._record_step(step, message.content, reply.usage, actions)
             if is_looping(self._call_records):
                 workflow.logger.warning("loop detected in turn %d", self._turn)
                 self._forced_reason = "loop_detected"
+
+    def _record_step(self, step: int, thought: str | None, tokens: Usage, actions=()) -> None:
+        """The audit record of a step, once its observations are in (or the turn has ended)."""
+        ended = not actions
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=self._turn, step=step, thought=thought,
+            actions=list(actions), tokens=tokens, stop_reason=self._stop_reason if ended else None,
+        ))
 
     def _repair(self, message: ChatMessage, step: int) -> ChatMessage:
         message = recover_tool_calls(message, self._catalog.keys())
@@ -351,11 +382,14 @@ class ConversationWorkflow(ToolRounds):
 
     async def _continue_as_new(self) -> None:
         """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
+        self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        stream_state = self._narrator.carry()
         workflow.logger.info(
             "continuing as new after %d events", workflow.info().get_current_history_length()
         )
-        workflow.continue_as_new(self._input.model_copy(update={"carry": self._carry()}))
+        carry = self._carry().model_copy(update=stream_state)
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
 
     def _carry(self) -> CarriedState:
         return CarriedState(

@@ -86,7 +86,8 @@ class HumanDesk:
     def is_decided(self, call_id: str) -> bool:
         return self.pending[call_id].decision is not None
 
-    def confirm(self, request: ConfirmRequest, now: datetime) -> None:
+    def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
+        """Approve the named calls, or refuse the whole request and change nothing."""
         targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
         if isinstance(targets, Refusal):
             return self.refuse(request.request_id, targets.reason)
@@ -94,34 +95,37 @@ class HumanDesk:
             problem = approvals.check_edited_args(self.pending[targets[0]], request.args, request.call_ids)
             if problem is not None:
                 return self.refuse(request.request_id, problem.reason)
+        decided = []
         for call_id in targets:
             pending = self.pending[call_id]
             if request.args is not None:
                 pending.args = request.args
-            self._decide(pending, True, request.approver, now, None)
+            decided.append(self._decide(pending, True, request.approver, now, None))
         self.accept(request.request_id)
+        return decided
 
-    def reject(self, request: RejectRequest, now: datetime) -> None:
+    def reject(self, request: RejectRequest, now: datetime) -> list[Decision] | Refusal:
         targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
         if isinstance(targets, Refusal):
             return self.refuse(request.request_id, targets.reason)
         reason = request.reason.strip() or "no reason given"
-        for call_id in targets:
-            self._decide(self.pending[call_id], False, request.approver, now, reason)
+        decided = [self._decide(self.pending[c], False, request.approver, now, reason) for c in targets]
         self.accept(request.request_id)
+        return decided
 
-    def decide_by_system(self, call_id: str, reason: str, now: datetime) -> None:
-        self._decide(self.pending[call_id], False, "system", now, reason)
+    def decide_by_system(self, call_id: str, reason: str, now: datetime) -> Decision:
+        return self._decide(self.pending[call_id], False, "system", now, reason)
 
     def _decide(
         self, pending: PendingCall, approved: bool, approver: str, now: datetime, reason: str | None
-    ) -> None:
+    ) -> Decision:
         pending.decision = Decision(
             call_id=pending.call_id, tool=pending.tool.name, approved=approved,
             approver=approver or "unknown", at=now, args_hash=approvals.args_hash(pending.args),
             reason=reason,
         )
         self.decisions.append(pending.decision)
+        return pending.decision
 
     # ----- questions -----
 
@@ -136,7 +140,8 @@ class HumanDesk:
         answer, self._question, self._answer = self._answer, None, None
         return answer
 
-    def answer(self, request: AnswerRequest) -> None:
+    def answer(self, request: AnswerRequest) -> str | Refusal:
+        """The accepted answer's text, or the refusal."""
         if self._question is None or self._answer is not None:
             return self.refuse(request.request_id, "no question is waiting for an answer")
         checked = approvals.check_answer(
@@ -148,6 +153,7 @@ class HumanDesk:
             return self.refuse(request.request_id, checked.reason)
         self._answer = checked.text
         self.accept(request.request_id)
+        return checked.text
 
     # ----- what the status shows -----
 
@@ -200,10 +206,11 @@ class HumanDesk:
     def accept(self, request_id: str | None, turn: int | None = None) -> None:
         self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=True, turn=turn))
 
-    def refuse(self, request_id: str | None, reason: str) -> None:
+    def refuse(self, request_id: str | None, reason: str) -> Refusal:
         workflow.logger.info("signal refused: %s", reason)
         self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=False,
                                                reason=reason))
+        return Refusal(reason)
 
     def _record(self, request_id: str | None, outcome: SignalOutcome) -> None:
         if request_id is None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -163,6 +164,8 @@ class ToolInvocation(BaseModel):
     idempotency_key: str
     answer: str | None = None  # the human's answer, when the tool asked for input on a prior run
     max_observation_bytes: int = 16_384
+    turn: int = 0
+    step: int = 0
 
 
 class Question(BaseModel):
@@ -171,11 +174,16 @@ class Question(BaseModel):
     options: list[str] = []
 
 
+ObservationStatus = Literal["ok", "error", "rejected", "timed_out"]
+
+
 class ToolOutcome(BaseModel):
-    status: Literal["ok", "error", "needs_input"] = "ok"
+    # Activities answer ok, error or needs_input; the workflow adds rejected and timed_out.
+    status: Literal["ok", "error", "needs_input", "rejected", "timed_out"] = "ok"
     observation: str = ""
     question: Question | None = None  # set with status "needs_input"
     full_bytes: int | None = None  # the observation's size before truncation, when truncated
+    ms: int | None = None  # execution time, measured by the workflow
 
 
 class SayRequest(BaseModel):
@@ -243,6 +251,54 @@ class PendingQuestion(BaseModel):
     options: list[str] = []
 
 
+class AuditAction(BaseModel):
+    call_id: str
+    tool: str
+    input: dict[str, Any] | str  # the args that ran (edited ones, if any), or the raw text if invalid
+    decision: Decision | None = None
+    status: ObservationStatus
+    observation_bytes: int
+    full_bytes: int | None = None  # before truncation, when the observation was cut
+    ms: int | None = None
+
+
+class AuditRecord(BaseModel):
+    """One ReAct step: what the model thought, what it did, who allowed it, what came back."""
+
+    at: datetime
+    turn: int
+    step: int
+    thought: str | None
+    actions: list[AuditAction] = []
+    tokens: Usage
+    stop_reason: StopReason | None = None  # on the step that ended the turn
+
+
+class StreamEvent(BaseModel):
+    """One item of the live stream `watch` renders (topics "events" and "tokens")."""
+
+    kind: Literal[
+        "turn_started", "llm_started", "token", "reset", "tool_started", "tool_finished",
+        "approval_requested", "decision_taken", "decision_refused", "question_asked", "answered",
+        "turn_finished",
+    ]
+    turn: int = 0
+    step: int = 0
+    text: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    risk: Risk | None = None
+    status: str | None = None
+    observation_bytes: int | None = None
+    ms: int | None = None
+    attempt: int | None = None
+    approver: str | None = None
+    options: list[str] = []
+    question_kind: QuestionKind | None = None
+    stop_reason: StopReason | None = None
+
+
 class TurnSummary(BaseModel):
     """What finalize records for a turn."""
 
@@ -303,6 +359,9 @@ class CarriedState(BaseModel):
     decisions: list[Decision]
     end_requested: bool
     runs: int
+    audit: list[AuditRecord] = []
+    audit_dropped: int = 0
+    stream: WorkflowStreamState | None = None
 
 
 ConversationInput.model_rebuild()
