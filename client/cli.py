@@ -22,7 +22,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.connection import TemporalSettings, connect
-from client.render import render_status
+from client.render import render_history, render_status
+from client.watch import watch
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import (
     SETTLED_STATUSES,
@@ -233,6 +234,21 @@ async def cmd_status(s: Session, a: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_watch(s: Session, a: argparse.Namespace) -> int:
+    await s.status(a.id)  # a clear error for an unknown conversation, and a worker to answer
+    await watch(s.client, a.id, from_offset=a.from_offset)
+    return 0
+
+
+async def cmd_history(s: Session, a: argparse.Namespace) -> int:
+    records = await s.query(a.id, ConversationWorkflow.history)
+    if a.json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2, ensure_ascii=False))
+    else:
+        print(render_history(records))
+    return 0
+
+
 async def cmd_list(s: Session, a: argparse.Namespace) -> int:
     query = f'WorkflowType = "{ConversationWorkflow.__name__}"'
     if a.status:
@@ -312,6 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("values", nargs="+", metavar="VALUE")
     _add_wait(p)
     p.set_defaults(func=cmd_answer)
+
+    p = sub.add_parser("watch", parents=[common], help="follow a conversation live")
+    p.add_argument("id")
+    p.add_argument("--from-offset", type=int, default=0, help="resume from this stream offset")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("history", parents=[common], help="the audit trail, a record per step")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("status", parents=[common], help="the current state of a conversation")
     p.add_argument("id")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,9 @@ class TemporalSettings:
 
 
 async def connect(settings: TemporalSettings) -> Client:
-    return await Client.connect(
-        settings.address,
-        namespace=settings.namespace,
-        data_converter=pydantic_data_converter,
-    )
+    """Connect with Temporal's env config (TEMPORAL_* variables or a TOML profile: TLS, API keys
+    for Temporal Cloud), on top of the local dev server defaults."""
+    config = ClientConfig.load_client_connect_config()
+    config.setdefault("target_host", settings.address)
+    config.setdefault("namespace", settings.namespace)
+    return await Client.connect(**config, data_converter=pydantic_data_converter)

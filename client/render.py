@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from workflows.models import ConversationStatus
+from workflows.models import AuditRecord, ConversationStatus
 
 
 def render_status(s: ConversationStatus) -> str:
@@ -50,4 +50,29 @@ def render_status(s: ConversationStatus) -> str:
                      f"{d.at.isoformat(timespec='seconds')}")
     if s.status == "idle":
         lines.append(f'next: python -m client say {wid} "..."   or   python -m client end {wid}')
+    return "\n".join(lines)
+
+
+def render_history(records: list[AuditRecord]) -> str:
+    if not records:
+        return "no steps yet"
+    lines = []
+    for r in records:
+        tokens = f"{r.tokens.total_tokens} tokens"
+        lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} step {r.step}  ({tokens})")
+        if r.thought:
+            lines.append(f"  thought: {r.thought}")
+        for a in r.actions:
+            shown = json.dumps(a.input, ensure_ascii=False) if isinstance(a.input, dict) else a.input
+            lines.append(f"  action:  {a.tool}({shown}) call {a.call_id}")
+            if a.decision is not None:
+                d = a.decision
+                verdict = "approved" if d.approved else f"rejected ({d.reason})"
+                lines.append(f"  decision: {verdict} by {d.approver} at "
+                             f"{d.at.isoformat(timespec='seconds')}, args {d.args_hash[:19]}…")
+            size = f"{a.observation_bytes} bytes" + (f" of {a.full_bytes}" if a.full_bytes else "")
+            timing = f", {a.ms} ms" if a.ms is not None else ""
+            lines.append(f"  observation: {a.status}, {size}{timing}")
+        if r.stop_reason:
+            lines.append(f"  stop: {r.stop_reason}")
     return "\n".join(lines)

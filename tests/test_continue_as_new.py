@@ -12,6 +12,7 @@ import httpx
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
@@ -21,7 +22,7 @@ from tests.fake_tools import registry_with_test_tools
 from tests.helpers import REPLAYER, reaches, script, settled, start, tool_call, unique
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import ConfirmRequest, EndRequest, SayRequest
+from workflows.models import ConfirmRequest, EndRequest, SayRequest, StreamEvent
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -76,3 +77,13 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     assert (result.status, result.stop_reason) == ("completed", "ended")
     history = await handle.fetch_history()  # the last run replays cleanly too
     await REPLAYER.replay_workflow(history)
+
+    # The live stream crossed every handover: one story, in order, with continuous offsets.
+    stream = WorkflowStreamClient.create(client, handle.id)
+    items = [item async for item in stream.subscribe(["events"], result_type=StreamEvent)]
+    assert [i.offset for i in items] == sorted(i.offset for i in items)
+    started = [e.data.turn for e in items if e.data.kind == "turn_started"]
+    finished = [e.data.turn for e in items if e.data.kind == "turn_finished"]
+    assert started == finished == list(range(1, 10))
+    assert sum(e.data.kind == "approval_requested" for e in items) == 1
+    assert len(await handle.query(ConversationWorkflow.history)) == 14 + 8  # every step, every run

@@ -102,7 +102,11 @@ async def test_worker_killed_between_tool_and_next_llm_reply_resumes_without_rer
     assert model.count(trigger, step=1) >= 2, "the held LLM call should have been retried"
     assert model.geocoding_calls == geocoding_before + 1, "get_weather ran again"
     assert model.forecast_calls == forecast_before + 1, "get_weather ran again"
-    assert '"activity": "llm_call"' in worker.log(2) and '"attempt": 2' in worker.log(2)
+    log = worker.log(2)
+    retried = next(line for line in log.splitlines() if '"event": "llm reply"' in line)
+    for field in (f'"workflow_id": "{handle.id}"', '"run_id": "', '"activity": "llm_call"',
+                  '"attempt": 2', '"step": 2'):
+        assert field in retried, (field, retried)
 
 
 async def test_worker_killed_while_a_confirmation_waits_then_confirmed_with_no_worker_runs_once(

@@ -7,6 +7,7 @@ import signal
 
 import httpx
 import structlog
+from temporalio.client import Client
 
 from activities.mcp import McpConfigError
 from activities.settings import ActivitySettings
@@ -17,11 +18,27 @@ from worker.logging import configure_logging
 log = structlog.get_logger()
 
 
+CONNECT_PATIENCE_S = 120.0
+
+
+async def connect_patiently(temporal: TemporalSettings) -> Client:
+    """A worker may start before its server (docker compose, systemd): wait for it."""
+    deadline = asyncio.get_running_loop().time() + CONNECT_PATIENCE_S
+    while True:
+        try:
+            return await connect(temporal)
+        except RuntimeError as err:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("waiting for Temporal", address=temporal.address, error=str(err))
+            await asyncio.sleep(2)
+
+
 async def main() -> None:
     configure_logging()
     temporal = TemporalSettings.from_env()
     settings = ActivitySettings.from_env()
-    client = await connect(temporal)
+    client = await connect_patiently(temporal)
     await ensure_search_attributes(client, temporal.namespace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

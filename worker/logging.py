@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -23,6 +25,7 @@ def configure_logging(level: int = logging.INFO) -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact_secrets,
     ]
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -65,5 +68,38 @@ class _BindActivityContext(ActivityInboundInterceptor):
         }
         if info.activity_type not in RUNTIME_ACTIVITIES:
             fields["tool"] = info.activity_type
+        step = _step_of(input.args)
+        if step is not None:
+            fields["step"] = step
         with structlog.contextvars.bound_contextvars(**fields):
             return await super().execute_activity(input)
+
+
+def _step_of(args: Sequence[Any]) -> int | None:
+    """The ReAct step an activity serves, read from its input (LLMRequest or ToolInvocation)."""
+    if not args:
+        return None
+    arg = args[0]
+    if isinstance(arg, RawValue):  # dynamic activities (tools) get their input undecoded
+        try:
+            arg = activity.payload_converter().from_payload(arg.payload, dict)
+        except Exception:  # not ours to judge here; the activity reports bad input itself
+            return None
+    step = arg.get("step") if isinstance(arg, dict) else getattr(arg, "step", None)
+    return step if isinstance(step, int) else None
+
+
+SECRET_KEY_PARTS = ("api_key", "apikey", "authorization", "token", "secret", "password")
+
+
+def redact_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A structlog processor: values under secret-looking keys never reach the log."""
+    return {k: _redact(k, v) for k, v in event.items()}
+
+
+def _redact(key: str, value: Any) -> Any:
+    if any(part in key.lower() for part in SECRET_KEY_PARTS):
+        return "***"
+    if isinstance(value, dict):
+        return {k: _redact(str(k), v) for k, v in value.items()}
+    return value

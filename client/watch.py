@@ -1,0 +1,98 @@
+"""`watch`: the conversation's live stream, rendered as it happens, resumable by offset."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError
+
+from workflows.models import StreamEvent
+from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
+
+RECONNECT_DELAY_S = 1.0
+
+
+class Renderer:
+    """Turns stream events into terminal lines. Token deltas print inline as they arrive."""
+
+    def __init__(self, workflow_id: str, out: TextIO = sys.stdout):
+        self._wid = workflow_id
+        self._out = out
+        self._streaming = False  # a line of tokens is open
+
+    def render(self, e: StreamEvent) -> None:
+        if e.kind == "token":
+            self._write(e.text or "", inline=True)
+            return
+        line = self._line(e)
+        if line is not None:
+            self._write(line)
+
+    def _line(self, e: StreamEvent) -> str | None:
+        wid = self._wid
+        match e.kind:
+            case "turn_started":
+                return f"── turn {e.turn}: {e.text}"
+            case "llm_started":
+                return f"[step {e.step}] thinking…"
+            case "reset":
+                return f"[step {e.step}] the model call is retried (attempt {e.attempt}); discard the text above"
+            case "tool_started":
+                args = ", ".join(f"{k}={v}" for k, v in (e.args or {}).items())
+                return f"→ {e.tool}({args})"
+            case "tool_finished":
+                return f"← {e.tool} {e.status} ({e.observation_bytes} bytes, {e.ms} ms)"
+            case "approval_requested":
+                return (f"⏸ {e.tool}({e.args}) is {e.risk} and waits for approval, call {e.call_id}\n"
+                        f"   approve: python -m client confirm {wid} {e.call_id}\n"
+                        f"   reject:  python -m client reject {wid} {e.call_id} --reason \"...\"")
+            case "decision_taken":
+                why = f": {e.text}" if e.text else ""
+                return f"✓ {e.tool} call {e.call_id} {e.status} by {e.approver}{why}"
+            case "decision_refused":
+                return f"! refused: {e.text}"
+            case "question_asked":
+                options = f" [{' | '.join(e.options)}]" if e.options else ""
+                return (f"? {e.text}{options}\n"
+                        f"   answer: python -m client answer {wid} ...")
+            case "answered":
+                return f"✓ answered: {e.text}"
+            case "turn_finished":
+                answer = f"\nanswer: {e.text}" if e.text else ""
+                return f"── turn {e.turn} finished: {e.stop_reason}{answer}"
+        return None
+
+    def _write(self, text: str, inline: bool = False) -> None:
+        if inline:
+            self._out.write(text)
+            self._streaming = True
+        else:
+            if self._streaming:
+                self._out.write("\n")
+                self._streaming = False
+            self._out.write(text + "\n")
+        self._out.flush()
+
+
+async def watch(client: Client, workflow_id: str, from_offset: int = 0,
+                renderer: Renderer | None = None) -> int:
+    """Render the stream until the conversation completes; reconnect from the last offset on
+    errors. Returns the next offset to read."""
+    renderer = renderer or Renderer(workflow_id)
+    offset = from_offset
+    stream = WorkflowStreamClient.create(client, workflow_id)
+    while True:
+        try:
+            async for item in stream.subscribe([EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset,
+                                               result_type=StreamEvent):
+                renderer.render(item.data)
+                offset = item.offset + 1
+            return offset
+        except RPCError as err:
+            print(f"\n[stream interrupted ({err.message}); resuming from offset {offset}]",
+                  file=sys.stderr, flush=True)
+            await asyncio.sleep(RECONNECT_DELAY_S)

@@ -1,0 +1,65 @@
+"""docker-compose.yml cannot be started here (no Docker engine), so check what can be checked:
+it parses, pins its images, and agrees with the code's defaults."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from activities.settings import DEFAULT_FORECAST_URL, DEFAULT_GEOCODING_URL, ActivitySettings
+from client.connection import TemporalSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+ENV_DEFAULT = re.compile(r"^\$\{(\w+):-(.*)\}$")
+
+
+def default_of(value: str) -> str:
+    """`${VAR:-default}` → default; a literal stays as it is."""
+    match = ENV_DEFAULT.match(str(value))
+    return match.group(2) if match else str(value)
+
+
+def test_the_stack_has_its_services_with_pinned_images():
+    assert set(SERVICES) == {"postgresql", "temporal", "temporal-ui", "worker"}
+    for name in ("postgresql", "temporal", "temporal-ui"):
+        image = SERVICES[name]["image"]
+        assert re.match(r"^[\w./-]+:\d+(\.\d+)+$", image), f"{name} image not pinned: {image}"
+    assert SERVICES["temporal"]["image"].startswith("temporalio/auto-setup:")
+    assert SERVICES["temporal"]["environment"]["DB"] == "postgres12"
+    assert SERVICES["temporal"]["environment"]["POSTGRES_SEEDS"] == "postgresql"
+
+
+def test_ports_match_the_local_defaults():
+    host, port = TemporalSettings().address.rsplit(":", 1)
+    assert f"{port}:7233" in SERVICES["temporal"]["ports"]
+    assert "8233:8080" in SERVICES["temporal-ui"]["ports"]  # the UI where the dev server has it
+    assert SERVICES["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+
+
+def test_worker_is_built_here_configured_by_env_and_scalable():
+    worker = SERVICES["worker"]
+    assert worker["build"]["dockerfile"] == "Dockerfile" and (ROOT / "Dockerfile").exists()
+    assert "container_name" not in worker and "ports" not in worker  # so --scale worker=3 works
+    env = worker["environment"]
+    assert env["TEMPORAL_ADDRESS"] == "temporal:7233"
+    defaults = ActivitySettings()
+    assert default_of(env["AGENT_TASK_QUEUE"]) == TemporalSettings().task_queue
+    assert default_of(env["TEMPORAL_NAMESPACE"]) == TemporalSettings().namespace
+    assert default_of(env["OPENAI_MODEL"]) == defaults.openai_model
+    assert default_of(env["OPEN_METEO_GEOCODING_URL"]) == DEFAULT_GEOCODING_URL
+    assert default_of(env["OPEN_METEO_FORECAST_URL"]) == DEFAULT_FORECAST_URL
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR"):
+        assert variable in env
+    assert "/data" in env["AGENT_DATA_DIR"] and any(v.endswith(":/data") for v in worker["volumes"])
+
+
+def test_dockerfile_runs_the_worker_from_the_installed_project():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.startswith("# ") and "FROM python:3.11" in dockerfile
+    assert 'CMD ["python", "-m", "worker"]' in dockerfile
+    for package in ("workflows", "activities", "worker", "client"):
+        assert f"COPY {package} ./{package}" in dockerfile
