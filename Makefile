@@ -2,13 +2,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install server worker stop clean
+.PHONY: demo test bench install server worker stop clean
 
 demo:
 	@scripts/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	@$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m bench
 
 install: $(STAMP)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -68,6 +69,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
 
+    def setup(self) -> None:
+        super().setup()
+        # Replies are written in pieces (headers, then body or SSE chunks): without this, Nagle's
+        # algorithm and the client's delayed ACK add ~40 ms to every reply.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Silenced: the default access log would clutter test and demo output."""
 
@@ -97,6 +104,12 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path == "/v1/forecast":
             owner._count_call("forecast")
             self._send_json(*open_meteo.forecast(params))
+        elif url.path == "/_release":  # let held replies through (benchmarks, other processes)
+            owner.release()
+            self._send_json(200, {"released": True})
+        elif url.path == "/_stats":  # for benchmarks driving the server as a separate process
+            self._send_json(200, {"chat_requests": owner.count(), "geocoding": owner.geocoding_calls,
+                                  "forecast": owner.forecast_calls})
         else:
             self._send_json(404, _error_body(404, f"no route for GET {url.path}"))
 

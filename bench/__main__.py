@@ -1,0 +1,271 @@
+"""`make bench`: the cost of durability, measured side by side in one run on one machine.
+
+Writes a markdown table to stdout and to bench/results.md. `--quick` runs small sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import httpx
+
+from bench.baselines import Agent, langgraph_loop, plain_loop
+from bench.floor import FloorWorkflow
+from bench.stack import Stack, wait_until
+from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
+from workflows.conversation import ConversationWorkflow
+from workflows.models import ConfirmRequest, ConversationInput
+
+RESULTS = Path(__file__).parent / "results.md"
+CITIES = ["Paris", "Tokyo"]  # alternating, so loop detection never fires
+
+
+@dataclass
+class Sizes:
+    steps: int = 200
+    levels: tuple[int, ...] = (1, 10, 100, 500)
+    conc_steps: int = 4
+    latency_s: float = 0.2
+    parked: int = 1000
+    park_s: float = 60
+    recovery: int = 50
+
+
+QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10)
+
+
+def weather(i: int, delay: float = 0.0) -> ScriptedReply:
+    city = CITIES[i % 2]
+    return ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": city})],
+                         delay_s=delay)
+
+
+def build_script(z: Sizes) -> Script:
+    return Script(scenarios=[
+        Scenario(trigger="[steps]", replies=[*(weather(i) for i in range(z.steps - 1)),
+                                             ScriptedReply(content="done")]),
+        Scenario(trigger="[conc]", replies=[*(weather(i, z.latency_s) for i in range(z.conc_steps - 1)),
+                                            ScriptedReply(content="done", delay_s=z.latency_s)]),
+        Scenario(trigger="[park]", replies=[
+            ScriptedReply(tool_calls=[ScriptedToolCall(name="create_note",
+                                                       arguments={"title": "parked", "body": "b"})]),
+            ScriptedReply(content="done")]),
+        Scenario(trigger="[recover]", replies=[
+            ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": "Paris"})],
+                          hold=True),
+            ScriptedReply(content="done")]),
+    ])
+
+
+def conversation(prompt: str, max_steps: int = 10) -> ConversationInput:
+    return ConversationInput(prompt=prompt, one_shot=True, max_steps=max_steps)
+
+
+async def per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    client = await stack.client()
+    stack.start_worker("agent")
+    stack.start_worker("floor", module="bench.floor")
+
+    async def ours() -> float:
+        started = time.monotonic()
+        await client.execute_workflow(ConversationWorkflow.run,
+                                      conversation(f"[steps] {uuid.uuid4().hex}", z.steps + 1),
+                                      id=f"steps-{uuid.uuid4().hex[:8]}", task_queue="agent")
+        return time.monotonic() - started
+
+    async def floor() -> float:
+        started = time.monotonic()
+        await client.execute_workflow(FloorWorkflow.run, z.steps, id=f"floor-{uuid.uuid4().hex[:8]}",
+                                      task_queue="floor")
+        return time.monotonic() - started
+
+    agent = Agent(stack.base_url)
+
+    async def plain() -> float:
+        started = time.monotonic()
+        await plain_loop(agent, f"[steps] {uuid.uuid4().hex}")
+        return time.monotonic() - started
+
+    async def graph() -> float:
+        started = time.monotonic()
+        await langgraph_loop(agent, f"[steps] {uuid.uuid4().hex}", stack.work / f"lg-{uuid.uuid4().hex}.db", z.steps)
+        return time.monotonic() - started
+
+    await ours(), await floor()  # warm up the workers and the server
+    ms = {name: (await run()) / z.steps * 1000
+          for name, run in (("ours", ours), ("floor", floor), ("plain", plain), ("langgraph", graph))}
+    await agent.aclose()
+    return [
+        ("per step, ours (1 LLM + 1 tool activity)", f"{ms['ours']:.1f} ms"),
+        ("per step, Temporal floor (2 no-op activities)", f"{ms['floor']:.1f} ms"),
+        ("per step, plain in-process loop", f"{ms['plain']:.1f} ms"),
+        ("per step, LangGraph + SQLite checkpointer", f"{ms['langgraph']:.1f} ms"),
+        ("ours / floor (target ≤ 1.3)", f"{ms['ours'] / ms['floor']:.2f}"),
+        ("ours / plain loop", f"{ms['ours'] / ms['plain']:.2f}"),
+        ("ours / LangGraph", f"{ms['ours'] / ms['langgraph']:.2f}"),
+    ]
+
+
+async def concurrency(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    client = await stack.client()
+    worker = stack.start_worker("conc")
+    await client.execute_workflow(ConversationWorkflow.run, conversation("[conc] warm-up"),
+                                  id=f"conc-warm-{uuid.uuid4().hex[:6]}", task_queue="conc")
+    rows, step_latency = [], None
+    for level in z.levels:
+        cpu0, started = worker.cpu_s(), time.monotonic()
+        handles = [await client.start_workflow(
+            ConversationWorkflow.run, conversation(f"[conc] {level}-{i}"), id=f"conc-{level}-{i}-{uuid.uuid4().hex[:6]}",
+            task_queue="conc") for i in range(level)]
+        await asyncio.gather(*(h.result() for h in handles))
+        wall = time.monotonic() - started
+        steps = level * z.conc_steps
+        if step_latency is None:
+            step_latency = wall / z.conc_steps
+        ideal = level / step_latency
+        rows.append((f"C={level}: steps/s (ideal {ideal:.0f})",
+                     f"{steps / wall:.1f} ({steps / wall / ideal:.0%} of ideal), worker CPU "
+                     f"{(worker.cpu_s() - cpu0) / wall:.0%}, RSS {worker.rss_mb():.0f} MB"))
+    return [("step latency at C=1 (200 ms model)", f"{step_latency * 1000:.0f} ms"), *rows]
+
+
+async def parked(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    client = await stack.client()
+    worker = stack.start_worker("park")
+    before = await stack.chat_requests()
+    handles = await asyncio.gather(*(client.start_workflow(
+        ConversationWorkflow.run, conversation(f"[park] {i}"), id=f"park-{i}-{uuid.uuid4().hex[:6]}",
+        task_queue="park") for i in range(z.parked)))
+
+    async def all_waiting() -> bool:
+        if await stack.chat_requests() - before < z.parked:
+            return False
+        count = await client.count_workflows('AgentStatus = "waiting_for_confirmation" AND TaskQueue = "park"')
+        return count.count >= z.parked
+
+    await wait_until(all_waiting, timeout_s=600, interval_s=1)
+    cpu0 = worker.cpu_s()
+    await asyncio.sleep(z.park_s)
+    idle_cpu = (worker.cpu_s() - cpu0) / z.park_s
+    rss = worker.rss_mb()
+    started = time.monotonic()
+    await asyncio.gather(*(h.signal(ConversationWorkflow.confirm, ConfirmRequest(all=True, approver="bench"))
+                           for h in handles))
+    await asyncio.gather(*(h.result() for h in handles))
+    return [
+        (f"{z.parked} parked: worker CPU over {z.park_s:.0f} s", f"{idle_cpu:.1%} of a core"),
+        (f"{z.parked} parked: worker RSS", f"{rss:.0f} MB"),
+        (f"{z.parked} approved: time until all complete", f"{time.monotonic() - started:.1f} s"),
+    ]
+
+
+async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    client = await stack.client()
+    worker = stack.start_worker("recover")
+    before = await stack.chat_requests()
+    handles = await asyncio.gather(*(client.start_workflow(
+        ConversationWorkflow.run, conversation(f"[recover] {i}"), id=f"recover-{i}-{uuid.uuid4().hex[:6]}",
+        task_queue="recover") for i in range(z.recovery)))
+
+    async def all_in_flight() -> bool:
+        return await stack.chat_requests() - before >= z.recovery
+
+    await wait_until(all_in_flight, timeout_s=120)
+    worker.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    stack.start_worker("recover")
+    async with httpx.AsyncClient() as http:
+        await http.get(f"{stack.base_url.removesuffix('/v1')}/_release")
+    await asyncio.gather(*(h.result() for h in handles))
+    heartbeat = ConversationInput(prompt="").llm.heartbeat_timeout_s
+    took = time.monotonic() - killed
+    return [(f"{z.recovery} in flight, worker SIGKILLed mid-LLM-call: all complete after",
+             f"{took:.1f} s (heartbeat timeout {heartbeat:.0f} s; target ≤ {heartbeat + 2:.0f} s)")]
+
+
+async def tokens(stack: Stack) -> list[tuple[str, str]]:
+    """Prompt tokens per step over 30 steps, with and without compaction (in-process worker with
+    a 4 KB-per-step tool, the same as tests/test_robustness.py)."""
+    import httpx as _httpx
+
+    from activities.settings import ActivitySettings
+    from scripted_model import ScriptedModelServer
+    from tests.fake_tools import registry_with_test_tools
+    from tests.test_robustness import prompt_tokens
+    from worker.app import build_worker
+
+    client = await stack.client()
+    model = ScriptedModelServer().start()
+    settings = ActivitySettings(openai_base_url=model.base_url, openai_model="scripted",
+                                data_dir=stack.work / "tokens")
+    steps = [ScriptedReply(tool_calls=[ScriptedToolCall(name="big_output", arguments={"size": 4000 + i})])
+             for i in range(29)]
+    rows = []
+    async with _httpx.AsyncClient() as http, build_worker(client, "tokens", settings, http,
+                                                           registry_with_test_tools()):
+        for label, budget in (("without compaction", None), ("with compaction (1,200-token budget)", 1200)):
+            trigger = f"[tokens-{uuid.uuid4().hex[:6]}]"
+            model.set_script(Script(scenarios=[Scenario(trigger=trigger, replies=[*steps, ScriptedReply(content="done")])]))
+            await client.execute_workflow(
+                ConversationWorkflow.run,
+                ConversationInput(prompt=trigger, one_shot=True, max_steps=30, context_budget_tokens=budget),
+                id=f"tokens-{uuid.uuid4().hex[:8]}", task_queue="tokens")
+            counts = [prompt_tokens(r) for r in model.requests if r.trigger == trigger]
+            rows.append((f"prompt tokens, step 1 → 30, {label}",
+                         f"{counts[0]} → {counts[-1]} (max {max(counts) / counts[0]:.2f}× step 1)"))
+    model.stop()
+    return rows
+
+
+async def main(z: Sizes) -> str:
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    stack = Stack(work, build_script(z))
+    sections = []
+    try:
+        for title, run in (("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
+                           ("Concurrency, 200 ms model, one worker", lambda: concurrency(stack, z)),
+                           ("Parked conversations", lambda: parked(stack, z)),
+                           ("Recovery", lambda: recovery(stack, z)),
+                           ("Tokens", lambda: tokens(stack))):
+            started = time.monotonic()
+            print(f"running: {title} ...", file=sys.stderr, flush=True)
+            rows = await run()
+            sections.append((title, rows, time.monotonic() - started))
+    finally:
+        stack.stop()
+    return render(sections, z)
+
+
+def render(sections, z: Sizes) -> str:
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    lines = [f"# Benchmarks ({date.today().isoformat()}, {machine})", "",
+             f"Sizes: {z.steps} steps; C in {list(z.levels)}; {z.parked} parked; "
+             f"{z.recovery} in recovery.", "", "| measure | result |", "|---|---|"]
+    for title, rows, seconds in sections:
+        lines.append(f"| **{title}** ({seconds:.0f} s) | |")
+        lines.extend(f"| {name} | {value} |" for name, value in rows)
+    return "\n".join(lines) + "\n"
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    table = asyncio.run(main(QUICK if args.quick else Sizes()))
+    print(table)
+    RESULTS.write_text(table)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,42 @@
+"""Temporal's floor: a bare workflow running two no-op activities per step. `python -m bench.floor`
+serves it on AGENT_TASK_QUEUE, like `python -m worker` serves the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+
+@activity.defn
+async def noop(step: int) -> int:
+    return step
+
+
+@workflow.defn
+class FloorWorkflow:
+    @workflow.run
+    async def run(self, steps: int) -> int:
+        for step in range(steps):
+            for _ in range(2):  # the agent's step: one model call, one tool call
+                await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+        return steps
+
+
+async def main() -> None:
+    client = await Client.connect(os.environ["TEMPORAL_ADDRESS"])
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with Worker(client, task_queue=os.environ["AGENT_TASK_QUEUE"],
+                      workflows=[FloorWorkflow], activities=[noop]):
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,129 @@
+"""The processes a benchmark runs side by side: a tuned dev server, the scripted model, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from scripted_model import Script
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+class Child:
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.ps = psutil.Process(self.proc.pid)
+
+    def cpu_s(self) -> float:
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def rss_mb(self) -> float:
+        return self.ps.memory_info().rss / 2**20
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Stack:
+    """A tuned dev server on a SQLite file, the scripted model as its own process, and workers."""
+
+    def __init__(self, work: Path, script: Script):
+        self.work = work
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.model_port = free_port()
+        (work / "script.json").write_text(script.model_dump_json())
+        self.server = Child([
+            str(BIN / "temporal"), "server", "start-dev", "--db-filename", str(work / "bench.db"),
+            "--port", str(self.port), "--headless", "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()), "--search-attribute", "AgentStatus=Keyword",
+            "--log-level", "error",
+            "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+        ], dict(os.environ), work / "server.log")
+        self.model = Child([sys.executable, "-m", "scripted_model", "--port", str(self.model_port),
+                            "--script", str(work / "script.json")], dict(os.environ), work / "model.log")
+        wait_port(self.port)
+        wait_port(self.model_port)
+        self.base_url = f"http://127.0.0.1:{self.model_port}/v1"
+        self.workers: list[Child] = []
+
+    def worker_env(self, task_queue: str) -> dict[str, str]:
+        return {
+            **os.environ, "TEMPORAL_ADDRESS": self.address, "AGENT_TASK_QUEUE": task_queue,
+            "OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": "bench", "OPENAI_MODEL": "scripted",
+            "OPEN_METEO_GEOCODING_URL": f"{self.base_url}/search",
+            "OPEN_METEO_FORECAST_URL": f"{self.base_url}/forecast",
+            "AGENT_DATA_DIR": str(self.work / "data"),
+        }
+
+    def start_worker(self, task_queue: str, module: str = "worker") -> Child:
+        worker = Child([sys.executable, "-m", module], self.worker_env(task_queue),
+                       self.work / f"{module.replace('.', '_')}-{task_queue}.log")
+        self.workers.append(worker)
+        return worker
+
+    async def client(self) -> Client:
+        return await Client.connect(self.address, data_converter=pydantic_data_converter)
+
+    async def chat_requests(self) -> int:
+        async with httpx.AsyncClient() as http:
+            return (await http.get(f"{self.base_url.removesuffix('/v1')}/_stats")).json()["chat_requests"]
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.model.stop()
+        self.server.stop()
+
+
+async def wait_until(predicate, timeout_s: float, interval_s: float = 0.2) -> float:
+    """Poll an async predicate; return the seconds it took."""
+    started = time.monotonic()
+    while not await predicate():
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"not done after {timeout_s}s")
+        await asyncio.sleep(interval_s)
+    return time.monotonic() - started
+
+
+def dump(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str))
