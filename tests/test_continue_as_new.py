@@ -5,6 +5,7 @@ A dev server of its own suggests continue-as-new after 40 history events, so it 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -87,3 +88,16 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     assert started == finished == list(range(1, 10))
     assert sum(e.data.kind == "approval_requested" for e in items) == 1
     assert len(await handle.query(ConversationWorkflow.history)) == 14 + 8  # every step, every run
+
+
+async def test_a_one_shot_turn_that_spans_runs_completes(
+    eager_client: tuple[Client, str], model: ScriptedModelServer
+):
+    client, queue = eager_client
+    steps = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": c})])
+             for c in ["Paris", "Tokyo"] * 6]
+    trigger = script(model, unique("oneshot-long"), *steps, ScriptedReply(content="all done"))
+    handle = await start(client, queue, trigger, max_steps=20, one_shot=True)
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (result.status, result.stop_reason, result.final_answer) == ("completed", "answered", "all done")
+    assert result.runs > 1 and result.steps == 13

@@ -166,7 +166,7 @@ async def test_cli_history_and_watch(client: Client, task_queue: str, model: Scr
 
 def test_secrets_are_redacted_by_key_name():
     event = {"event": "x", "api_key": "sk-1", "headers": {"Authorization": "Bearer t"},
-             "access_token": "t", "location": "Paris"}
+             "access_token": "t", "token": "t", "location": "Paris", "total_tokens": 12}
     assert redact_secrets(None, "info", event) == {
         "event": "x", "api_key": "***", "headers": {"Authorization": "***"},
-        "access_token": "***", "location": "Paris"}
+        "access_token": "***", "token": "***", "location": "Paris", "total_tokens": 12}

@@ -89,7 +89,8 @@ def _step_of(args: Sequence[Any]) -> int | None:
     return step if isinstance(step, int) else None
 
 
-SECRET_KEY_PARTS = ("api_key", "apikey", "authorization", "token", "secret", "password")
+SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "token", "secret", "password"})
+SECRET_SUFFIXES = ("_api_key", "_token", "_secret", "_password")  # not "total_tokens"
 
 
 def redact_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +99,8 @@ def redact_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[st
 
 
 def _redact(key: str, value: Any) -> Any:
-    if any(part in key.lower() for part in SECRET_KEY_PARTS):
+    lowered = key.lower()
+    if lowered in SECRET_KEYS or lowered.endswith(SECRET_SUFFIXES):
         return "***"
     if isinstance(value, dict):
         return {k: _redact(str(k), v) for k, v in value.items()}

@@ -101,8 +101,6 @@ class ConversationWorkflow(ToolRounds):
             self._sync_status()
             if inp.carry is None:
                 await self._load_tools()
-            elif self._in_turn:
-                await self._run_turn(None)
             await self._serve()
         except asyncio.CancelledError:
             self._stop_reason = "cancelled"
@@ -114,9 +112,16 @@ class ConversationWorkflow(ToolRounds):
 
     async def _serve(self) -> None:
         """Take messages one turn at a time until the conversation ends, goes idle too long,
-        or hands over to a fresh run."""
+        or hands over to a fresh run. A run that starts mid-turn finishes that turn first."""
         while True:
-            if not self._inbox and not self._end_requested:
+            if self._in_turn:
+                await self._run_turn(None)
+            elif self._inbox:
+                await self._run_turn(self._inbox.pop(0))
+            elif self._end_requested:
+                self._stop_reason = "ended"
+                break
+            else:
                 self._set_phase("idle")
                 if self._should_continue_as_new(at_turn_boundary=True):
                     await self._continue_as_new()
@@ -128,13 +133,9 @@ class ConversationWorkflow(ToolRounds):
                 except asyncio.TimeoutError:
                     self._stop_reason = "idle_timeout"
                     break
-            if self._inbox:
-                await self._run_turn(self._inbox.pop(0))
-                if self._input.one_shot or self._stop_reason == "ended":
-                    break
                 continue
-            self._stop_reason = "ended"
-            break
+            if self._input.one_shot or self._stop_reason == "ended":
+                break
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
