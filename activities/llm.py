@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -72,15 +73,6 @@ class LLMActivities:
     async def llm_call(self, request: LLMRequest) -> LLMReply:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
         model = request.model or self._default_model
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "messages": [m.to_openai() for m in request.messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            kwargs["tools"] = request.tools
-            kwargs["tool_choice"] = request.tool_choice
         attempt = activity.info().attempt
         async with WorkflowStreamClient.from_within_activity(batch_interval=TOKEN_BATCH) as live:
             tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
@@ -93,7 +85,10 @@ class LLMActivities:
                                            attempt=attempt, text=text))
 
             try:
-                reply = await heartbeating(self._stream(kwargs, model, on_text))
+                reply = await heartbeating(stream_completion(
+                    self._client, model, [m.to_openai() for m in request.messages],
+                    request.tools, request.tool_choice, on_text,
+                ))
             except openai.APIStatusError as exc:
                 raise classify_status_error(exc) from None
             except openai.APIConnectionError as exc:  # includes APITimeoutError
@@ -109,15 +104,38 @@ class LLMActivities:
         )
         return reply
 
-    async def _stream(self, kwargs: dict[str, Any], model: str, on_text) -> LLMReply:
-        chunks = await self._client.chat.completions.create(**kwargs)
-        reply = ReplyAssembler(model)
-        async for chunk in chunks:
-            text = reply.add(chunk)
-            if text:
-                on_text(text)
+
+async def stream_completion(
+    client: openai.AsyncOpenAI,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    tool_choice: str,
+    on_text: Callable[[str], None],
+) -> LLMReply:
+    """A streamed chat completion, assembled into one reply; `on_text` sees each text delta.
+
+    The messages and tools go in `extra_body`, which the SDK sends as they are: they are plain
+    JSON already, and the SDK's parameter transform walks every message on every call (74% of the
+    worker's CPU on a 200-step conversation, measured with pyinstrument).
+    """
+    body: dict[str, Any] = {"messages": messages}
+    extra: dict[str, Any] = {}
+    if tools:
+        body["tools"] = tools
+        extra["tool_choice"] = tool_choice
+    chunks = await client.chat.completions.create(
+        model=model, messages=[], stream=True, stream_options={"include_usage": True},
+        extra_body=body, **extra,
+    )
+    reply = ReplyAssembler(model)
+    async for chunk in chunks:
+        text = reply.add(chunk)
+        if text:
+            on_text(text)
+        if activity.in_activity():
             activity.heartbeat()
-        return reply.result()
+    return reply.result()
 
 
 class ReplyAssembler:

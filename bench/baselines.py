@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypedDict
 import httpx
 import openai
 
-from activities.llm import ReplyAssembler
+from activities.llm import stream_completion
 from activities.settings import ActivitySettings
 from activities.tools import ToolContext, default_registry
 from workflows.models import LLMReply
@@ -32,14 +32,8 @@ class Agent:
         self.http = httpx.AsyncClient(timeout=15)
 
     async def think(self, messages: list[dict[str, Any]]) -> LLMReply:
-        chunks = await self.llm.chat.completions.create(
-            model="scripted", messages=messages, tools=self.tools, tool_choice="auto",
-            stream=True, stream_options={"include_usage": True},
-        )
-        reply = ReplyAssembler("scripted")
-        async for chunk in chunks:
-            reply.add(chunk)
-        return reply.result()
+        return await stream_completion(self.llm, "scripted", messages, self.tools, "auto",
+                                       lambda _text: None)
 
     async def act(self, name: str, arguments: str, call_id: str) -> str:
         spec = self.registry.get(name)
