@@ -103,3 +103,7 @@ def note_rows(data_dir: Path, title: str | None = None) -> list[tuple]:
             return conn.execute("SELECT id, title, body FROM notes ORDER BY id").fetchall()
         return conn.execute("SELECT id, title, body FROM notes WHERE title = ? ORDER BY id",
                             (title,)).fetchall()
+
+
+async def tool_messages(handle: WorkflowHandle) -> list:
+    return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
-    note_rows, outcome_of, reaches, replay, script, settled, start, tool_call, unique,
+    note_rows, tool_messages, outcome_of, reaches, replay, script, settled, start, tool_call, unique,
 )
 from workflows.approvals import args_hash
 from workflows.conversation import ConversationWorkflow
@@ -21,10 +21,6 @@ from workflows.models import (
 
 def rid() -> str:
     return uuid.uuid4().hex
-
-
-async def tool_messages(handle) -> list:
-    return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
 
 
 async def test_sensitive_call_waits_and_runs_once_after_confirm(

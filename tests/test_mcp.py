@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx

@@ -10,13 +10,9 @@ from temporalio.client import Client, WorkflowFailureError
 
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
-from tests.helpers import reaches, script, settled, start, tool_call, unique
+from tests.helpers import reaches, script, settled, start, tool_call, tool_messages, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import SayRequest
-
-
-async def tool_messages(handle) -> list:
-    return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:
