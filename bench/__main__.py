@@ -72,6 +72,13 @@ def conversation(prompt: str, max_steps: int = 10) -> ConversationInput:
     return ConversationInput(prompt=prompt, one_shot=True, max_steps=max_steps)
 
 
+async def start_many(client, label: str, n: int, queue: str) -> list:
+    """Start `n` one-shot conversations of the `[label]` scenario at once."""
+    return await asyncio.gather(*(client.start_workflow(
+        ConversationWorkflow.run, conversation(f"[{label}] {i}"),
+        id=f"{label}-{i}-{uuid.uuid4().hex[:6]}", task_queue=queue) for i in range(n)))
+
+
 async def per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     client = await stack.client()
     stack.start_worker("agent")
@@ -125,9 +132,7 @@ async def concurrency(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     rows, step_latency = [], None
     for level in z.levels:
         cpu0, started = worker.cpu_s(), time.monotonic()
-        handles = [await client.start_workflow(
-            ConversationWorkflow.run, conversation(f"[conc] {level}-{i}"), id=f"conc-{level}-{i}-{uuid.uuid4().hex[:6]}",
-            task_queue="conc") for i in range(level)]
+        handles = await start_many(client, "conc", level, "conc")
         await asyncio.gather(*(h.result() for h in handles))
         wall = time.monotonic() - started
         steps = level * z.conc_steps
@@ -144,9 +149,7 @@ async def parked(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     client = await stack.client()
     worker = stack.start_worker("park")
     before = await stack.chat_requests()
-    handles = await asyncio.gather(*(client.start_workflow(
-        ConversationWorkflow.run, conversation(f"[park] {i}"), id=f"park-{i}-{uuid.uuid4().hex[:6]}",
-        task_queue="park") for i in range(z.parked)))
+    handles = await start_many(client, "park", z.parked, "park")
 
     async def all_waiting() -> bool:
         if await stack.chat_requests() - before < z.parked:
@@ -174,9 +177,7 @@ async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     client = await stack.client()
     worker = stack.start_worker("recover")
     before = await stack.chat_requests()
-    handles = await asyncio.gather(*(client.start_workflow(
-        ConversationWorkflow.run, conversation(f"[recover] {i}"), id=f"recover-{i}-{uuid.uuid4().hex[:6]}",
-        task_queue="recover") for i in range(z.recovery)))
+    handles = await start_many(client, "recover", z.recovery, "recover")
 
     async def all_in_flight() -> bool:
         return await stack.chat_requests() - before >= z.recovery
