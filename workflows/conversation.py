@@ -20,11 +20,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.acting import ToolRounds, failure_reason, raise_if_cancelled
     from workflows.compaction import compact
     from workflows.desk import HumanDesk
+    from workflows.handover import Handover
     from workflows.approvals import Refusal
     from workflows.models import (
         AnswerRequest,
         AuditRecord,
-        CarriedState,
         ChatMessage,
         ConfirmRequest,
         ConversationInput,
@@ -56,7 +56,7 @@ MAX_SEEN_CALL_IDS = 2000
 
 
 @workflow.defn
-class ConversationWorkflow(ToolRounds):
+class ConversationWorkflow(ToolRounds, Handover):
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
@@ -373,57 +373,6 @@ class ConversationWorkflow(ToolRounds):
             ),
             summary=f"llm turn {self._turn} step {step}",
         )
-
-    # ----- continue-as-new -----
-
-    def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
-        if workflow.info().is_continue_as_new_suggested():
-            return True
-        return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
-
-    async def _continue_as_new(self) -> None:
-        """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
-        self._narrator.close()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        stream_state = self._narrator.carry()
-        workflow.logger.info(
-            "continuing as new after %d events", workflow.info().get_current_history_length()
-        )
-        carry = self._carry().model_copy(update=stream_state)
-        workflow.continue_as_new(self._input.model_copy(update={"carry": carry}))
-
-    def _carry(self) -> CarriedState:
-        return CarriedState(
-            messages=compact(self._messages, self._input.context_budget_tokens),
-            inbox=self._inbox, catalog=list(self._catalog.values()),
-            setup_errors=self._setup_errors, turn=self._turn, steps=self._steps,
-            llm_calls=self._llm_calls, turn_llm_calls=self._turn_llm_calls,
-            tools_used=self._tools_used, stop_reason=self._stop_reason,
-            final_answer=self._final_answer, error=self._error, usage=self._usage,
-            turn_usage=self._turn_usage, turns=self._turns, in_turn=self._in_turn,
-            forced_reason=self._forced_reason,
-            call_records=[(r.tool, r.args_key, r.result_key) for r in self._call_records],
-            seen_call_ids=self._seen_call_ids, end_requested=self._end_requested,
-            runs=self._runs + 1, **self._desk.snapshot(),
-        )
-
-    def _restore(self, c: CarriedState) -> None:
-        self._messages = list(c.messages)
-        self._inbox = list(c.inbox)
-        self._catalog = {t.name: t for t in c.catalog}
-        self._setup_errors = list(c.setup_errors)
-        self._turn, self._steps, self._llm_calls = c.turn, c.steps, c.llm_calls
-        self._turn_llm_calls = c.turn_llm_calls
-        self._tools_used = list(c.tools_used)
-        self._stop_reason, self._final_answer, self._error = c.stop_reason, c.final_answer, c.error
-        self._usage, self._turn_usage = c.usage, c.turn_usage
-        self._turns = list(c.turns)
-        self._in_turn, self._forced_reason = c.in_turn, c.forced_reason
-        self._call_records = [CallRecord(*r) for r in c.call_records]
-        self._seen_call_ids = list(c.seen_call_ids)
-        self._end_requested = c.end_requested
-        self._runs = c.runs
-        self._desk.restore(c.outcomes, c.past_calls, c.decisions)
 
     # ----- status -----
 
