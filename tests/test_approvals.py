@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
@@ -323,3 +324,38 @@ async def test_end_while_waiting_rejects_the_pending_call_and_completes(
     assert result.decisions[0].reason == "the conversation was ended"
     assert note_rows(activity_settings.data_dir, title) == []
     assert model.count(trigger, step=1) == 0  # no model call after the end
+
+
+async def test_update_twins_answer_synchronously_and_refuse_before_history(
+    client: Client, task_queue: str, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    title = unique("via-update")
+    trigger = script(
+        model, unique("updates"),
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"}),
+                                  tool_call("delete_note", {"note_id": 424243})]),
+        ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Sure?"})]),
+        ScriptedReply(content="{last_tool}"),
+    )
+    handle = await start(client, task_queue, trigger)
+    create, delete = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
+    events_before = len((await handle.fetch_history()).events)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(ConversationWorkflow.decide_confirm,
+                                    ConfirmRequest(call_ids=["nope"], request_id="u0"))
+    assert "unknown call id nope" in str(refused.value.cause)
+    assert len((await handle.fetch_history()).events) == events_before  # rejected before history
+
+    taken = await handle.execute_update(ConversationWorkflow.decide_confirm,
+                                        ConfirmRequest(call_ids=[create.call_id], request_id="u1"))
+    assert (taken.accepted, taken.request_id) == (True, "u1")
+    rejected = await handle.execute_update(ConversationWorkflow.decide_reject,
+                                           RejectRequest(call_ids=[delete.call_id], reason="no"))
+    assert rejected.accepted
+    await reaches(handle, "waiting_for_input")
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(ConversationWorkflow.give_answer, AnswerRequest(values=["maybe"]))
+    answered = await handle.execute_update(ConversationWorkflow.give_answer, AnswerRequest(values=["yes"]))
+    assert answered.accepted
+    status = await settled(handle)
+    assert status.final_answer == "yes" and len(note_rows(activity_settings.data_dir, title)) == 1

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import (
         AnswerRequest,
         AuditRecord,
+        Decision,
         ChatMessage,
         ConfirmRequest,
         ConversationInput,
@@ -160,22 +161,57 @@ class ConversationWorkflow(ToolRounds, Handover):
 
     @workflow.signal
     def confirm(self, request: ConfirmRequest) -> None:
-        self._announce(self._desk.confirm(request, workflow.now()))
-        self._sync_status()
+        self._after_decision(self._desk.confirm(request, workflow.now()), request.request_id)
 
     @workflow.signal
     def reject(self, request: RejectRequest) -> None:
-        self._announce(self._desk.reject(request, workflow.now()))
-        self._sync_status()
+        self._after_decision(self._desk.reject(request, workflow.now()), request.request_id)
 
     @workflow.signal
     def answer(self, request: AnswerRequest) -> None:
-        result = self._desk.answer(request)
+        self._after_answer(self._desk.answer(request), request.request_id)
+
+    # Update twins of the decision signals, for callers that want a synchronous answer: the
+    # validator refuses before anything reaches the history; the handler is the signal's.
+
+    @workflow.update
+    def decide_confirm(self, request: ConfirmRequest) -> SignalOutcome:
+        return self._after_decision(self._desk.confirm(request, workflow.now()), request.request_id)
+
+    @decide_confirm.validator
+    def _check_confirm(self, request: ConfirmRequest) -> None:
+        _raise_refusal(self._desk.plan_confirm(request))
+
+    @workflow.update
+    def decide_reject(self, request: RejectRequest) -> SignalOutcome:
+        return self._after_decision(self._desk.reject(request, workflow.now()), request.request_id)
+
+    @decide_reject.validator
+    def _check_reject(self, request: RejectRequest) -> None:
+        _raise_refusal(self._desk.plan_reject(request))
+
+    @workflow.update
+    def give_answer(self, request: AnswerRequest) -> SignalOutcome:
+        return self._after_answer(self._desk.answer(request), request.request_id)
+
+    @give_answer.validator
+    def _check_answer(self, request: AnswerRequest) -> None:
+        _raise_refusal(self._desk.plan_answer(request))
+
+    def _after_decision(
+        self, result: list[Decision] | Refusal, request_id: str | None
+    ) -> SignalOutcome:
+        self._announce(result)
+        self._sync_status()
+        return _outcome(result, request_id)
+
+    def _after_answer(self, result: str | Refusal, request_id: str | None) -> SignalOutcome:
         if isinstance(result, Refusal):
             self._emit("decision_refused", text=result.reason)
         else:
             self._emit("answered", text=result)
         self._sync_status()
+        return _outcome(result, request_id)
 
     @workflow.query
     def status(self) -> ConversationStatus:
@@ -396,3 +432,14 @@ class ConversationWorkflow(ToolRounds, Handover):
             self._desk.details_markdown(workflow.info().workflow_id, status, self._turn,
                                         self._stop_reason, self._error)
         )
+
+
+def _raise_refusal(plan: object) -> None:
+    if isinstance(plan, Refusal):
+        raise ValueError(plan.reason)
+
+
+def _outcome(result: object, request_id: str | None) -> SignalOutcome:
+    if isinstance(result, Refusal):
+        return SignalOutcome(request_id=request_id or "", accepted=False, reason=result.reason)
+    return SignalOutcome(request_id=request_id or "", accepted=True)

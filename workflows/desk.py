@@ -86,15 +86,22 @@ class HumanDesk:
     def is_decided(self, call_id: str) -> bool:
         return self.pending[call_id].decision is not None
 
+    def plan_confirm(self, request: ConfirmRequest) -> list[str] | Refusal:
+        """The calls a confirm would approve, or why it must be refused. Changes nothing."""
+        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        if isinstance(targets, Refusal) or request.args is None:
+            return targets
+        problem = approvals.check_edited_args(self.pending[targets[0]], request.args, request.call_ids)
+        return problem or targets
+
+    def plan_reject(self, request: RejectRequest) -> list[str] | Refusal:
+        return approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
         """Approve the named calls, or refuse the whole request and change nothing."""
-        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        targets = self.plan_confirm(request)
         if isinstance(targets, Refusal):
             return self.refuse(request.request_id, targets.reason)
-        if request.args is not None:
-            problem = approvals.check_edited_args(self.pending[targets[0]], request.args, request.call_ids)
-            if problem is not None:
-                return self.refuse(request.request_id, problem.reason)
         decided = []
         for call_id in targets:
             pending = self.pending[call_id]
@@ -105,7 +112,7 @@ class HumanDesk:
         return decided
 
     def reject(self, request: RejectRequest, now: datetime) -> list[Decision] | Refusal:
-        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        targets = self.plan_reject(request)
         if isinstance(targets, Refusal):
             return self.refuse(request.request_id, targets.reason)
         reason = request.reason.strip() or "no reason given"
@@ -140,15 +147,17 @@ class HumanDesk:
         answer, self._question, self._answer = self._answer, None, None
         return answer
 
+    def plan_answer(self, request: AnswerRequest) -> approvals.AnswerCheck | Refusal:
+        """The answer as the tool will receive it, or why it must be refused. Changes nothing."""
+        if self._question is None or self._answer is not None:
+            return Refusal("no question is waiting for an answer")
+        question = Question(kind=self._question.kind, message=self._question.message,
+                            options=self._question.options)
+        return approvals.check_answer(question, request.values)
+
     def answer(self, request: AnswerRequest) -> str | Refusal:
         """The accepted answer's text, or the refusal."""
-        if self._question is None or self._answer is not None:
-            return self.refuse(request.request_id, "no question is waiting for an answer")
-        checked = approvals.check_answer(
-            Question(kind=self._question.kind, message=self._question.message,
-                     options=self._question.options),
-            request.values,
-        )
+        checked = self.plan_answer(request)
         if isinstance(checked, Refusal):
             return self.refuse(request.request_id, checked.reason)
         self._answer = checked.text
