@@ -18,15 +18,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from scripted_model import Script
+from tests.devserver import dev_server_command, free_port, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout_s: float = 60) -> None:
@@ -71,14 +65,8 @@ class Stack:
         self.address = f"127.0.0.1:{self.port}"
         self.model_port = free_port()
         (work / "script.json").write_text(script.model_dump_json())
-        self.server = Child([
-            str(BIN / "temporal"), "server", "start-dev", "--db-filename", str(work / "bench.db"),
-            "--port", str(self.port), "--headless", "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()), "--search-attribute", "AgentStatus=Keyword",
-            "--log-level", "error",
-            "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
-            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-        ], dict(os.environ), work / "server.log")
+        self.server = Child(dev_server_command(work / "bench.db", self.port), dict(os.environ),
+                            work / "server.log")
         self.model = Child([sys.executable, "-m", "scripted_model", "--port", str(self.model_port),
                             "--script", str(work / "script.json")], dict(os.environ), work / "model.log")
         wait_port(self.port)
@@ -87,13 +75,7 @@ class Stack:
         self.workers: list[Child] = []
 
     def worker_env(self, task_queue: str) -> dict[str, str]:
-        return {
-            **os.environ, "TEMPORAL_ADDRESS": self.address, "AGENT_TASK_QUEUE": task_queue,
-            "OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": "bench", "OPENAI_MODEL": "scripted",
-            "OPEN_METEO_GEOCODING_URL": f"{self.base_url}/search",
-            "OPEN_METEO_FORECAST_URL": f"{self.base_url}/forecast",
-            "AGENT_DATA_DIR": str(self.work / "data"),
-        }
+        return worker_env(self.address, task_queue, self.base_url, self.work / "data")
 
     def start_worker(self, task_queue: str, module: str = "worker") -> Child:
         worker = Child([sys.executable, "-m", module], self.worker_env(task_queue),

@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -33,9 +32,21 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from activities.tools.notes import SCHEMA as NOTES_SCHEMA
-from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from scripted_model import (
+    Scenario,
+    Script,
+    ScriptedModelServer,
+    ScriptedReply,
+    ScriptedToolCall,
+)
+from tests.devserver import dev_server_command, free_port, worker_env
 from workflows.conversation import ConversationWorkflow
-from workflows.models import AnswerRequest, ConfirmRequest, ConversationInput, LLMOptions
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationInput,
+    LLMOptions,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)
@@ -65,12 +76,6 @@ class ChaosReport:
             f"{self.duplicate_notes} | {self.unapproved_executions} | {self.lost_signals} | "
             f"{self.worker_kills} | {self.server_restarts} | {self.seconds:.0f} |"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Process:
@@ -173,22 +178,12 @@ async def run_chaos(
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
     port = free_port()
     address = f"127.0.0.1:{port}"
-    server = Process([
-        str(Path(sys.executable).parent / "temporal"), "server", "start-dev",
-        "--db-filename", str(work / "chaos.db"), "--port", str(port), "--headless",
-        "--http-port", str(free_port()), "--metrics-port", str(free_port()),
-        "--search-attribute", "AgentStatus=Keyword", "--log-level", "error",
-        "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
-        "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-    ], dict(os.environ), work / "server.log")
+    server = Process(dev_server_command(work / "chaos.db", port), dict(os.environ),
+                     work / "server.log")
     model = ScriptedModelServer().start()
     queue = "chaos"
-    worker = Process([sys.executable, "-m", "worker"], {
-        **os.environ, "TEMPORAL_ADDRESS": address, "AGENT_TASK_QUEUE": queue,
-        "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "chaos", "OPENAI_MODEL": "scripted",
-        "OPEN_METEO_GEOCODING_URL": model.geocoding_url,
-        "OPEN_METEO_FORECAST_URL": model.forecast_url, "AGENT_DATA_DIR": str(work / "data"),
-    }, work / "worker.log")
+    worker = Process([sys.executable, "-m", "worker"],
+                     worker_env(address, queue, model.base_url, work / "data"), work / "worker.log")
     _count_inserts(work / "data")
     kills = restarts = 0
     started = time.monotonic()

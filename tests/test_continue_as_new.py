@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.conftest import DEV_SERVER_ARGS, temporal_cli
+from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import REPLAYER, reaches, script, settled, start, tool_call, unique
 from worker.app import build_worker
@@ -33,7 +33,7 @@ async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tup
         data_converter=pydantic_data_converter,
         search_attributes=[AGENT_STATUS],
         dev_server_extra_args=[
-            *DEV_SERVER_ARGS, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40",
+            *TUNING_ARGS, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40",
         ],
     )
     queue = f"can-{uuid.uuid4().hex[:6]}"

@@ -14,6 +14,7 @@ import pytest
 from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.devserver import worker_env
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest
@@ -57,18 +58,8 @@ def worker_process(
     temporal_address: str, model: ScriptedModelServer, tmp_path: Path
 ) -> Iterator[tuple[WorkerProcess, str]]:
     queue = unique("durable")
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": temporal_address,
-        "AGENT_TASK_QUEUE": queue,
-        "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "OPENAI_MODEL": "scripted",
-        "OPEN_METEO_GEOCODING_URL": model.geocoding_url,
-        "OPEN_METEO_FORECAST_URL": model.forecast_url,
-        "AGENT_DATA_DIR": str(tmp_path / "data"),
-    }
-    worker = WorkerProcess(env, tmp_path)
+    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data"),
+                           tmp_path)
     try:
         yield worker, queue
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,10 +18,11 @@ from temporalio.client import Client
 from activities.mcp import McpToolbox, load_mcp_config
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
 from tests.test_durability import WorkerProcess
-from tests.test_mcp_toolbox import SERVERS, TOKEN, free_port, http_ports  # noqa: F401 (fixture)
+from tests.test_mcp_toolbox import SERVERS, TOKEN, http_ports  # noqa: F401 (fixture)
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest
@@ -147,9 +147,8 @@ async def test_worker_killed_between_list_tools_and_call_tool(
 ):
     queue = unique("mcp-kill")
     config = mcp_config(tmp_path / "mcp.json", notes_url)
-    env = {**os.environ, **SECRET_ENV, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": queue,
-           "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "k", "OPENAI_MODEL": "scripted",
-           "AGENT_MCP_CONFIG": str(config), "AGENT_DATA_DIR": str(tmp_path / "data")}
+    env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                     AGENT_MCP_CONFIG=str(config), **SECRET_ENV)
     worker = WorkerProcess(env, tmp_path)
     trigger = script(
         model, unique("mcp-kill"),

@@ -34,6 +34,7 @@ from activities.mcp import McpConfigError, McpToolbox, load_mcp_config
 from activities.mcp.catalog import build_catalog, exposed_name
 from activities.mcp.config import StdioServerConfig
 from activities.mcp.content import result_text
+from tests.devserver import free_port
 
 PYTHON = sys.executable
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -69,12 +70,6 @@ async def wait_until_gone(pid: int) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"process {pid} is still alive")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from scripted_model import (
     ScriptedToolCall,
     select_reply,
 )
+from tests.devserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,12 +83,6 @@ def weather_turn_two():
         },
         {"role": "tool", "tool_call_id": "call_0_0", "content": "12.5 C"},
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tool_call_then_templated_answer(server, client):
