@@ -20,7 +20,7 @@ from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import REPLAYER, reaches, script, settled, start, tool_call, unique
+from tests.helpers import reaches, replay_runs, script, settled, start, tool_call, unique
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import ConfirmRequest, EndRequest, SayRequest, StreamEvent
@@ -76,8 +76,7 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     await handle.signal(ConversationWorkflow.end, EndRequest())
     result = await handle.result()
     assert (result.status, result.stop_reason) == ("completed", "ended")
-    history = await handle.fetch_history()  # the last run replays cleanly too
-    await REPLAYER.replay_workflow(history)
+    assert await replay_runs(client, handle, record_as="handover_mid_turn") == status.runs
 
     # The live stream crossed every handover: one story, in order, with continuous offsets.
     stream = WorkflowStreamClient.create(client, handle.id)

@@ -188,7 +188,9 @@ async def test_finished_conversation_replays_deterministically(
 
 async def test_recorded_histories_of_earlier_versions_still_replay():
     """Histories recorded by earlier code: a change that breaks them breaks running conversations."""
-    files = sorted(HISTORIES.glob("*.json"))
+    files = sorted(HISTORIES.rglob("*.json"))
     assert files, "no recorded histories; run the suite once with RECORD_HISTORIES=1"
     for path in files:
-        await REPLAYER.replay_workflow(WorkflowHistory.from_json(path.stem, path.read_text()))
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{path.relative_to(HISTORIES)}: {result.replay_failure}"

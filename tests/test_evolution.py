@@ -1,0 +1,63 @@
+"""Recorded histories of today's features, so that a change which alters the commands of running
+conversations fails here before it reaches them (see `tests/histories/`)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from temporalio.client import Client
+
+from client.watch import Renderer, watch
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
+from workflows.conversation import ConversationWorkflow
+from workflows.models import AnswerRequest, ConfirmRequest, EndRequest, RejectRequest, SayRequest
+
+
+async def test_streams_updates_questions_and_a_watcher_replay(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    """Streamed tokens (publish signals), a live watcher (poll updates), decisions and answers by
+    update and by signal, a queued message and an end: every kind of event a conversation sees."""
+    trigger = script(
+        model, unique("evolution"),
+        ScriptedReply(content="Checking the weather first.", tool_calls=[
+            tool_call("get_weather", {"location": "Paris"}),
+            tool_call("create_note", {"title": unique("evo"), "body": "b"}),
+            tool_call("delete_note", {"note_id": 909090}),
+        ]),
+        ScriptedReply(content="Two questions.", tool_calls=[
+            tool_call("ask_choice", {"message": "Which city?", "options": ["Paris", "Tokyo"]}),
+            tool_call("ask_input", {"message": "Your name?"}),
+        ]),
+        ScriptedReply(content="All done: {last_tool}"),
+        ScriptedReply(content="You said: {last_user}"),
+    )
+    handle = await start(client, task_queue, trigger)
+    shown = io.StringIO()
+    watcher = asyncio.create_task(watch(client, handle.id, renderer=Renderer(handle.id, shown)))
+
+    create, delete = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
+    assert (await handle.execute_update(ConversationWorkflow.decide_confirm,
+                                        ConfirmRequest(call_ids=[create.call_id], approver="ann"))).accepted
+    await handle.signal(ConversationWorkflow.reject,
+                        RejectRequest(call_ids=[delete.call_id], reason="keep it", request_id="r1"))
+    assert (await outcome_of(handle, "r1")).accepted
+
+    await reaches(handle, "waiting_for_input")
+    assert (await handle.execute_update(ConversationWorkflow.give_answer,
+                                        AnswerRequest(values=["Tokyo"]))).accepted
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="queued while asking", request_id="s1"))
+    while (await handle.query(ConversationWorkflow.status)).pending_question.kind != "input":
+        await asyncio.sleep(0.05)
+    await handle.signal(ConversationWorkflow.answer, AnswerRequest(values=["Ada"], request_id="a1"))
+    status = await settled(handle, turn=2)
+    assert status.final_answer == "You said: queued while asking"
+
+    await handle.signal(ConversationWorkflow.end, EndRequest(request_id="e1"))
+    await handle.result()
+    await asyncio.wait_for(watcher, timeout=30)
+    assert "Checking the weather first." in shown.getvalue()
+    assert "── turn 2 finished: answered" in shown.getvalue()
+    await replay(handle, record_as="streams_updates_questions_watcher")
