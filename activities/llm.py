@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 import structlog
@@ -15,22 +15,27 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
+from activities.summary import summary_messages
 from workflows.models import (
     ChatMessage,
     FunctionCall,
     LLMReply,
     LLMRequest,
     StreamEvent,
+    SummaryReply,
+    SummaryRequest,
     ToolCall,
     Usage,
 )
 from workflows.narrator import TOKENS_TOPIC
 
 log = structlog.get_logger()
+T = TypeVar("T")
 
 # Statuses a retry can cure; every other HTTP error is the request's fault and is final.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
+TOKEN_ITEM_CHARS = 1024
 HINTS = {
     401: "check OPENAI_API_KEY",
     403: "the key may not access this model",
@@ -81,20 +86,14 @@ class LLMActivities:
                                            attempt=attempt))
 
             def on_text(text: str) -> None:
-                tokens.publish(StreamEvent(kind="token", turn=request.turn, step=request.step,
-                                           attempt=attempt, text=text))
+                for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
+                    tokens.publish(StreamEvent(kind="token", turn=request.turn, step=request.step,
+                                               attempt=attempt, text=text[i:i + TOKEN_ITEM_CHARS]))
 
-            try:
-                reply = await heartbeating(stream_completion(
-                    self._client, model, [m.to_openai() for m in request.messages],
-                    request.tools, request.tool_choice, on_text,
-                ))
-            except openai.APIStatusError as exc:
-                raise classify_status_error(exc) from None
-            except openai.APIConnectionError as exc:  # includes APITimeoutError
-                raise ApplicationError(
-                    f"model endpoint unreachable: {exc}", type="LLMTransientError"
-                ) from None
+            reply = await _classified(heartbeating(stream_completion(
+                self._client, model, [m.to_openai() for m in request.messages],
+                request.tools, request.tool_choice, on_text,
+            )))
         log.info(
             "llm reply",
             model=model,
@@ -103,6 +102,33 @@ class LLMActivities:
             total_tokens=reply.usage.total_tokens,
         )
         return reply
+
+    @activity.defn(name="summarize")
+    async def summarize(self, request: SummaryRequest) -> SummaryReply:
+        """Fold turns into the conversation's running summary: one chat completion, not streamed."""
+        model = request.model or self._default_model
+        completion = await _classified(heartbeating(self._client.chat.completions.create(
+            model=model, messages=[], max_tokens=request.max_tokens,
+            extra_body={"messages": summary_messages(request)},
+        )))
+        text = (completion.choices[0].message.content or "") if completion.choices else ""
+        usage = completion.usage
+        log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
+                 summary_bytes=len(text.encode()))
+        return SummaryReply(text=text, usage=Usage(
+            prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0,
+            total_tokens=usage.total_tokens or 0,
+        ) if usage is not None else Usage())
+
+
+async def _classified(call: Awaitable[T]) -> T:
+    """Await a model call, turning its errors into retryable or final activity errors."""
+    try:
+        return await call
+    except openai.APIStatusError as exc:
+        raise classify_status_error(exc) from None
+    except openai.APIConnectionError as exc:  # includes APITimeoutError
+        raise ApplicationError(f"model endpoint unreachable: {exc}", type="LLMTransientError") from None
 
 
 async def stream_completion(

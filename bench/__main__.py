@@ -40,9 +40,10 @@ class Sizes:
     parked: int = 1000
     park_s: float = 60
     recovery: int = 50
+    chat_turns: int = 300
 
 
-QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10)
+QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50)
 
 
 def weather(i: int, delay: float = 0.0) -> ScriptedReply:
@@ -229,7 +230,54 @@ async def tokens(stack: Stack) -> list[tuple[str, str]]:
     return rows
 
 
-async def main(z: Sizes) -> str:
+async def long_chat(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """A chat of `z.chat_turns` turns of 2 KB messages against a 24,000-token context budget
+    (in-process worker, as the test `test_a_300_turn_chat...`): prompt tokens per turn, as the
+    endpoint counts them, with the turns before which older turns folded into the summary."""
+    import httpx as _httpx
+
+    from activities.settings import ActivitySettings
+    from scripted_model import ScriptedModelServer
+    from tests.fake_tools import registry_with_test_tools
+    from tests.long_chat import run_long_chat
+    from worker.app import build_worker
+
+    client = await stack.client()
+    model = ScriptedModelServer().start()
+    settings = ActivitySettings(openai_base_url=model.base_url, openai_model="scripted",
+                                data_dir=stack.work / "chat")
+    budget = 24_000
+    async with _httpx.AsyncClient() as http, build_worker(client, "chat", settings, http,
+                                                           registry_with_test_tools()):
+        chat = await run_long_chat(client, "chat", model, turns=z.chat_turns, size=2048,
+                                   budget=budget)
+    model.stop()
+    rows, folds, turn = [], [], 0
+    tokens: dict[int, int] = {}
+    for r in chat.requests:  # a summary comes just before the step of the turn it made room for
+        if r.kind == "summary":
+            folds.append(turn + 1)
+        else:
+            turn = r.turn
+            tokens[turn] = r.prompt_tokens
+    span = 25
+    for first in range(1, z.chat_turns + 1, span):
+        last = min(first + span - 1, z.chat_turns)
+        counts = [tokens[t] for t in range(first, last + 1)]
+        marked = [t for t in folds if first <= t <= last]
+        rows.append((f"turns {first}-{last}: prompt tokens min / max",
+                     f"{min(counts):,} / {max(counts):,}"
+                     + (f"; folded before turn {', '.join(map(str, marked))}" if marked else "")))
+    return [
+        (f"{z.chat_turns} turns answered, runs (continue-as-new)",
+         f"{chat.status.turn}, {chat.status.runs}"),
+        ("summaries written (`summarize` activity)", f"{len(folds)}"),
+        (f"largest prompt (budget {budget:,})", f"{max(tokens.values()):,} tokens"),
+        *rows,
+    ]
+
+
+async def main(z: Sizes, only: str | None = None) -> str:
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     stack = Stack(work, build_script(z))
     sections = []
@@ -238,7 +286,10 @@ async def main(z: Sizes) -> str:
                            ("Concurrency, 200 ms model, one worker", lambda: concurrency(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),
-                           ("Tokens", lambda: tokens(stack))):
+                           ("Tokens", lambda: tokens(stack)),
+                           ("Long chat, bounded context", lambda: long_chat(stack, z))):
+            if only and title != only:
+                continue
             started = time.monotonic()
             print(f"running: {title} ...", file=sys.stderr, flush=True)
             rows = await run()
@@ -262,10 +313,12 @@ def render(sections, z: Sizes) -> str:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--only", metavar="SECTION", help="run one section, by its title")
     args = parser.parse_args()
-    table = asyncio.run(main(QUICK if args.quick else Sizes()))
+    table = asyncio.run(main(QUICK if args.quick else Sizes(), args.only))
     print(table)
-    RESULTS.write_text(table)
+    if not args.only:
+        RESULTS.write_text(table)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from client.connection import TemporalSettings, connect
 from client.render import render_history, render_status
 from client.watch import watch
+from workflows.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import (
     SETTLED_STATUSES,
@@ -50,13 +53,19 @@ class UsageError(Exception):
     """A command line that cannot be sent as it is: exit 2."""
 
 
+class Refused(Exception):
+    """What the conversation would refuse, refused before sending: exit 1."""
+
+
 class Session:
     """One CLI invocation: a client, the settings, and patience for a missing worker."""
 
-    def __init__(self, client: Client, settings: TemporalSettings, timeout_s: float):
+    def __init__(self, client: Client, settings: TemporalSettings, timeout_s: float,
+                 max_message_bytes: int = DEFAULT_MESSAGE_BYTES):
         self.client = client
         self.settings = settings
         self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes  # what `start` asks the conversation to take
         self._told_waiting = False
 
     def handle(self, workflow_id: str) -> WorkflowHandle:
@@ -127,6 +136,16 @@ def print_status(status: ConversationStatus, as_json: bool) -> int:
     return 1 if failed else 0
 
 
+def message_text(given: str, limit: int) -> str:
+    """The message as given (`-`: read from stdin), or a refusal when the conversation would
+    refuse it: empty, or over the size limit."""
+    text = sys.stdin.read() if given == "-" else given
+    reason = check_message(text, limit)
+    if reason is not None:
+        raise Refused(reason)
+    return text
+
+
 async def cmd_start(s: Session, a: argparse.Namespace) -> int:
     workflow_id = a.id or f"conv-{uuid.uuid4().hex[:12]}"
     inp = ConversationInput(
@@ -135,6 +154,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         model=a.model,
         max_steps=a.max_steps,
         one_shot=a.one_shot,
+        max_message_bytes=s.max_message_bytes,
     )
     try:
         await s.client.start_workflow(
@@ -142,8 +162,8 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
             inp,
             id=workflow_id,
             task_queue=s.settings.task_queue,
-            static_summary=_clip(a.prompt, 200),
-            static_details=f"Conversation started from the CLI with `{_clip(a.prompt, 500)}`",
+            static_summary=_clip(inp.prompt, 200),
+            static_details=f"Conversation started from the CLI with `{_clip(inp.prompt, 500)}`",
             search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
         )
     except WorkflowAlreadyStartedError:
@@ -291,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("start", parents=[common], help="start a conversation")
-    p.add_argument("prompt")
+    p.add_argument("prompt", help="the first message; - reads it from stdin")
     p.add_argument("--id", help="conversation (workflow) id; default: a fresh one")
     p.add_argument("--one-shot", action="store_true", help="complete after the first answer")
     p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
@@ -302,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("say", parents=[common], help="send the next user message")
     p.add_argument("id")
-    p.add_argument("message")
+    p.add_argument("message", help="the message; - reads it from stdin")
     _add_wait(p)
     p.set_defaults(func=cmd_say)
 
@@ -376,6 +396,17 @@ async def run(argv: list[str]) -> int:
     if getattr(args, "max_steps", 1) < 1:
         print("error: --max-steps must be at least 1", file=sys.stderr)
         return 2
+    try:
+        max_message_bytes = _max_message_bytes(os.environ)
+        for field in ("prompt", "message"):  # checked before anything is sent
+            if hasattr(args, field):
+                setattr(args, field, message_text(getattr(args, field), max_message_bytes))
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except Refused as err:
+        print(f"refused: {err}", file=sys.stderr)
+        return 1
     settings = TemporalSettings.from_env()
     try:
         client = await connect(settings)
@@ -383,7 +414,7 @@ async def run(argv: list[str]) -> int:
         print(f"error: cannot reach Temporal at {settings.address}: {err}", file=sys.stderr)
         return 1
     try:
-        return await args.func(Session(client, settings, args.timeout), args)
+        return await args.func(Session(client, settings, args.timeout, max_message_bytes), args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -393,3 +424,17 @@ async def run(argv: list[str]) -> int:
     except RPCError as err:
         print(f"error: Temporal refused the request: {err.message}", file=sys.stderr)
         return 1
+
+
+def _max_message_bytes(env: Mapping[str, str]) -> int:
+    """`AGENT_MAX_MESSAGE_BYTES`: the largest message to send, at most the default."""
+    raw = env.get("AGENT_MAX_MESSAGE_BYTES")
+    if not raw:
+        return DEFAULT_MESSAGE_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be a number of bytes, not {raw!r}") from None
+    if not 1 <= value <= DEFAULT_MESSAGE_BYTES:
+        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be between 1 and {DEFAULT_MESSAGE_BYTES}")
+    return value

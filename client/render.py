@@ -59,6 +59,11 @@ def render_history(records: list[AuditRecord]) -> str:
     lines = []
     for r in records:
         tokens = f"{r.tokens.total_tokens} tokens"
+        if r.kind == "summary":
+            lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} before step {r.step}"
+                         f"  context folded ({tokens})")
+            lines.append(f"  summary: {r.thought}")
+            continue
         lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} step {r.step}  ({tokens})")
         if r.thought:
             lines.append(f"  thought: {r.thought}")
@@ -73,6 +78,8 @@ def render_history(records: list[AuditRecord]) -> str:
             size = f"{a.observation_bytes} bytes" + (f" of {a.full_bytes}" if a.full_bytes else "")
             timing = f", {a.ms} ms" if a.ms is not None else ""
             lines.append(f"  observation: {a.status}, {size}{timing}")
+        if r.actions_left_out:
+            lines.append(f"  … and {r.actions_left_out} more action(s), left out of the record")
         if r.stop_reason:
             lines.append(f"  stop: {r.stop_reason}")
     return "\n".join(lines)

@@ -61,6 +61,10 @@ class Renderer:
                         f"   answer: python -m client answer {wid} ...")
             case "answered":
                 return f"✓ answered: {e.text}"
+            case "summary_started":
+                return f"[step {e.step}] the context is full: summarizing {e.text}…"
+            case "summary_finished":
+                return f"[step {e.step}] {e.text}"
             case "turn_finished":
                 answer = f"\nanswer: {e.text}" if e.text else ""
                 return f"── turn {e.turn} finished: {e.stop_reason}{answer}"

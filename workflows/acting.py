@@ -1,13 +1,16 @@
-"""Acting: one round of tool calls, with the human gate. Part of `ConversationWorkflow`.
+"""Acting: one round of tool calls, with the human gate.
 
 Read then write: safe calls run at once; risky ones then wait for their own decision and run as
 soon as approved; questions come last, one at a time. Every call gets exactly one tool message, in
-the original order, before the workflow thinks again.
+the original order, before the workflow thinks again. Each observation keeps at most its share of
+the context budget.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
@@ -16,21 +19,20 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from workflows import approvals, decisions
+    from workflows.bounds import MAX_TOOLS_USED, truncate_observation
     from workflows.desk import HumanDesk
-    from workflows.approvals import Refusal
     from workflows.models import (
         AuditAction,
         ChatMessage,
         ConversationInput,
-        Decision,
         Question,
         ToolCall,
-        ToolDefinition,
         ToolInvocation,
         ToolOutcome,
     )
     from workflows.narrator import Narrator
     from workflows.questions import question_from_args
+    from workflows.state import ConversationState
     from workflows.stopping import CallRecord, call_record
 
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
@@ -43,26 +45,36 @@ TRUNCATED_HINT = (
 )
 
 
-class ToolRounds:
-    """The acting half of the conversation workflow (a mixin: the state lives in the workflow)."""
+@dataclass
+class RoundResult:
+    records: list[CallRecord]
+    actions: list[AuditAction]
 
-    _input: ConversationInput
-    _catalog: dict[str, ToolDefinition]
-    _desk: HumanDesk
-    _messages: list[ChatMessage]
-    _tools_used: list[str]
-    _end_requested: bool
-    _narrator: Narrator
-    _turn: int
-    _steps: int
 
-    def _sync_status(self) -> None:
-        raise NotImplementedError
+class ToolRound:
+    """One round: the calls of one assistant message, run through the gate to their results."""
 
-    async def _run_tools(
-        self, calls: list[ToolCall], cut_off: bool
-    ) -> tuple[list[CallRecord], list[AuditAction]]:
-        checked = [decisions.check_tool_call(c, self._catalog) for c in calls]
+    def __init__(
+        self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
+        narrator: Narrator, sync_status: Callable[[], None],
+    ) -> None:
+        self._input = inp
+        self._state = state
+        self._desk = desk
+        self._narrator = narrator
+        self._sync_status = sync_status
+
+    async def run(
+        self, calls: list[ToolCall], cut_off: bool, share: int | None,
+        refused: dict[str, str] | None = None,
+    ) -> RoundResult:
+        """Run the calls; `refused` names calls already refused (with their observation)."""
+        catalog, refused = self._state.catalog, refused or {}
+        checked = [
+            decisions.InvalidCall(c, refused[c.id]) if c.id in refused
+            else decisions.check_tool_call(c, catalog)
+            for c in calls
+        ]
         outcomes: dict[int, ToolOutcome] = {}
         safe, gated, asks = [], [], []
         for i, item in enumerate(checked):
@@ -87,8 +99,8 @@ class ToolRounds:
             for i in gated:
                 item = checked[i]
                 self._desk.hold(item.call.id, item.tool, item.arguments)
-                self._emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
-                           args=item.arguments, risk=item.tool.risk)
+                self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
+                                    args=item.arguments, risk=item.tool.risk)
             self._sync_status()
             ran = await asyncio.gather(
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
@@ -104,39 +116,42 @@ class ToolRounds:
         decisions_by_call = {c: p.decision for c, p in self._desk.pending.items()}
         args_run = {c: p.args for c, p in self._desk.pending.items()}
         self._desk.close_round()
-        records, actions = [], []
+        result = RoundResult([], [])
         for i, item in enumerate(checked):
             outcome = outcomes[i]
             call_id, name = item.call.id, item.call.function.name
-            self._messages.append(
-                ChatMessage(role="tool", tool_call_id=call_id, content=outcome.observation)
+            observation, full = outcome.observation, outcome.full_bytes
+            if share is not None:
+                observation, cut = truncate_observation(observation, share)
+                full = full or cut
+            self._state.context.messages.append(
+                ChatMessage(role="tool", tool_call_id=call_id, content=observation)
             )
             if isinstance(item, decisions.ReadyCall):
                 args: dict | str = args_run.get(call_id, item.arguments)
             else:
                 args = item.call.function.arguments
-            records.append(call_record(name, args if isinstance(args, dict) else {"raw": args},
-                                       outcome.observation))
-            actions.append(AuditAction(
+            result.records.append(call_record(
+                name, args if isinstance(args, dict) else {"raw": args}, outcome.observation))
+            result.actions.append(AuditAction(
                 call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
                 status="error" if outcome.status == "needs_input" else outcome.status,
-                observation_bytes=len(outcome.observation.encode()),
-                full_bytes=outcome.full_bytes, ms=outcome.ms,
+                observation_bytes=len(observation.encode()), full_bytes=full, ms=outcome.ms,
             ))
-        return records, actions
+        return result
 
     async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
         call_id = item.call.id
         try:
             await workflow.wait_condition(
-                lambda: self._desk.is_decided(call_id) or self._end_requested,
+                lambda: self._desk.is_decided(call_id) or self._state.end_requested,
                 timeout=timedelta(seconds=self._input.decision_timeout_s),
             )
         except asyncio.TimeoutError:
             pass
         if not self._desk.is_decided(call_id):
-            reason = "the conversation was ended" if self._end_requested else "approval timed out"
-            self._announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
+            reason = "the conversation was ended" if self._state.end_requested else "approval timed out"
+            self._narrator.announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
             self._sync_status()
         pending = self._desk.pending[call_id]
         decision = pending.decision
@@ -148,30 +163,18 @@ class ToolRounds:
             return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")
         return ToolOutcome(status="rejected", observation=f"rejected by user: {decision.reason}")
 
-    def _announce(self, result: list[Decision] | Refusal) -> None:
-        """Put decisions (or a refused decision) on the live stream."""
-        if isinstance(result, Refusal):
-            self._emit("decision_refused", text=result.reason)
-            return
-        for d in result:
-            self._emit("decision_taken", call_id=d.call_id, tool=d.tool, approver=d.approver,
-                       status="approved" if d.approved else "rejected", text=d.reason)
-
-    def _emit(self, kind: str, **fields) -> None:
-        self._narrator.emit(kind, turn=self._turn, step=self._steps, **fields)
-
     async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
         """Run a tool; when it asks for input, ask the human and run it again with the answer."""
         answer: str | None = None
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
-            self._emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
+            self._narrator.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
             outcome = await self._run_activity(item, args, key, answer)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
-            self._emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
-                       status=outcome.status, ms=ms,
-                       observation_bytes=len(outcome.observation.encode()))
+            self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
+                                status=outcome.status, ms=ms,
+                                observation_bytes=len(outcome.observation.encode()))
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome
             answer = await self._ask(item.call.id, outcome.question)
@@ -185,14 +188,14 @@ class ToolRounds:
     async def _run_activity(
         self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None
     ) -> ToolOutcome:
-        tool = item.tool
-        if tool.name not in self._tools_used:
-            self._tools_used.append(tool.name)
+        tool, turn = item.tool, self._state.current
+        if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
+            turn.tools_used.append(tool.name)
         attempts = tool.max_attempts if tool.idempotent else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
-            max_observation_bytes=self._input.max_observation_bytes, turn=self._turn,
-            step=self._steps,
+            max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
+            step=turn.steps,
         )
         try:
             return await workflow.execute_activity(
@@ -222,12 +225,12 @@ class ToolRounds:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
         async with self._desk.question_lock:
             self._desk.ask(call_id, question)
-            self._emit("question_asked", call_id=call_id, text=question.message,
-                       options=question.options, question_kind=question.kind)
+            self._narrator.emit("question_asked", call_id=call_id, text=question.message,
+                                options=question.options, question_kind=question.kind)
             self._sync_status()
             try:
                 await workflow.wait_condition(
-                    lambda: self._desk.has_answer() or self._end_requested,
+                    lambda: self._desk.has_answer() or self._state.end_requested,
                     timeout=timedelta(seconds=self._input.decision_timeout_s),
                 )
             except asyncio.TimeoutError:
@@ -237,7 +240,7 @@ class ToolRounds:
             return answer
 
     def _no_answer(self) -> str:
-        if self._end_requested:
+        if self._state.end_requested:
             return "no answer: the conversation was ended"
         return "no answer: the question timed out"
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from workflows.bounds import json_size
 from workflows.decisions import validate_arguments
 from workflows.models import ApprovalPolicy, Decision, Question, ToolDefinition
 
@@ -75,20 +76,28 @@ def select_calls(
     return list(call_ids)
 
 
-def check_edited_args(pending: PendingCall, args: Any, named: list[str]) -> Refusal | None:
-    """Edited args must name their call explicitly and fit the tool's schema."""
+def check_edited_args(
+    pending: PendingCall, args: Any, named: list[str], max_bytes: int | None = None
+) -> Refusal | None:
+    """Edited args must name their call explicitly, fit the tool's schema and the size bound."""
     if len(named) != 1:
         return Refusal("edited args apply to exactly one call id, named explicitly")
+    if max_bytes is not None and (size := json_size(args)) > max_bytes:
+        return Refusal(f"edited args are {size:,} bytes, over the limit of {max_bytes:,} bytes")
     problem = validate_arguments(pending.tool, args)
     if problem is not None:
         return Refusal(f"invalid edited args for {pending.tool.name}: {problem}")
     return None
 
 
-def check_answer(question: Question, values: list[str]) -> AnswerCheck | Refusal:
+def check_answer(
+    question: Question, values: list[str], max_bytes: int | None = None
+) -> AnswerCheck | Refusal:
     values = [v.strip() for v in values]
     if not values or not any(values):
         return Refusal("the answer is empty")
+    if max_bytes is not None and (size := json_size(values)) > max_bytes:
+        return Refusal(f"the answer is {size:,} bytes, over the limit of {max_bytes:,} bytes")
     if question.kind == "input":
         text = " ".join(values)
         return AnswerCheck(text=text, values=[text])

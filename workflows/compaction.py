@@ -8,6 +8,7 @@ separated from its result and the history stays valid for any OpenAI-compatible 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from workflows.models import ChatMessage
@@ -17,6 +18,7 @@ MESSAGE_OVERHEAD_TOKENS = 4
 ELIDED_PREFIX = "[elided to bound the context:"
 DROPPED_NOTE = "[{steps} earlier tool steps dropped to bound the context: {tools}]"
 NOTE_RESERVE_TOKENS = 64  # room for the note that replaces the dropped rounds
+_DROPPED = re.compile(r"^\[(\d+) earlier tool steps dropped")
 
 
 def message_tokens(m: ChatMessage) -> int:
@@ -29,6 +31,17 @@ def message_tokens(m: ChatMessage) -> int:
 def estimate_tokens(messages: list[ChatMessage]) -> int:
     """A rough count (about 4 characters a token) that is the same on every replay."""
     return sum(message_tokens(m) for m in messages)
+
+
+def model_steps(messages: list[ChatMessage]) -> int:
+    """The model steps behind `messages`: its assistant messages, and the steps notes stand for."""
+    steps = 0
+    for m in messages:
+        if m.role == "assistant":
+            steps += 1
+        elif m.role == "system" and (found := _DROPPED.match(m.content or "")):
+            steps += int(found.group(1))
+    return steps
 
 
 def rounds(messages: list[ChatMessage]) -> list[tuple[int, int]]:

@@ -1,9 +1,12 @@
 """The conversation workflow: one durable ReAct loop per conversation.
 
 Read it as the story of a conversation: load the tools, wait for a message, think (LLM activity),
-act (tool rounds, see `workflows.acting`), observe, and again until the model answers or a stopping
-rule ends the turn. Decisions that are not orchestration live in pure functions (`decisions`,
-`approvals`, `stopping`, `repair`, `compaction`); the human-facing state lives in `HumanDesk`.
+act (a `ToolRound`), observe, and again until the model answers or a stopping rule ends the turn.
+Before it thinks, older turns may fold into a running summary (the `summarize` activity), so the
+context stays within its budget however long the conversation lasts. All state is one
+`ConversationState`; decisions that are not orchestration live in pure functions (`decisions`,
+`approvals`, `stopping`, `repair`, `context`), the human-facing state in `HumanDesk`, and what the
+outside sees in `Narrator`.
 """
 
 from __future__ import annotations
@@ -16,95 +19,84 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import decisions
-    from workflows.acting import ToolRounds, failure_reason, raise_if_cancelled
-    from workflows.compaction import compact
-    from workflows.desk import HumanDesk
-    from workflows.handover import Handover
+    from workflows import context, decisions
+    from workflows.acting import ToolRound, failure_reason, raise_if_cancelled
     from workflows.approvals import Refusal
+    from workflows.bounds import (
+        MAX_ERROR_BYTES,
+        MAX_QUEUED_MESSAGES,
+        MAX_TOOLS_LISTED,
+        MAX_TURN_SUMMARIES,
+        Limits,
+        Tail,
+        check_message,
+        clip,
+        keep_last,
+        text_size,
+    )
+    from workflows.desk import HumanDesk
+    from workflows.edge import admitted_tools, first_state, settled_input
+    from workflows.handover import carried, next_input
     from workflows.models import (
         AnswerRequest,
+        AuditAction,
         AuditRecord,
-        Decision,
         ChatMessage,
         ConfirmRequest,
         ConversationInput,
         ConversationStatus,
+        Decision,
         EndRequest,
-        LLMReply,
-        LLMRequest,
         RejectRequest,
         SayRequest,
         SignalOutcome,
         Status,
         StopReason,
         ToolCatalog,
-        ToolDefinition,
         TurnSummary,
         Usage,
     )
     from workflows.narrator import Narrator
-    from workflows.prompts import DEFAULT_SYSTEM_PROMPT
     from workflows.questions import ASK_TOOLS
-    from workflows.repair import recover_tool_calls, unique_call_ids
-    from workflows.stopping import CallRecord, is_looping, over_budget
+    from workflows.state import TurnState
+    from workflows.thinking import Thinker
+    from workflows.stopping import is_looping, over_budget
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
-LLM_ACTIVITY = "llm_call"
 LIST_TOOLS_ACTIVITY = "list_tools"
-MAX_TURN_SUMMARIES = 20
-MAX_SEEN_CALL_IDS = 2000
+# Runs with this marker bound their inputs and fold their context; runs begun before it don't.
+BOUNDED_CONTEXT_PATCH = "bounded-context"
 
 
 @workflow.defn
-class ConversationWorkflow(ToolRounds, Handover):
+class ConversationWorkflow:
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
-        self._input = inp
-        self._desk = HumanDesk()
+        self._limits = (
+            Limits.bounded(inp.max_message_bytes) if workflow.patched(BOUNDED_CONTEXT_PATCH)
+            else Limits()
+        )
+        self._input, notices = settled_input(inp, self._limits)
+        self._state = first_state(self._input, self._limits, notices)
+        self._narrator = Narrator(self._state, self._limits.audit_bytes)
+        self._desk = HumanDesk(self._state, self._limits)
+        queue_bound = MAX_QUEUED_MESSAGES if self._limits.inbox_bytes is not None else 2**31
+        self._inbox = Tail(self._state.inbox, queue_bound, self._limits.inbox_bytes, text_size)
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
         self._turns_this_run = 0
-        carry = inp.carry
-        if carry is not None:
-            self._narrator = Narrator(carry.stream, carry.audit, carry.audit_dropped)
-            self._restore(carry)
-            return
-        self._narrator = Narrator()
-        self._messages = [
-            ChatMessage(role="system", content=inp.system_prompt or DEFAULT_SYSTEM_PROMPT)
-        ]
-        self._inbox: list[str] = [inp.prompt]
-        self._catalog: dict[str, ToolDefinition] = {}
-        self._setup_errors: list[str] = []  # tool sources that failed to load; the chat goes on
-        self._turn = 0
-        self._steps = 0
-        self._llm_calls = 0
-        self._turn_llm_calls = 0
-        self._tools_used: list[str] = []
-        self._stop_reason: StopReason | None = None
-        self._final_answer: str | None = None
-        self._error: str | None = None
-        self._usage = Usage()
-        self._turn_usage = Usage()
-        self._turns: list[TurnSummary] = []
-        self._in_turn = False
-        self._forced_reason: StopReason | None = None
-        self._call_records: list[CallRecord] = []
-        self._seen_call_ids: list[str] = []
-        self._end_requested = False
-        self._runs = 1
+        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator)
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
         try:
             self._sync_status()
-            if inp.carry is None:
+            if inp.state is None and inp.carry is None:
                 await self._load_tools()
             await self._serve()
         except asyncio.CancelledError:
-            self._stop_reason = "cancelled"
+            self._state.current.stop_reason = "cancelled"
             self._set_phase("completed")
             self._narrator.close()
             raise
@@ -114,13 +106,16 @@ class ConversationWorkflow(ToolRounds, Handover):
     async def _serve(self) -> None:
         """Take messages one turn at a time until the conversation ends, goes idle too long,
         or hands over to a fresh run. A run that starts mid-turn finishes that turn first."""
+        state = self._state
         while True:
-            if self._in_turn:
+            if state.current.in_progress:
                 await self._run_turn(None)
-            elif self._inbox:
-                await self._run_turn(self._inbox.pop(0))
-            elif self._end_requested:
-                self._stop_reason = "ended"
+            elif state.inbox:
+                await self._run_turn(self._inbox.pop_first())
+            elif state.end_requested:
+                state.current.stop_reason = "ended"
+                break
+            elif self._input.one_shot:  # its first message was refused: nothing to answer
                 break
             else:
                 self._set_phase("idle")
@@ -128,35 +123,57 @@ class ConversationWorkflow(ToolRounds, Handover):
                     await self._continue_as_new()
                 try:
                     await workflow.wait_condition(
-                        lambda: bool(self._inbox) or self._end_requested,
+                        lambda: bool(state.inbox) or state.end_requested,
                         timeout=timedelta(seconds=self._input.idle_timeout_s),
                     )
                 except asyncio.TimeoutError:
-                    self._stop_reason = "idle_timeout"
+                    state.current.stop_reason = "idle_timeout"
                     break
                 continue
-            if self._input.one_shot or self._stop_reason == "ended":
+            if self._input.one_shot or state.current.stop_reason == "ended":
                 break
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
-    # ----- signals and queries -----
+    # ----- signals, updates and queries -----
 
     @workflow.signal
     def say(self, request: SayRequest) -> None:
+        self._take_message(request)
+
+    @workflow.update
+    def send_message(self, request: SayRequest) -> SignalOutcome:
+        """`say`, answered synchronously: the validator refuses before anything reaches history."""
+        return self._take_message(request)
+
+    @send_message.validator
+    def _check_message(self, request: SayRequest) -> None:
+        reason = self._message_refusal(request.text)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def _message_refusal(self, text: str) -> str | None:
         if self._input.one_shot:
-            self._desk.refuse(request.request_id, "a one-shot conversation takes no more messages")
-        elif self._end_requested or self._phase == "completed":
-            self._desk.refuse(request.request_id, "the conversation is ending")
-        elif not request.text.strip():
-            self._desk.refuse(request.request_id, "the message is empty")
-        else:
-            self._inbox.append(request.text)
-            self._desk.accept(request.request_id, turn=self._turn + len(self._inbox))
+            return "a one-shot conversation takes no more messages"
+        if self._state.end_requested or self._phase == "completed":
+            return "the conversation is ending"
+        reason = check_message(text, self._limits.message_bytes)
+        if reason is None and not self._inbox.fits(text_size(text)):
+            reason = (f"{len(self._state.inbox)} message(s) of {self._inbox.bytes:,} bytes are "
+                      "already waiting; send it once the conversation has caught up")
+        return reason
+
+    def _take_message(self, request: SayRequest) -> SignalOutcome:
+        reason = self._message_refusal(request.text)
+        if reason is not None:
+            return _outcome(self._desk.refuse(request.request_id, reason), request.request_id)
+        self._inbox.append(request.text)
+        return self._desk.accept(request.request_id,
+                                 turn=self._state.current.number + len(self._state.inbox))
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
-        self._end_requested = True
+        self._state.end_requested = True
         self._desk.accept(request.request_id)
 
     @workflow.signal
@@ -201,56 +218,52 @@ class ConversationWorkflow(ToolRounds, Handover):
     def _after_decision(
         self, result: list[Decision] | Refusal, request_id: str | None
     ) -> SignalOutcome:
-        self._announce(result)
+        self._narrator.announce(result)
         self._sync_status()
         return _outcome(result, request_id)
 
     def _after_answer(self, result: str | Refusal, request_id: str | None) -> SignalOutcome:
         if isinstance(result, Refusal):
-            self._emit("decision_refused", text=result.reason)
+            self._narrator.emit("decision_refused", text=result.reason)
         else:
-            self._emit("answered", text=result)
+            self._narrator.emit("answered", text=result)
         self._sync_status()
         return _outcome(result, request_id)
 
     @workflow.query
     def status(self) -> ConversationStatus:
+        state, turn = self._state, self._state.current
         return ConversationStatus(
-            workflow_id=workflow.info().workflow_id,
-            status=self._current_status(),
-            turn=self._turn,
-            steps=self._steps,
-            llm_calls=self._llm_calls,
-            tools_used=list(self._tools_used),
-            stop_reason=self._stop_reason,
-            final_answer=self._final_answer,
+            workflow_id=workflow.info().workflow_id, status=self._current_status(),
+            turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
+            tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
+            final_answer=turn.final_answer,
             pending_confirmations=self._desk.pending_confirmations(),
-            pending_question=self._desk.pending_question(),
-            usage=self._usage,
-            error=self._error or ("; ".join(self._setup_errors) or None),
-            queued_messages=len(self._inbox),
-            decisions=list(self._desk.decisions),
-            turns=list(self._turns),
-            runs=self._runs,
+            pending_question=self._desk.pending_question(), usage=state.usage,
+            error=turn.error or ("; ".join(state.notices) or None),
+            queued_messages=len(state.inbox), decisions=list(turn.decisions),
+            turns=list(state.turns), runs=state.runs,
         )
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
-        return self._desk.outcomes.get(request_id)
+        return self._desk.outcome(request_id)
 
     @workflow.query
     def messages(self) -> list[ChatMessage]:
-        return list(self._messages)
+        """The context: the system prompt, the running summary, and the latest turns."""
+        return context.shown(self._state.context)
 
     @workflow.query
     def history(self) -> list[AuditRecord]:
         """The audit trail: one record per step (the latest ones; older ones are in the memo)."""
         return list(self._narrator.audit)
 
-    # ----- thinking -----
+    # ----- tools -----
 
     async def _load_tools(self) -> None:
-        self._catalog = {t.name: t for t in ASK_TOOLS}
+        state = self._state
+        state.catalog = {t.name: t for t in ASK_TOOLS}
         try:
             catalog = await workflow.execute_activity(
                 LIST_TOOLS_ACTIVITY,
@@ -260,155 +273,133 @@ class ConversationWorkflow(ToolRounds, Handover):
                 summary="list tools",
             )
         except ActivityError as err:
-            self._setup_errors = [f"tools unavailable: {failure_reason(err)}"]
-            workflow.logger.warning("tool discovery failed: %s", self._setup_errors[0])
+            state.notice(f"tools unavailable: {failure_reason(err)}")
+            workflow.logger.warning("tool discovery failed: %s", state.notices[-1])
             return
-        self._setup_errors = list(catalog.errors)
-        for error in catalog.errors:
-            workflow.logger.warning("tool source unavailable: %s", error)
-        self._catalog.update({t.name: t for t in catalog.tools if t.name not in self._catalog})
+        kept, notices = admitted_tools(
+            [t for t in catalog.tools if t.name not in state.catalog], self._limits)
+        for notice in [*catalog.errors, *notices]:
+            workflow.logger.warning("tool source unavailable: %s", notice)
+            state.notice(notice)
+        state.catalog.update({t.name: t for t in kept})
+
+    # ----- a turn -----
 
     async def _run_turn(self, text: str | None) -> None:
         """Run a turn to its end; `text` is None when resuming one carried over continue-as-new."""
         if text is not None:
             self._begin_turn(text)
         await self._think_and_act()
-        self._in_turn = False
-        self._emit("turn_finished", stop_reason=self._stop_reason, text=self._final_answer)
-        self._turns = [*self._turns, TurnSummary(
-            turn=self._turn, steps_taken=self._steps, llm_calls=self._turn_llm_calls,
-            tools_used=list(self._tools_used), stop_reason=self._stop_reason,
-            usage=self._turn_usage, error=self._error,
-        )][-MAX_TURN_SUMMARIES:]
-        workflow.logger.info("turn %d finished: %s after %d step(s)", self._turn,
-                             self._stop_reason, self._steps)
+        turn = self._state.current
+        turn.in_progress = False
+        self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer)
+        self._state.turns = keep_last([*self._state.turns, TurnSummary(
+            turn=turn.number, steps_taken=turn.steps, llm_calls=turn.llm_calls,
+            tools_used=turn.tools_used[:MAX_TOOLS_LISTED], stop_reason=turn.stop_reason,
+            usage=turn.usage, error=turn.error,
+        )], MAX_TURN_SUMMARIES)
+        workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
+                             turn.stop_reason, turn.steps)
 
     def _begin_turn(self, text: str) -> None:
-        self._turn += 1
         self._turns_this_run += 1
-        self._steps = 0
-        self._turn_llm_calls = 0
-        self._turn_usage = Usage()
-        self._tools_used = []
-        self._stop_reason = None
-        self._final_answer = None
-        self._error = None
-        self._forced_reason = None
-        self._call_records = []
-        self._in_turn = True
-        self._desk.start_turn()
-        self._messages.append(ChatMessage(role="user", content=text))
-        self._emit("turn_started", text=text)
+        self._state.current = TurnState(number=self._state.current.number + 1, in_progress=True)
+        self._state.context.messages.append(ChatMessage(role="user", content=text))
+        self._narrator.emit("turn_started", text=text)
         self._set_phase("running")
 
     async def _think_and_act(self) -> None:
+        state, turn = self._state, self._state.current
         while True:
-            if self._end_requested:
-                self._stop_reason = "ended"
+            if state.end_requested:
+                turn.stop_reason = "ended"
                 return
-            if over_budget(self._usage, self._input.max_total_tokens):
+            if over_budget(state.usage, self._input.max_total_tokens):
                 self._stop("budget_exceeded", self._budget_error())
                 return
             if self._should_continue_as_new(at_turn_boundary=False):
                 await self._continue_as_new()
-            step = self._steps + 1
-            offered = (
-                decisions.tools_offered(step, self._input.max_steps) and not self._forced_reason
-            )
-            self._narrator.emit("llm_started", turn=self._turn, step=step)
+            step = turn.steps + 1
+            offered = decisions.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             try:
-                reply = await self._call_llm(step, offered)
+                reply = await self._thinker.think(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
                 self._stop("llm_error", f"model call failed: {failure_reason(err)}")
                 self._record_step(step, None, Usage())
                 return
-            self._steps = step
-            self._llm_calls += 1
-            self._turn_llm_calls += 1
-            self._usage = self._usage + reply.usage
-            self._turn_usage = self._turn_usage + reply.usage
-            message = self._repair(reply.message, step)
-            decision = decisions.decide_after_reply(message, offered, self._forced_reason)
+            turn.steps = step
+            message, refused = self._thinker.usable(reply.message, step)
+            decision = decisions.decide_after_reply(message, offered, turn.forced_reason)
             if isinstance(decision, decisions.RunTools) and over_budget(
-                self._usage, self._input.max_total_tokens
+                state.usage, self._input.max_total_tokens
             ):
                 decision = decisions.FinalAnswer(message.content or "", "budget_exceeded")
             if isinstance(decision, decisions.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
                 self._record_step(step, message.content, reply.usage)
                 return
-            self._messages.append(message)
-            cut_off = reply.finish_reason == "length"
-            records, actions = await self._run_tools(decision.calls, cut_off)
-            self._call_records += records
-            self._record_step(step, message.content, reply.usage, actions)
-            if is_looping(self._call_records):
-                workflow.logger.warning("loop detected in turn %d", self._turn)
-                self._forced_reason = "loop_detected"
+            state.context.messages.append(message)
+            share = self._thinker.observation_share(message)
+            done = await ToolRound(self._input, state, self._desk, self._narrator,
+                                   self._sync_status).run(decision.calls,
+                                                          reply.finish_reason == "length",
+                                                          share, refused)
+            turn.call_records = keep_last([*turn.call_records, *done.records], 2)
+            self._record_step(step, message.content, reply.usage, done.actions)
+            if is_looping(turn.call_records):
+                workflow.logger.warning("loop detected in turn %d", turn.number)
+                turn.forced_reason = "loop_detected"
 
-    def _record_step(self, step: int, thought: str | None, tokens: Usage, actions=()) -> None:
+    def _record_step(self, step: int, thought: str | None, tokens: Usage,
+                     actions: list[AuditAction] | None = None) -> None:
         """The audit record of a step, once its observations are in (or the turn has ended)."""
-        ended = not actions
+        turn = self._state.current
         self._narrator.record(AuditRecord(
-            at=workflow.now(), turn=self._turn, step=step, thought=thought,
-            actions=list(actions), tokens=tokens, stop_reason=self._stop_reason if ended else None,
+            at=workflow.now(), turn=turn.number, step=step, thought=thought,
+            actions=actions or [], tokens=tokens, stop_reason=None if actions else turn.stop_reason,
         ))
-
-    def _repair(self, message: ChatMessage, step: int) -> ChatMessage:
-        message = recover_tool_calls(message, self._catalog.keys())
-        if message.tool_calls:
-            calls = unique_call_ids(message.tool_calls, self._seen_call_ids, self._turn, step)
-            self._seen_call_ids = [*self._seen_call_ids, *(c.id for c in calls)][-MAX_SEEN_CALL_IDS:]
-            message = message.model_copy(update={"tool_calls": calls})
-        return message
 
     def _finish(
         self, message: ChatMessage, answer: decisions.FinalAnswer, finish_reason: str | None
     ) -> None:
+        turn = self._state.current
         # An answer must never leave tool calls without results in the history.
-        self._messages.append(message.model_copy(update={"tool_calls": None}))
-        self._final_answer = answer.text
-        self._stop_reason = answer.stop_reason  # type: ignore[assignment]
+        self._state.context.messages.append(message.model_copy(update={"tool_calls": None}))
+        turn.final_answer = answer.text
+        turn.stop_reason = answer.stop_reason  # type: ignore[assignment]
         if answer.stop_reason == "budget_exceeded":
-            self._error = self._budget_error()
+            turn.error = self._budget_error()
         elif finish_reason == "length":
-            self._error = "the answer was cut off at the model's output limit (finish_reason=length)"
+            turn.error = "the answer was cut off at the model's output limit (finish_reason=length)"
         elif not answer.text.strip():
-            self._error = "the model returned an empty reply"
+            turn.error = "the model returned an empty reply"
 
     def _budget_error(self) -> str:
         return f"the conversation used its token budget ({self._input.max_total_tokens} tokens)"
 
     def _stop(self, reason: StopReason, error: str) -> None:
-        self._stop_reason = reason
-        self._error = error
-        workflow.logger.warning("turn %d stopped (%s): %s", self._turn, reason, error)
+        turn = self._state.current
+        turn.stop_reason = reason
+        turn.error = clip(error, MAX_ERROR_BYTES)
+        workflow.logger.warning("turn %d stopped (%s): %s", turn.number, reason, error)
 
-    async def _call_llm(self, step: int, offered_tools: bool) -> LLMReply:
-        opts = self._input.llm
-        request = LLMRequest(
-            model=self._input.model,
-            messages=compact(self._messages, self._input.context_budget_tokens),
-            tools=[t.openai_schema() for t in self._catalog.values()],
-            tool_choice="auto" if offered_tools else "none",
-            turn=self._turn,
-            step=step,
+    # ----- continue-as-new -----
+
+    def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
+        if workflow.info().is_continue_as_new_suggested():
+            return True
+        return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
+
+    async def _continue_as_new(self) -> None:
+        """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
+        self._narrator.close()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.logger.info(
+            "continuing as new after %d events", workflow.info().get_current_history_length()
         )
-        return await workflow.execute_activity(
-            LLM_ACTIVITY,
-            request,
-            result_type=LLMReply,
-            start_to_close_timeout=timedelta(seconds=opts.timeout_s),
-            heartbeat_timeout=timedelta(seconds=opts.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=opts.max_retry_interval_s),
-                maximum_attempts=opts.max_attempts,
-            ),
-            summary=f"llm turn {self._turn} step {step}",
-        )
+        state = carried(self._state, self._narrator.carry())
+        workflow.continue_as_new(next_input(self._input, state))
 
     # ----- status -----
 
@@ -427,10 +418,11 @@ class ConversationWorkflow(ToolRounds, Handover):
         if status == self._published:
             return
         self._published = status
+        turn = self._state.current
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
         workflow.set_current_details(
-            self._desk.details_markdown(workflow.info().workflow_id, status, self._turn,
-                                        self._stop_reason, self._error)
+            self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
+                                        turn.stop_reason, turn.error)
         )
 
 

@@ -1,13 +1,14 @@
 """The human side of a conversation: pending decisions, the open question, and signal outcomes.
 
-Plain state plus the pure rules of `workflows.approvals`; the workflow owns the waiting. Every
-refusal leaves the state untouched and is recorded, so the CLI can report it.
+The desk is given the conversation's state, where decisions, stale call ids and outcomes live (and
+cross continue-as-new); what is pending lives only here, since a run hands over when nothing is.
+The pure rules are in `workflows.approvals`; the workflow owns the waiting. Every refusal leaves
+the state untouched and is recorded, so the CLI can report it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,18 @@ from temporalio import workflow
 
 from workflows import approvals
 from workflows.approvals import PendingCall, Refusal
+from workflows.bounds import (
+    MAX_APPROVER_BYTES,
+    MAX_REASON_BYTES,
+    MAX_REMEMBERED_CALLS,
+    MAX_REMEMBERED_SIGNALS,
+    MAX_REQUEST_ID_BYTES,
+    MAX_TURN_DECISIONS,
+    Limits,
+    clip,
+    keep_last,
+    text_size,
+)
 from workflows.models import (
     AnswerRequest,
     ConfirmRequest,
@@ -27,43 +40,19 @@ from workflows.models import (
     Status,
     ToolDefinition,
 )
-
-MAX_REMEMBERED_SIGNALS = 200
-MAX_REMEMBERED_CALLS = 500
+from workflows.state import ConversationState
 
 
 class HumanDesk:
-    def __init__(self) -> None:
+    def __init__(self, state: ConversationState, limits: Limits) -> None:
+        self._state = state
+        self._limits = limits
         self.pending: dict[str, PendingCall] = {}
-        self.decisions: list[Decision] = []
-        self.outcomes: OrderedDict[str, SignalOutcome] = OrderedDict()
         self.question_lock = asyncio.Lock()
-        self._past_calls: OrderedDict[str, str] = OrderedDict()
         self._question: PendingQuestion | None = None
         self._answer: str | None = None
 
-    # ----- continue-as-new -----
-
-    def snapshot(self) -> dict[str, Any]:
-        """What a new run needs; nothing is pending at the points where a run hands over."""
-        return {
-            "outcomes": list(self.outcomes.values()),
-            "past_calls": list(self._past_calls.items()),
-            "decisions": list(self.decisions),
-        }
-
-    def restore(
-        self, outcomes: list[SignalOutcome], past_calls: list[tuple[str, str]],
-        decisions: list[Decision],
-    ) -> None:
-        self.outcomes = OrderedDict((o.request_id, o) for o in outcomes)
-        self._past_calls = OrderedDict(past_calls)
-        self.decisions = list(decisions)
-
-    # ----- rounds and turns -----
-
-    def start_turn(self) -> None:
-        self.decisions = []
+    # ----- rounds -----
 
     def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any]) -> None:
         self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args)
@@ -77,9 +66,8 @@ class HumanDesk:
         self.pending = {}
 
     def remember_call(self, call_id: str, what: str) -> None:
-        self._past_calls[call_id] = what
-        while len(self._past_calls) > MAX_REMEMBERED_CALLS:
-            self._past_calls.popitem(last=False)
+        self._state.past_calls = keep_last([*self._state.past_calls, (call_id, what)],
+                                           MAX_REMEMBERED_CALLS)
 
     # ----- decisions -----
 
@@ -88,14 +76,17 @@ class HumanDesk:
 
     def plan_confirm(self, request: ConfirmRequest) -> list[str] | Refusal:
         """The calls a confirm would approve, or why it must be refused. Changes nothing."""
-        targets = approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        targets = approvals.select_calls(request.call_ids, request.all, self.pending,
+                                         dict(self._state.past_calls))
         if isinstance(targets, Refusal) or request.args is None:
             return targets
-        problem = approvals.check_edited_args(self.pending[targets[0]], request.args, request.call_ids)
+        problem = approvals.check_edited_args(self.pending[targets[0]], request.args,
+                                              request.call_ids, self._limits.args_bytes)
         return problem or targets
 
     def plan_reject(self, request: RejectRequest) -> list[str] | Refusal:
-        return approvals.select_calls(request.call_ids, request.all, self.pending, self._past_calls)
+        return approvals.select_calls(request.call_ids, request.all, self.pending,
+                                      dict(self._state.past_calls))
 
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
         """Approve the named calls, or refuse the whole request and change nothing."""
@@ -128,10 +119,11 @@ class HumanDesk:
     ) -> Decision:
         pending.decision = Decision(
             call_id=pending.call_id, tool=pending.tool.name, approved=approved,
-            approver=approver or "unknown", at=now, args_hash=approvals.args_hash(pending.args),
-            reason=reason,
+            approver=clip(approver, MAX_APPROVER_BYTES) or "unknown", at=now,
+            args_hash=approvals.args_hash(pending.args), reason=clip(reason, MAX_REASON_BYTES),
         )
-        self.decisions.append(pending.decision)
+        turn = self._state.current
+        turn.decisions = keep_last([*turn.decisions, pending.decision], MAX_TURN_DECISIONS)
         return pending.decision
 
     # ----- questions -----
@@ -153,7 +145,7 @@ class HumanDesk:
             return Refusal("no question is waiting for an answer")
         question = Question(kind=self._question.kind, message=self._question.message,
                             options=self._question.options)
-        return approvals.check_answer(question, request.values)
+        return approvals.check_answer(question, request.values, self._limits.message_bytes)
 
     def answer(self, request: AnswerRequest) -> str | Refusal:
         """The accepted answer's text, or the refusal."""
@@ -212,10 +204,16 @@ class HumanDesk:
 
     # ----- signal outcomes -----
 
-    def accept(self, request_id: str | None, turn: int | None = None) -> None:
-        self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=True, turn=turn))
+    def outcome(self, request_id: str) -> SignalOutcome | None:
+        return next((o for o in reversed(self._state.outcomes) if o.request_id == request_id), None)
+
+    def accept(self, request_id: str | None, turn: int | None = None) -> SignalOutcome:
+        outcome = SignalOutcome(request_id=request_id or "", accepted=True, turn=turn)
+        self._record(request_id, outcome)
+        return outcome
 
     def refuse(self, request_id: str | None, reason: str) -> Refusal:
+        reason = clip(reason, MAX_REASON_BYTES) or ""
         workflow.logger.info("signal refused: %s", reason)
         self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=False,
                                                reason=reason))
@@ -224,6 +222,9 @@ class HumanDesk:
     def _record(self, request_id: str | None, outcome: SignalOutcome) -> None:
         if request_id is None:
             return
-        self.outcomes[request_id] = outcome
-        while len(self.outcomes) > MAX_REMEMBERED_SIGNALS:
-            self.outcomes.popitem(last=False)
+        if text_size(request_id) > MAX_REQUEST_ID_BYTES:
+            workflow.logger.warning("a signal's request id is too long to remember (%d chars)",
+                                    len(request_id))
+            return
+        kept = [o for o in self._state.outcomes if o.request_id != request_id]
+        self._state.outcomes = keep_last([*kept, outcome], MAX_REMEMBERED_SIGNALS)

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from workflows.bounds import DEFAULT_MESSAGE_BYTES
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -135,9 +136,11 @@ class ConversationInput(BaseModel):
     llm: LLMOptions = Field(default_factory=LLMOptions)
     max_total_tokens: int | None = Field(default=None, gt=0)  # per conversation
     context_budget_tokens: int | None = Field(default=24_000, gt=0)  # prompt size before compaction
-    max_observation_bytes: int = Field(default=16_384, ge=256)
+    max_observation_bytes: int = Field(default=16_384, ge=256)  # capped at MAX_OBSERVATION_BYTES
     continue_as_new_after_turns: int = Field(default=50, ge=1)
-    carry: CarriedState | None = None  # set by continue-as-new only
+    max_message_bytes: int = Field(default=DEFAULT_MESSAGE_BYTES, ge=1)  # capped at the default
+    state: ConversationState | None = None  # set by continue-as-new only
+    carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read
 
 
 class LLMRequest(BaseModel):
@@ -147,6 +150,22 @@ class LLMRequest(BaseModel):
     tool_choice: Literal["auto", "none"] = "auto"
     turn: int = 0
     step: int = 0
+
+
+class SummaryRequest(BaseModel):
+    """Fold turns into the running summary: the previous summary and the turns' messages."""
+
+    model: str | None
+    previous: str | None
+    messages: list[ChatMessage]
+    first_turn: int
+    last_turn: int
+    max_tokens: int
+
+
+class SummaryReply(BaseModel):
+    text: str
+    usage: Usage = Field(default_factory=Usage)
 
 
 class LLMReply(BaseModel):
@@ -263,7 +282,8 @@ class AuditAction(BaseModel):
 
 
 class AuditRecord(BaseModel):
-    """One ReAct step: what the model thought, what it did, who allowed it, what came back."""
+    """One ReAct step: what the model thought, what it did, who allowed it, what came back.
+    A `summary` record is the model folding older turns into the running summary before `step`."""
 
     at: datetime
     turn: int
@@ -272,6 +292,8 @@ class AuditRecord(BaseModel):
     actions: list[AuditAction] = []
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
+    kind: Literal["step", "summary"] = "step"
+    actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
 
 
 class StreamEvent(BaseModel):
@@ -280,7 +302,7 @@ class StreamEvent(BaseModel):
     kind: Literal[
         "turn_started", "llm_started", "token", "reset", "tool_started", "tool_finished",
         "approval_requested", "decision_taken", "decision_refused", "question_asked", "answered",
-        "turn_finished",
+        "turn_finished", "summary_started", "summary_finished",
     ]
     turn: int = 0
     step: int = 0
@@ -332,36 +354,7 @@ class ConversationStatus(BaseModel):
     runs: int = 1  # workflow runs so far (continue-as-new starts a new one)
 
 
-class CarriedState(BaseModel):
-    """Everything a conversation needs to go on in a new run after continue-as-new."""
-
-    messages: list[ChatMessage]
-    inbox: list[str]
-    catalog: list[ToolDefinition]
-    setup_errors: list[str]
-    turn: int
-    steps: int
-    llm_calls: int
-    turn_llm_calls: int
-    tools_used: list[str]
-    stop_reason: StopReason | None
-    final_answer: str | None
-    error: str | None
-    usage: Usage
-    turn_usage: Usage
-    turns: list[TurnSummary]
-    in_turn: bool  # the run ended between two steps of a turn, which the next run resumes
-    forced_reason: StopReason | None
-    call_records: list[tuple[str, str, str]]
-    seen_call_ids: list[str]
-    outcomes: list[SignalOutcome]
-    past_calls: list[tuple[str, str]]
-    decisions: list[Decision]
-    end_requested: bool
-    runs: int
-    audit: list[AuditRecord] = []
-    audit_dropped: int = 0
-    stream: WorkflowStreamState | None = None
-
+# The conversation's own state builds on the models above.
+from workflows.state import CarriedState, ConversationState  # noqa: E402
 
 ConversationInput.model_rebuild()

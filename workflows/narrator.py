@@ -1,60 +1,128 @@
 """What the conversation tells the outside: the live event stream and the audit trail.
 
 The stream is Temporal's Workflow Streams (offset-addressed, durable, carried across
-continue-as-new); the audit trail is a bounded tail of per-step records kept in workflow state,
-with what falls off the tail summarised in the memo.
+continue-as-new); the audit trail is a tail of per-step records kept in the conversation's state,
+with what falls off the tail summarised in the memo. Both are bounded: each event and record is
+clipped, the stream keeps its latest items, and what they carry to the next run has a byte budget.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from workflows.models import AuditRecord, StreamEvent
+from workflows.bounds import (
+    MAX_AUDIT_RECORD_BYTES,
+    MAX_AUDIT_RECORDS,
+    MAX_EVENT_TEXT_BYTES,
+    MAX_PREVIEW_BYTES,
+    MAX_STREAM_ITEMS,
+    MAX_THOUGHT_BYTES,
+    STREAM_CARRY_BYTES,
+    Tail,
+    clip,
+    json_size,
+    keep_within,
+    preview_args,
+)
+from workflows.approvals import Refusal
+from workflows.models import AuditRecord, Decision, StreamEvent
+from workflows.state import ConversationState
 
 EVENTS_TOPIC = "events"
 TOKENS_TOPIC = "tokens"
-MAX_AUDIT_RECORDS = 500
-MAX_CARRIED_STREAM_ITEMS = 1000
+OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by WorkflowStream
+CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)
 
 
 class Narrator:
-    def __init__(
-        self, stream_state: WorkflowStreamState | None = None,
-        audit: list[AuditRecord] | None = None, audit_dropped: int = 0,
-    ) -> None:
+    def __init__(self, state: ConversationState, audit_bytes: int | None) -> None:
         # Called from the workflow's @workflow.init, as WorkflowStream requires.
-        self.stream = WorkflowStream(prior_state=stream_state)
+        prior, state.stream = state.stream, None  # the stream holds it now; `carry` gives it back
+        self.stream = WorkflowStream(prior_state=prior)
         self._events = self.stream.topic(EVENTS_TOPIC, type=StreamEvent)
-        self.audit: list[AuditRecord] = list(audit or [])
-        self.audit_dropped = audit_dropped
+        self._base = prior.base_offset if prior is not None else 0
+        self._state = state
+        self._audit = Tail(state.audit, MAX_AUDIT_RECORDS, audit_bytes)
 
-    def emit(self, kind: str, **fields: Any) -> None:
-        self._events.publish(StreamEvent(kind=kind, **fields))  # type: ignore[arg-type]
+    def emit(self, kind: str, *, turn: int | None = None, step: int | None = None,
+             **fields: Any) -> None:
+        """Publish an event of the current turn (and step, unless given)."""
+        current = self._state.current
+        if fields.get("text") is not None:
+            fields["text"] = clip(fields["text"], MAX_EVENT_TEXT_BYTES)
+        if fields.get("args") is not None:
+            fields["args"] = preview_args(fields["args"])
+        self._events.publish(StreamEvent(  # type: ignore[arg-type]
+            kind=kind, turn=current.number if turn is None else turn,
+            step=current.steps if step is None else step, **fields,
+        ))
+
+    def announce(self, result: list[Decision] | Refusal) -> None:
+        """Put decisions (or a refused decision) on the live stream."""
+        if isinstance(result, Refusal):
+            self.emit("decision_refused", text=result.reason)
+            return
+        for d in result:
+            self.emit("decision_taken", call_id=d.call_id, tool=d.tool, approver=d.approver,
+                      status="approved" if d.approved else "rejected", text=d.reason)
 
     def record(self, record: AuditRecord) -> None:
-        self.audit.append(record)
-        overflow = len(self.audit) - MAX_AUDIT_RECORDS
-        if overflow > 0:
-            dropped, self.audit = self.audit[:overflow], self.audit[overflow:]
-            self.audit_dropped += overflow
-            workflow.upsert_memo({"audit_dropped": _summary(dropped, self.audit_dropped)})
+        """Keep a step's audit record (clipped), and let the oldest stream items go."""
+        dropped = self._audit.append(_clipped(record))
+        if dropped:
+            self._state.audit_dropped += len(dropped)
+            workflow.upsert_memo({"audit_dropped": _summary(dropped, self._state.audit_dropped)})
+        end = workflow.get_query_handler(OFFSET_QUERY)()
+        if end - self._base > MAX_STREAM_ITEMS:
+            self._base = end - MAX_STREAM_ITEMS
+            self.stream.truncate(self._base)
 
-    def carry(self) -> dict[str, Any]:
-        """State for the next run (after `close()` and every handler finished), trimmed."""
-        state = self.stream.get_state()
-        end = state.base_offset + len(state.log)
-        if len(state.log) > MAX_CARRIED_STREAM_ITEMS:
-            self.stream.truncate(end - MAX_CARRIED_STREAM_ITEMS)
-            state = self.stream.get_state()
-        return {"stream": state, "audit": self.audit, "audit_dropped": self.audit_dropped}
+    @property
+    def audit(self) -> list[AuditRecord]:
+        return self._audit.items
+
+    def carry(self) -> WorkflowStreamState:
+        """The stream's state for the next run (after `close()` and every handler finished)."""
+        return carried_stream(self.stream.get_state(publisher_ttl=timedelta(minutes=15)))
 
     def close(self) -> None:
         """Release waiting subscribers so the workflow can complete; they read the rest by query."""
         self.stream.detach_pollers()
+
+
+def carried_stream(state: WorkflowStreamState) -> WorkflowStreamState:
+    """The stream's latest items within `STREAM_CARRY_BYTES`, and its latest publishers."""
+    size, keep = 0, 0
+    for item in reversed(state.log):
+        size += json_size(item.data) + json_size(item.topic) + 16
+        if size > STREAM_CARRY_BYTES:
+            break
+        keep += 1
+    latest = sorted(state.publishers.items(), key=lambda p: p[1].last_seen)[-CARRIED_PUBLISHERS:]
+    return WorkflowStreamState(
+        log=state.log[len(state.log) - keep:],
+        base_offset=state.base_offset + len(state.log) - keep,
+        publishers=dict(latest),
+    )
+
+
+def _clipped(record: AuditRecord) -> AuditRecord:
+    """The record within `MAX_AUDIT_RECORD_BYTES`: its thought and inputs clipped, and as many of
+    its actions as fit."""
+    actions = [
+        a.model_copy(update={"input": preview_args(a.input) if isinstance(a.input, dict)
+                             else clip(a.input, MAX_PREVIEW_BYTES)})
+        for a in record.actions
+    ]
+    bare = record.model_copy(update={"thought": clip(record.thought, MAX_THOUGHT_BYTES),
+                                     "actions": []})
+    kept, left_out = keep_within(actions, MAX_AUDIT_RECORD_BYTES - json_size(bare) - 32)
+    return bare.model_copy(update={"actions": kept, "actions_left_out": len(left_out)})
 
 
 def _summary(dropped: list[AuditRecord], total: int) -> dict[str, Any]:

@@ -14,3 +14,12 @@ DEFAULT_SYSTEM_PROMPT = (
     "problem to the user. Some tools change things (notes, for example); a human approves each "
     "such call, and may reject it with a reason: respect it.\n\n" + ASK_SYSTEM_PROMPT
 )
+
+SUMMARIZER_PROMPT = (
+    "You keep the running summary of a conversation between a user and an assistant that uses "
+    "tools. Rewrite the summary so far so that it also covers the new turns. Keep what later turns "
+    "may need: the user's goals, preferences and the facts they gave, decisions and approvals, "
+    "tool results that matter, and open questions and tasks. Leave out small talk and repetition. "
+    "Write at most {words} words of plain prose or short bullet points, and answer with the new "
+    "summary only."
+)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from workflows.bounds import MAX_CALL_ID_BYTES, MAX_REPLY_TEXT_BYTES, Limits, clip_bytes, text_size
 from workflows.models import ChatMessage, FunctionCall, ToolCall
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -50,13 +51,13 @@ def _as_call(item: Any) -> ToolCall | None:
 def unique_call_ids(
     calls: list[ToolCall], seen: Collection[str], turn: int, step: int
 ) -> list[ToolCall]:
-    """Give every call an id that is non-empty and unused in this conversation, deterministically,
-    so that each tool message answers exactly one call."""
+    """Give every call an id that is non-empty, short and unused in this conversation,
+    deterministically, so that each tool message answers exactly one call."""
     taken = set(seen)
     fixed = []
     for i, call in enumerate(calls):
         call_id = call.id
-        if not call_id or call_id in taken:
+        if not call_id or call_id in taken or text_size(call_id) > MAX_CALL_ID_BYTES:
             base = f"call_t{turn}s{step}_{i}"
             call_id, n = base, 1
             while call_id in taken:
@@ -66,3 +67,40 @@ def unique_call_ids(
         taken.add(call_id)
         fixed.append(call)
     return fixed
+
+
+def bound_reply(message: ChatMessage, limits: Limits) -> tuple[ChatMessage, dict[str, str]]:
+    """A reply within the bounds of what the context keeps: its text cut to a size, its calls to
+    a number, and calls whose arguments would pass the size budget refused. Returns the message and
+    the refused calls' observations by call id."""
+    update: dict[str, Any] = {}
+    if message.content is not None:
+        update["content"] = clip_bytes(message.content, MAX_REPLY_TEXT_BYTES, "reply text")
+    calls, refused = list(message.tool_calls or []), {}
+    if limits.calls_per_reply is not None and len(calls) > limits.calls_per_reply:
+        calls = calls[: limits.calls_per_reply]
+        update["tool_calls"] = calls
+        last = calls[-1].id
+        left_out = len(message.tool_calls or []) - len(calls)
+        refused[last] = (
+            f"Error: not run: your reply had {len(message.tool_calls or [])} tool calls, and at "
+            f"most {limits.calls_per_reply} are taken from one reply: this one and the "
+            f"{left_out} after it did not run. Make them in a later step."
+        )
+    if limits.args_bytes is not None:
+        budget, kept = limits.args_bytes, []
+        for call in calls:
+            size = text_size(call.function.arguments)
+            if size > budget:
+                refused[call.id] = (
+                    f"Error: the arguments of {call.function.name} are {size:,} bytes, over what "
+                    f"one reply may send ({limits.args_bytes:,} bytes in all). Send less."
+                )
+                call = call.model_copy(update={"function": call.function.model_copy(
+                    update={"arguments": "{}"})})
+            else:
+                budget -= size
+            kept.append(call)
+        if kept != calls:
+            update["tool_calls"] = kept
+    return (message.model_copy(update=update) if update else message), refused

@@ -15,7 +15,8 @@ _SPACES = re.compile(r"\s+")
 
 @dataclass(frozen=True)
 class CallRecord:
-    """A tool call as loop detection sees it: the tool, its normalised args, its result."""
+    """A tool call as loop detection sees it: the tool, and digests of its normalised args and
+    of its result (small, whatever the sizes)."""
 
     tool: str
     args_key: str
@@ -36,11 +37,19 @@ def _normalise(value: Any) -> Any:
     return value
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def call_record(tool: str, args: dict[str, Any], observation: str) -> CallRecord:
     """Args and results compare after case and whitespace are normalised; keys are sorted."""
-    args_key = json.dumps(_normalise(args), sort_keys=True, separators=(",", ":"))
-    result_key = hashlib.sha256(_normalise_text(observation).encode()).hexdigest()
-    return CallRecord(tool=tool, args_key=args_key, result_key=result_key)
+    args_json = json.dumps(_normalise(args), sort_keys=True, separators=(",", ":"))
+    return call_record_of_key(tool, args_json, _digest(_normalise_text(observation)))
+
+
+def call_record_of_key(tool: str, args_json: str, result_key: str) -> CallRecord:
+    """The record of normalised args (as JSON) and a result digest, as earlier versions kept them."""
+    return CallRecord(tool=tool, args_key=_digest(args_json), result_key=result_key)
 
 
 def is_looping(records: list[CallRecord]) -> bool:

@@ -1,0 +1,216 @@
+"""Byte bounds of everything a conversation keeps, and the pure helpers that enforce them.
+
+Sizes are JSON bytes, the way Temporal's payloads carry them (a control character costs six), so a
+bound here is a bound on the payload. The section budgets add up to `CARRY_BUDGET_BYTES`, which the
+carried state at continue-as-new never passes (see `workflows.handover`), whatever the conversation
+did: half of Temporal's 2 MiB payload limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+KiB = 1024
+CARRY_BUDGET_BYTES = 1024 * KiB
+
+# What comes in from outside, at the edge.
+DEFAULT_MESSAGE_BYTES = 256 * KiB  # a user message (`start`, `say`), unless configured lower
+MAX_SYSTEM_PROMPT_BYTES = 32 * KiB
+MAX_OBSERVATION_BYTES = 64 * KiB  # the ceiling of `max_observation_bytes`
+MAX_CONTEXT_BUDGET_TOKENS = 128_000  # the ceiling of `context_budget_tokens` (a model request < 2 MiB)
+MAX_MODEL_NAME_BYTES = 256
+MAX_AUTO_APPROVE = 64
+
+# What the model sends, as kept in the context.
+MAX_REPLY_TEXT_BYTES = 32 * KiB  # an assistant message's text (and the turn's final answer)
+MAX_CALL_ARGS_BYTES = 32 * KiB  # all tool-call arguments of one reply
+MAX_CALLS_PER_REPLY = 64
+MAX_CALL_ID_BYTES = 64
+MAX_SUMMARY_BYTES = 16 * KiB
+
+# Sections of the carried state.
+INBOX_BYTES = 256 * KiB
+MAX_QUEUED_MESSAGES = 64
+CONTEXT_CARRY_BYTES = 400 * KiB
+CATALOG_BYTES = 128 * KiB
+AUDIT_BYTES = 40 * KiB
+MAX_AUDIT_RECORDS = 500
+MAX_AUDIT_RECORD_BYTES = 8 * KiB  # a step with more actions lists the first ones
+STREAM_CARRY_BYTES = 32 * KiB
+MAX_STREAM_ITEMS = 1000  # in a run; each item is clipped (`MAX_EVENT_TEXT_BYTES`)
+MAX_REMEMBERED_SIGNALS = 64
+MAX_REMEMBERED_CALLS = 64
+MAX_SEEN_CALL_IDS = 128
+MAX_TURN_DECISIONS = 32
+MAX_TURN_SUMMARIES = 20
+MAX_TOOLS_USED = 64  # tool names a turn lists as used
+MAX_TOOLS_LISTED = 8  # of those, kept in the turn's summary
+MAX_NOTICES = 8
+MAX_TOOL_NAME_BYTES = 64  # OpenAI's own limit on function names
+
+# Clips of single values, in JSON bytes.
+MAX_REQUEST_ID_BYTES = 128
+MAX_APPROVER_BYTES = 64
+MAX_REASON_BYTES = 256
+MAX_ERROR_BYTES = 512
+MAX_THOUGHT_BYTES = 2048
+MAX_EVENT_TEXT_BYTES = 2048
+MAX_PREVIEW_BYTES = 512  # tool arguments as shown in events and audit records
+
+T = TypeVar("T")
+
+
+def json_size(value: Any) -> int:
+    """The bytes `value` takes in a JSON payload."""
+    if isinstance(value, BaseModel):
+        return len(value.__pydantic_serializer__.to_json(value))
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+def text_size(text: str) -> int:
+    """The bytes `text` takes inside a JSON payload (escapes counted, quotes not)."""
+    return json_size(text) - 2
+
+
+def _prefix(text: str, limit: int) -> str:
+    """The longest prefix of `text` whose `text_size` is at most `limit`."""
+    low, high = 0, min(len(text), max(limit, 0))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if text_size(text[:mid]) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
+
+
+def clip(text: str | None, limit: int) -> str | None:
+    """`text` within `limit` bytes of JSON, ending in an ellipsis when cut."""
+    if text is None or len(text) * 6 <= limit or text_size(text) <= limit:
+        return text
+    return _prefix(text, limit - 3) + "…"
+
+
+def clip_bytes(text: str, limit: int, what: str = "text") -> str:
+    """`text` within `limit` bytes of JSON, saying how much was cut."""
+    size = text_size(text)
+    if size <= limit:
+        return text
+    marker = f"…[cut: {what} of {size} bytes]"
+    return _prefix(text, limit - text_size(marker)) + marker
+
+
+def truncate_observation(text: str, max_bytes: int) -> tuple[str, int | None]:
+    """An observation cut to `max_bytes` of UTF-8 with a clear marker, and its full size if cut."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text, None
+    marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
+    return data[:max_bytes].decode(errors="ignore") + marker, len(data)
+
+
+def preview_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Tool arguments small enough to show in an event or an audit record."""
+    text = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    if text_size(text) <= MAX_PREVIEW_BYTES:
+        return args
+    return {"(arguments)": clip(text, MAX_PREVIEW_BYTES)}
+
+
+def keep_last(items: list[T], limit: int) -> list[T]:
+    return items[-limit:] if len(items) > limit else items
+
+
+class Tail(Generic[T]):
+    """A list of the conversation state that keeps its newest items within a count and a byte
+    budget. The list is the state's own object, changed in place; sizes are kept beside it."""
+
+    def __init__(self, items: list[T], max_items: int, max_bytes: int | None,
+                 size: Callable[[T], int] = json_size):
+        self.items = items
+        self._size = size
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._sizes: deque[int] = deque(size(i) for i in items)
+        self.bytes = sum(self._sizes)
+
+    def fits(self, size: int) -> bool:
+        """Whether an item of `size` bytes can join without pushing another out."""
+        return len(self.items) < self.max_items and (
+            self.max_bytes is None or self.bytes + size <= self.max_bytes
+        )
+
+    def append(self, item: T, size: int | None = None) -> list[T]:
+        """Add `item`; return the oldest items pushed out to stay within the budget."""
+        size = self._size(item) if size is None else size
+        self.items.append(item)
+        self._sizes.append(size)
+        self.bytes += size
+        dropped = []
+        while self.items and (
+            len(self.items) > self.max_items
+            or (self.max_bytes is not None and self.bytes > self.max_bytes)
+        ):
+            dropped.append(self.items.pop(0))
+            self.bytes -= self._sizes.popleft()
+        return dropped
+
+    def pop_first(self) -> T:
+        self.bytes -= self._sizes.popleft()
+        return self.items.pop(0)
+
+
+def total_size(values: Iterable[Any]) -> int:
+    return sum(json_size(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds a run enforces where they change what it does. A run that began before them
+    (no patch marker in its history) enforces none until its next continue-as-new, so that its
+    replay stays exact; a new run enforces all. `None` is no bound."""
+
+    message_bytes: int | None = None  # a user message, or the answer to a question
+    inbox_bytes: int | None = None
+    audit_bytes: int | None = None  # when audit records fall off (the memo records them)
+    catalog_bytes: int | None = None  # tool schemas kept from discovery
+    args_bytes: int | None = None  # a reply's tool-call arguments, or a call's edited args
+    calls_per_reply: int | None = None
+    auto_approve: int | None = None  # names an approval policy may list
+    fold_context: bool = False  # summarize older turns; give the latest round shares
+
+    @classmethod
+    def bounded(cls, message_bytes: int) -> Limits:
+        return cls(
+            message_bytes=min(message_bytes, DEFAULT_MESSAGE_BYTES), inbox_bytes=INBOX_BYTES,
+            audit_bytes=AUDIT_BYTES, catalog_bytes=CATALOG_BYTES, args_bytes=MAX_CALL_ARGS_BYTES,
+            calls_per_reply=MAX_CALLS_PER_REPLY, auto_approve=MAX_AUTO_APPROVE, fold_context=True,
+        )
+
+
+def check_message(text: str, limit: int | None) -> str | None:
+    """Why a user message is refused, or None: empty, or over `limit` bytes."""
+    if not text.strip():
+        return "the message is empty"
+    size = text_size(text)
+    if limit is not None and size > limit:
+        return f"the message is {size:,} bytes, over the limit of {limit:,} bytes"
+    return None
+
+
+def keep_within(items: list[T], max_bytes: int | None) -> tuple[list[T], list[T]]:
+    """The first items whose sizes fit `max_bytes` together, and the rest."""
+    if max_bytes is None:
+        return items, []
+    total = 0
+    for i, item in enumerate(items):
+        total += json_size(item) + 1
+        if total > max_bytes:
+            return items[:i], items[i:]
+    return items, []

@@ -1,0 +1,243 @@
+"""What the model is shown, kept within a token budget for any number of turns. Pure functions.
+
+A step sends the system prompt, the running summary of the turns folded away, the latest turns
+verbatim, and the current turn with its older tool rounds compacted (`workflows.compaction`).
+When that would pass the budget, the oldest turns are folded into the summary, down to a low-water
+mark so that folding is occasional. The latest tool round gets a share of what is left, so one
+step's prompt stays within the budget unless the user's message alone passes it. Estimates are
+scaled by what the endpoint reported for the previous request (`token_ratio`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from workflows.bounds import (
+    MAX_CONTEXT_BUDGET_TOKENS,
+    MAX_SUMMARY_BYTES,
+    clip_bytes,
+    json_size,
+    text_size,
+    truncate_observation,
+)
+from workflows.compaction import (
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD_TOKENS,
+    NOTE_RESERVE_TOKENS,
+    compact,
+    estimate_tokens,
+    model_steps,
+)
+from workflows.models import ChatMessage
+from workflows.state import ContextState
+
+LOW_WATER = 0.5  # a fold leaves the prompt at most this share of the budget
+MIN_RATIO, MAX_RATIO = 0.25, 8.0
+MIN_SHARE_BYTES = 256  # what an observation keeps even when the budget is spent
+CUT_MARKER_BYTES = 48  # "…[cut: observation of N bytes]"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The context budget in the endpoint's tokens, seen through the calibrated estimate."""
+
+    tokens: int
+    ratio: float = 1.0  # endpoint tokens per estimated token
+    tools: int = 0  # estimated tokens of the tool schemas every request carries
+
+    @property
+    def room(self) -> int:
+        """Estimated tokens the messages may take."""
+        return int(self.tokens / self.ratio) - self.tools
+
+    @property
+    def summary_tokens(self) -> int:
+        """The most the running summary may take (what the summarizer is asked for)."""
+        return max(64, min(self.tokens // 8, MAX_SUMMARY_BYTES // CHARS_PER_TOKEN))
+
+
+def budget_tokens(configured: int | None) -> int:
+    """The budget in force: the configured one, within what one model request may carry."""
+    return min(configured or MAX_CONTEXT_BUDGET_TOKENS, MAX_CONTEXT_BUDGET_TOKENS)
+
+
+def tools_tokens(tools: list[dict[str, Any]]) -> int:
+    return len(json.dumps(tools, separators=(",", ":"))) // CHARS_PER_TOKEN if tools else 0
+
+
+def calibrated_ratio(sent_estimate: int, reported: int, previous: float) -> float:
+    """Endpoint tokens per estimated token, from what the endpoint counted for the last request."""
+    if reported <= 0 or sent_estimate <= 0:
+        return previous
+    return min(MAX_RATIO, max(MIN_RATIO, reported / sent_estimate))
+
+
+# ----- the shape of the context -----
+
+
+def current_turn_start(messages: list[ChatMessage]) -> int:
+    """Where the current (latest) turn begins: its user message."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return i
+    return 0
+
+
+def turn_starts(messages: list[ChatMessage]) -> list[int]:
+    return [i for i, m in enumerate(messages) if m.role == "user"]
+
+
+def summary_message(ctx: ContextState) -> ChatMessage | None:
+    if not ctx.folded_turns:
+        return None
+    lines = [f"[Summary of turns 1-{ctx.folded_turns} of this conversation ({ctx.folded_steps} "
+             "model steps), folded to bound the context]"]
+    if ctx.dropped_turns:
+        lines.append(f"[{ctx.dropped_turns} of those turns were dropped without a summary: "
+                     f"{ctx.drop_reason}]")
+    lines.append(ctx.summary or "(no summary yet)")
+    return ChatMessage(role="system", content="\n".join(lines))
+
+
+def head(ctx: ContextState) -> list[ChatMessage]:
+    summary = summary_message(ctx)
+    system = ChatMessage(role="system", content=ctx.system_prompt)
+    return [system] if summary is None else [system, summary]
+
+
+def shown(ctx: ContextState) -> list[ChatMessage]:
+    """The whole context as stored (what the `messages` query answers)."""
+    return [*head(ctx), *ctx.messages]
+
+
+# ----- folding -----
+
+
+def plan_fold(ctx: ContextState, budget: Budget) -> int:
+    """How many of the oldest turns to fold into the summary before the next step; 0 for none.
+
+    The current turn never folds. When the prompt would pass the budget, fold the fewest oldest
+    turns that bring it down to the low-water mark (counting the summary at its largest), or all
+    of them."""
+    start = current_turn_start(ctx.messages)
+    older, current = ctx.messages[:start], ctx.messages[start:]
+    if not older:
+        return 0
+    if estimate_tokens(head(ctx)) + estimate_tokens(older) + estimate_tokens(current) <= budget.room:
+        return 0
+    system = ChatMessage(role="system", content=ctx.system_prompt)
+    kept = estimate_tokens([system]) + budget.summary_tokens + estimate_tokens(current)
+    target = budget.room * LOW_WATER
+    starts = [i for i in turn_starts(older) if i > 0]  # a turn's messages run to the next start
+    for k, cut in enumerate(starts, start=1):
+        if kept + estimate_tokens(older[cut:]) <= target:
+            return k
+    return len(starts) + 1
+
+
+def fold_cut(ctx: ContextState, turns: int) -> int:
+    """The index of the first message kept when the oldest `turns` turns fold."""
+    starts = [i for i in turn_starts(ctx.messages) if i > 0]
+    current = current_turn_start(ctx.messages)
+    return starts[turns - 1] if turns <= len(starts) and starts[turns - 1] <= current else current
+
+
+def folded(ctx: ContextState, cut: int, summary: str | None, drop_reason: str | None = None
+           ) -> ContextState:
+    """The context once `messages[:cut]` left it: into `summary`, or dropped (`drop_reason`)."""
+    gone = ctx.messages[:cut]
+    turns = max(1, sum(1 for m in gone if m.role == "user"))
+    update: dict[str, Any] = {
+        "messages": ctx.messages[cut:],
+        "folded_turns": ctx.folded_turns + turns,
+        "folded_steps": ctx.folded_steps + model_steps(gone),
+    }
+    if drop_reason is None:
+        update["summary"] = summary
+    else:
+        update["dropped_turns"] = ctx.dropped_turns + turns
+        update["drop_reason"] = drop_reason
+    return ctx.model_copy(update=update)
+
+
+# ----- the next step -----
+
+
+def prompt(ctx: ContextState, budget: Budget) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    """The messages of the next step, and the context's messages with the current turn compacted
+    as sent (kept, so the context holds no more than the model was last shown)."""
+    start = current_turn_start(ctx.messages)
+    older, current = ctx.messages[:start], ctx.messages[start:]
+    first = head(ctx)
+    room = budget.room - estimate_tokens(first) - estimate_tokens(older)
+    current = compact(current, max(room, 0))
+    return [*first, *older, *current], [*older, *current]
+
+
+def observation_share(ctx: ContextState, budget: Budget, call_message: ChatMessage) -> int:
+    """Bytes each observation of the round `call_message` starts may take, so that the next step
+    fits: what the budget leaves after the system prompt, the summary, the user's message and
+    the calls (older turns fold and older rounds compact to make room)."""
+    calls = len(call_message.tool_calls or []) or 1
+    user = ctx.messages[current_turn_start(ctx.messages)] if ctx.messages else None
+    summary = summary_message(ctx)
+    fixed = (
+        estimate_tokens([m for m in (user, call_message) if m is not None])
+        + estimate_tokens([ChatMessage(role="system", content=ctx.system_prompt)])
+        + max(estimate_tokens([summary]) if summary else 0, budget.summary_tokens)
+        + NOTE_RESERVE_TOKENS + calls * MESSAGE_OVERHEAD_TOKENS
+    )
+    return max(MIN_SHARE_BYTES, (budget.room - fixed) // calls * CHARS_PER_TOKEN)
+
+
+def shared(observation: str, share: int) -> tuple[str, int | None]:
+    """An observation within its share of the round (the full size, when cut)."""
+    return truncate_observation(observation, share)
+
+
+# ----- the carry -----
+
+
+def fit_bytes(ctx: ContextState, max_bytes: int, reason: str) -> ContextState:
+    """The context within `max_bytes` of JSON, deterministically: drop the oldest turns with a
+    note, then the current turn's older rounds, then cut the latest observations evenly."""
+    sizes = [json_size(m) + 1 for m in ctx.messages]
+    slack = json_size(reason) + 64  # the drop note, and counters that grow
+    fixed = json_size(ctx.model_copy(update={"messages": []})) + slack
+    if fixed + sum(sizes) <= max_bytes:
+        return ctx
+    start = current_turn_start(ctx.messages)
+    cut, left = 0, fixed + sum(sizes)
+    for turn_start in [i for i in turn_starts(ctx.messages) if 0 < i <= start] or [start]:
+        cut, left = turn_start, fixed + sum(sizes[turn_start:])
+        if left <= max_bytes:
+            break
+    if cut:
+        ctx = folded(ctx, cut, None, reason)
+    if left <= max_bytes:
+        return ctx
+    ctx = ctx.model_copy(update={"messages": compact(ctx.messages, 0)})
+    over = json_size(ctx) - max_bytes
+    tools = [i for i, m in enumerate(ctx.messages) if m.role == "tool"]
+    if over <= 0 or not tools:
+        return ctx
+    messages = list(ctx.messages)
+    sizes = [text_size(messages[i].content or "") for i in tools]
+    cap = level(sizes, sum(sizes) - over - len(tools) * CUT_MARKER_BYTES)
+    for i in tools:
+        messages[i] = messages[i].model_copy(update={
+            "content": clip_bytes(messages[i].content or "", cap + CUT_MARKER_BYTES, "observation")})
+    return ctx.model_copy(update={"messages": messages})
+
+
+def level(sizes: list[int], total: int) -> int:
+    """The largest cap such that the sizes, each cut to the cap, add up to at most `total`."""
+    remaining, left = max(total, 0), len(sizes)
+    for size in sorted(sizes):
+        if size * left > remaining:
+            return remaining // left
+        remaining -= size
+        left -= 1
+    return max(sizes, default=0)

@@ -1,0 +1,80 @@
+"""What a conversation takes in at its start, bounded at the edge: settings beyond their ceilings
+are brought within them (with a notice where that changes what the caller asked for), and a first
+message over the size limit is refused, not run. Pure functions."""
+
+from __future__ import annotations
+
+from workflows.bounds import (
+    MAX_CONTEXT_BUDGET_TOKENS,
+    MAX_MODEL_NAME_BYTES,
+    MAX_OBSERVATION_BYTES,
+    MAX_SYSTEM_PROMPT_BYTES,
+    MAX_TOOL_NAME_BYTES,
+    Limits,
+    check_message,
+    clip,
+    clip_bytes,
+    keep_within,
+    text_size,
+)
+from workflows.models import ConversationInput, ToolDefinition
+from workflows.prompts import DEFAULT_SYSTEM_PROMPT
+from workflows.state import ContextState, ConversationState
+
+
+def settled_input(inp: ConversationInput, limits: Limits) -> tuple[ConversationInput, list[str]]:
+    """The input with every setting within its ceiling, and notices of what had to change."""
+    notices: list[str] = []
+    update: dict = {
+        "max_observation_bytes": min(inp.max_observation_bytes, MAX_OBSERVATION_BYTES),
+        "model": clip(inp.model, MAX_MODEL_NAME_BYTES),
+    }
+    if inp.context_budget_tokens is not None:
+        update["context_budget_tokens"] = min(inp.context_budget_tokens, MAX_CONTEXT_BUDGET_TOKENS)
+    if inp.system_prompt is not None:
+        update["system_prompt"] = clip_bytes(inp.system_prompt, MAX_SYSTEM_PROMPT_BYTES, "system prompt")
+        if update["system_prompt"] != inp.system_prompt:
+            notices.append(f"the system prompt was cut to {MAX_SYSTEM_PROMPT_BYTES // 1024} KiB")
+    names = inp.approval.auto_approve
+    if limits.auto_approve is not None:
+        kept = [n for n in names if text_size(n) <= MAX_TOOL_NAME_BYTES][: limits.auto_approve]
+        if kept != names:
+            notices.append(f"the approval policy names {len(names)} tools to auto-approve; "
+                           f"only the first {len(kept)} valid names count")
+            update["approval"] = inp.approval.model_copy(update={"auto_approve": kept})
+    return inp.model_copy(update=update), notices
+
+
+def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> ConversationState:
+    """The state a run starts from: carried by continue-as-new, or new with the first message."""
+    if inp.state is not None:
+        return inp.state
+    if inp.carry is not None:
+        return inp.carry.to_state(DEFAULT_SYSTEM_PROMPT)
+    state = ConversationState(
+        context=ContextState(system_prompt=inp.system_prompt or DEFAULT_SYSTEM_PROMPT))
+    for notice in notices:
+        state.notice(notice)
+    refusal = check_message(inp.prompt, limits.message_bytes) if limits.message_bytes else None
+    if refusal is None:
+        state.inbox.append(inp.prompt)
+    else:
+        state.notice(f"the first message was refused: {refusal}")
+    return state
+
+
+def admitted_tools(found: list[ToolDefinition], limits: Limits) -> tuple[list[ToolDefinition], list[str]]:
+    """The discovered tools a conversation keeps, and notices of those it leaves out: names no
+    model accepts, and what passes the catalog's size bound."""
+    if limits.catalog_bytes is None:
+        return found, []
+    named = [t for t in found if text_size(t.name) <= MAX_TOOL_NAME_BYTES]
+    kept, too_many = keep_within(named, limits.catalog_bytes)
+    notices = []
+    if len(named) < len(found):
+        notices.append(f"{len(found) - len(named)} tool(s) left out: names over "
+                       f"{MAX_TOOL_NAME_BYTES} bytes")
+    if too_many:
+        notices.append("tools left out, past the catalog's size bound: "
+                       + ", ".join(t.name for t in too_many))
+    return kept, notices

@@ -1,0 +1,128 @@
+"""The conversation's state: one typed model, held by the workflow and carried whole by
+continue-as-new. A new turn starts from a fresh `TurnState`; every list here has a bound
+(`workflows.bounds`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from workflows.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
+from workflows.models import (
+    AuditRecord,
+    ChatMessage,
+    Decision,
+    SignalOutcome,
+    StopReason,
+    ToolDefinition,
+    TurnSummary,
+    Usage,
+)
+from workflows.stopping import CallRecord, call_record_of_key
+
+
+class TurnState(BaseModel):
+    """What one turn keeps; the next turn starts from `TurnState(number=n + 1, in_progress=True)`."""
+
+    number: int = 0
+    in_progress: bool = False  # a run that starts with this set resumes the turn mid-way
+    steps: int = 0
+    llm_calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    tools_used: list[str] = []
+    stop_reason: StopReason | None = None
+    final_answer: str | None = None
+    error: str | None = None
+    forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
+    call_records: list[CallRecord] = []  # the latest two, for loop detection
+    decisions: list[Decision] = []
+
+
+class ContextState(BaseModel):
+    """What the model is shown: the system prompt, a running summary of the turns folded away, and
+    the latest turns verbatim (the current turn last, its older tool rounds compacted)."""
+
+    system_prompt: str
+    summary: str | None = None
+    folded_turns: int = 0  # turns no longer in `messages`: summarized, or dropped
+    folded_steps: int = 0  # model steps those turns took
+    dropped_turns: int = 0  # of the folded turns, those dropped because summarizing failed
+    drop_reason: str | None = None
+    messages: list[ChatMessage] = []
+    token_ratio: float = 1.0  # tokens the endpoint counts per estimated token, from its usage
+
+
+class ConversationState(BaseModel):
+    context: ContextState
+    current: TurnState = Field(default_factory=TurnState)
+    inbox: list[str] = []  # accepted messages waiting for their turn
+    catalog: dict[str, ToolDefinition] = {}
+    notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
+    llm_calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    turns: list[TurnSummary] = []  # the latest finished turns
+    seen_call_ids: list[str] = []
+    past_calls: list[tuple[str, str]] = []  # call id → why a decision about it is stale
+    outcomes: list[SignalOutcome] = []  # the latest signals' outcomes, for clients to read
+    end_requested: bool = False
+    runs: int = 1
+    audit: list[AuditRecord] = []
+    audit_dropped: int = 0
+    stream: WorkflowStreamState | None = None
+
+    def notice(self, text: str) -> None:
+        """Keep a notice for the status (the latest few, each clipped)."""
+        self.notices = keep_last([*self.notices, clip(text, MAX_ERROR_BYTES) or ""], MAX_NOTICES)
+
+
+class CarriedState(BaseModel):
+    """What continue-as-new carried before `ConversationState`. Runs started by earlier versions
+    begin from it; `from_carried` turns it into the state."""
+
+    messages: list[ChatMessage]
+    inbox: list[str]
+    catalog: list[ToolDefinition]
+    setup_errors: list[str]
+    turn: int
+    steps: int
+    llm_calls: int
+    turn_llm_calls: int
+    tools_used: list[str]
+    stop_reason: StopReason | None
+    final_answer: str | None
+    error: str | None
+    usage: Usage
+    turn_usage: Usage
+    turns: list[TurnSummary]
+    in_turn: bool
+    forced_reason: StopReason | None
+    call_records: list[tuple[str, str, str]]
+    seen_call_ids: list[str]
+    outcomes: list[SignalOutcome]
+    past_calls: list[tuple[str, str]]
+    decisions: list[Decision]
+    end_requested: bool
+    runs: int
+    audit: list[AuditRecord] = []
+    audit_dropped: int = 0
+    stream: WorkflowStreamState | None = None
+
+    def to_state(self, default_system_prompt: str) -> ConversationState:
+        system, messages = default_system_prompt, list(self.messages)
+        if messages and messages[0].role == "system":
+            system, messages = messages[0].content or "", messages[1:]
+        return ConversationState(
+            context=ContextState(system_prompt=system, messages=messages),
+            current=TurnState(
+                number=self.turn, in_progress=self.in_turn, steps=self.steps,
+                llm_calls=self.turn_llm_calls, usage=self.turn_usage, tools_used=self.tools_used,
+                stop_reason=self.stop_reason, final_answer=self.final_answer, error=self.error,
+                forced_reason=self.forced_reason, decisions=self.decisions,
+                call_records=[call_record_of_key(*r) for r in self.call_records[-2:]],
+            ),
+            inbox=self.inbox, catalog={t.name: t for t in self.catalog}, notices=self.setup_errors,
+            llm_calls=self.llm_calls, usage=self.usage, turns=self.turns,
+            seen_call_ids=self.seen_call_ids, past_calls=self.past_calls, outcomes=self.outcomes,
+            end_requested=self.end_requested, runs=self.runs, audit=self.audit,
+            audit_dropped=self.audit_dropped, stream=self.stream,
+        )

@@ -1,0 +1,172 @@
+"""Thinking: what the model is shown at each step, and asking it.
+
+Before a step, when the prompt would pass the context budget, the oldest turns fold into the
+running summary (the `summarize` activity, recorded like a step), or, if that fails, are dropped
+with a note. Then the step's prompt is built (`workflows.context`) and the model called; what the
+endpoint counted calibrates the next estimate. Its reply is made usable and bounded before the
+workflow acts on it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import context
+    from workflows.acting import failure_reason, raise_if_cancelled
+    from workflows.bounds import (
+        MAX_ERROR_BYTES,
+        MAX_SEEN_CALL_IDS,
+        MAX_SUMMARY_BYTES,
+        Limits,
+        clip,
+        clip_bytes,
+        keep_last,
+    )
+    from workflows.compaction import compact, estimate_tokens
+    from workflows.models import (
+        AuditRecord,
+        ChatMessage,
+        ConversationInput,
+        LLMReply,
+        LLMRequest,
+        SummaryReply,
+        SummaryRequest,
+        Usage,
+    )
+    from workflows.narrator import Narrator
+    from workflows.repair import bound_reply, recover_tool_calls, unique_call_ids
+    from workflows.state import ConversationState
+
+LLM_ACTIVITY = "llm_call"
+SUMMARIZE_ACTIVITY = "summarize"
+SUMMARY_ATTEMPTS = 3
+
+
+class Thinker:
+    def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
+                 narrator: Narrator) -> None:
+        self._input = inp
+        self._state = state
+        self._limits = limits
+        self._narrator = narrator
+        self._tools: list[dict] | None = None  # the catalog as the model sees it, once loaded
+
+    def tool_schemas(self) -> list[dict]:
+        if self._tools is None:
+            self._tools = [t.openai_schema() for t in self._state.catalog.values()]
+        return self._tools
+
+    def budget(self) -> context.Budget:
+        return context.Budget(
+            tokens=context.budget_tokens(self._input.context_budget_tokens),
+            ratio=self._state.context.token_ratio,
+            tools=context.tools_tokens(self.tool_schemas()),
+        )
+
+    def observation_share(self, call_message: ChatMessage) -> int | None:
+        """Bytes each observation of this round may keep (None: runs begun before the bounds)."""
+        if not self._limits.fold_context:
+            return None
+        return context.observation_share(self._state.context, self.budget(), call_message)
+
+    async def think(self, step: int, offered_tools: bool) -> LLMReply:
+        """Fold older turns if the prompt would pass the budget, then ask the model."""
+        if self._limits.fold_context:
+            await self._fold_older_turns(step)
+        self._narrator.emit("llm_started", step=step)
+        ctx, budget = self._state.context, self.budget()
+        if self._limits.fold_context:
+            messages, ctx.messages = context.prompt(ctx, budget)
+        else:  # as runs begun before the bounded context did
+            messages = compact(context.shown(ctx), self._input.context_budget_tokens)
+        turn = self._state.current
+        reply = await workflow.execute_activity(
+            LLM_ACTIVITY,
+            LLMRequest(model=self._input.model, messages=messages, tools=self.tool_schemas(),
+                       tool_choice="auto" if offered_tools else "none", turn=turn.number,
+                       step=step),
+            result_type=LLMReply,
+            start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
+            heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
+            retry_policy=self._retry(self._input.llm.max_attempts),
+            summary=f"llm turn {turn.number} step {step}",
+        )
+        ctx.token_ratio = context.calibrated_ratio(
+            estimate_tokens(messages) + budget.tools, reply.usage.prompt_tokens, ctx.token_ratio)
+        self.count(reply.usage)
+        return reply
+
+    def count(self, usage: Usage) -> None:
+        """One more completed model call, and what it used."""
+        state, turn = self._state, self._state.current
+        state.llm_calls += 1
+        turn.llm_calls += 1
+        state.usage = state.usage + usage
+        turn.usage = turn.usage + usage
+
+    def usable(self, message: ChatMessage, step: int) -> tuple[ChatMessage, dict[str, str]]:
+        """The reply made usable and bounded, and the calls the bounds refused (with their
+        observations)."""
+        state = self._state
+        message = recover_tool_calls(message, state.catalog.keys())
+        if message.tool_calls:
+            calls = unique_call_ids(message.tool_calls, state.seen_call_ids,
+                                    state.current.number, step)
+            state.seen_call_ids = keep_last([*state.seen_call_ids, *(c.id for c in calls)],
+                                            MAX_SEEN_CALL_IDS)
+            message = message.model_copy(update={"tool_calls": calls})
+        return bound_reply(message, self._limits)
+
+    def _retry(self, attempts: int) -> RetryPolicy:
+        return RetryPolicy(
+            initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
+            maximum_attempts=attempts,
+        )
+
+    async def _fold_older_turns(self, step: int) -> None:
+        ctx, budget = self._state.context, self.budget()
+        turns = context.plan_fold(ctx, budget)
+        if not turns:
+            return
+        cut = context.fold_cut(ctx, turns)
+        first = ctx.folded_turns + 1
+        last = first + max(1, sum(1 for m in ctx.messages[:cut] if m.role == "user")) - 1
+        self._narrator.emit("summary_started", step=step, text=f"turns {first}-{last}")
+        request = SummaryRequest(model=self._input.model, previous=ctx.summary,
+                                 messages=ctx.messages[:cut], first_turn=first, last_turn=last,
+                                 max_tokens=budget.summary_tokens)
+        try:
+            reply = await workflow.execute_activity(
+                SUMMARIZE_ACTIVITY, request, result_type=SummaryReply,
+                start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
+                heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
+                retry_policy=self._retry(SUMMARY_ATTEMPTS),
+                summary=f"summarize turns {first}-{last}",
+            )
+        except ActivityError as err:
+            raise_if_cancelled(err)
+            reply, problem = SummaryReply(text=""), f"summarizing failed: {failure_reason(err)}"
+        else:
+            self.count(reply.usage)
+            problem = None if reply.text.strip() else "the summary came back empty"
+        if problem is None:
+            summary = clip_bytes(reply.text.strip(), MAX_SUMMARY_BYTES, "summary")
+            self._state.context = context.folded(ctx, cut, summary)
+            note = f"turns {first}-{last} folded into the summary ({len(summary.encode())} bytes)"
+        else:
+            problem = clip(problem, MAX_ERROR_BYTES) or ""
+            self._state.context = context.folded(ctx, cut, None, problem)
+            note = summary = f"turns {first}-{last} dropped without a summary: {problem}"
+        workflow.logger.info("context: %s", note)
+        self._narrator.emit("summary_finished", step=step, text=note,
+                            status="ok" if problem is None else "dropped")
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=self._state.current.number, step=step, kind="summary",
+            thought=summary, tokens=reply.usage,
+        ))
