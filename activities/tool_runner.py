@@ -15,6 +15,7 @@ from activities.heartbeat import heartbeating
 from activities.mcp import McpToolbox
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from workflows.bounds import truncate_observation
 from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
 
 log = structlog.get_logger()
@@ -83,9 +84,7 @@ class ToolActivities:
 
 def bounded(outcome: ToolOutcome, max_bytes: int) -> ToolOutcome:
     """Cut an observation to `max_bytes` (UTF-8) with a clear marker, recording the full size."""
-    data = outcome.observation.encode()
-    if len(data) <= max_bytes:
+    observation, full = truncate_observation(outcome.observation, max_bytes)
+    if full is None:
         return outcome
-    marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
-    head = data[:max_bytes].decode(errors="ignore")
-    return outcome.model_copy(update={"observation": head + marker, "full_bytes": len(data)})
+    return outcome.model_copy(update={"observation": observation, "full_bytes": full})

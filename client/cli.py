@@ -393,31 +393,25 @@ def _add_wait(p: argparse.ArgumentParser) -> None:
 
 async def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "max_steps", 1) < 1:
-        print("error: --max-steps must be at least 1", file=sys.stderr)
-        return 2
     try:
+        if getattr(args, "max_steps", 1) < 1:
+            raise UsageError("--max-steps must be at least 1")
         max_message_bytes = _max_message_bytes(os.environ)
         for field in ("prompt", "message"):  # checked before anything is sent
             if hasattr(args, field):
                 setattr(args, field, message_text(getattr(args, field), max_message_bytes))
+        settings = TemporalSettings.from_env()
+        try:
+            client = await connect(settings)
+        except RuntimeError as err:
+            raise CliError(f"cannot reach Temporal at {settings.address}: {err}") from None
+        return await args.func(Session(client, settings, args.timeout, max_message_bytes), args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Refused as err:
         print(f"refused: {err}", file=sys.stderr)
         return 1
-    settings = TemporalSettings.from_env()
-    try:
-        client = await connect(settings)
-    except RuntimeError as err:
-        print(f"error: cannot reach Temporal at {settings.address}: {err}", file=sys.stderr)
-        return 1
-    try:
-        return await args.func(Session(client, settings, args.timeout, max_message_bytes), args)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

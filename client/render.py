@@ -28,6 +28,12 @@ def render_status(s: ConversationStatus) -> str:
     lines.append(
         f"usage: {u.total_tokens} tokens ({u.prompt_tokens} prompt + {u.completion_tokens} completion)"
     )
+    c = s.context
+    if c is not None and (c.prompt_tokens or c.folded_turns):
+        folded = f"; turns 1-{c.folded_turns} folded into the summary" if c.folded_turns else ""
+        dropped = f" ({c.dropped_turns} dropped without one)" if c.dropped_turns else ""
+        lines.append(f"context: last prompt {c.prompt_tokens:,} of {c.budget_tokens:,} tokens"
+                     f"{folded}{dropped}")
     for p in s.pending_confirmations:
         args = json.dumps(p.args, ensure_ascii=False)
         lines.append(f"waiting for approval: {p.tool}({args}) [{p.risk}], call {p.call_id}")

@@ -53,6 +53,7 @@ class Scenario(BaseModel):
     trigger: str
     replies: list[ScriptedReply]
     summary_errors: list[int] = []  # statuses of its first summary requests, in order
+    summary_hold: bool = False  # summary replies wait for `release()`
 
 
 class Script(BaseModel):
@@ -138,9 +139,10 @@ def select_summary(script: Script, messages: list[dict[str, Any]]) -> Selection:
                f"Folded through turn {turns.group(2) if turns else '?'}; latest request: "
                f"{(users[-1] if users else '')[:160]}")
     scenario = next((s for s in script.scenarios if s.trigger in first), None)
-    errors = scenario.summary_errors if scenario else []
-    return Selection(trigger=scenario.trigger if scenario else None, step=-1,
-                     reply=ScriptedReply(content=summary, errors=errors), kind="summary")
+    reply = ScriptedReply(content=summary, errors=scenario.summary_errors if scenario else [],
+                          hold=bool(scenario and scenario.summary_hold))
+    return Selection(trigger=scenario.trigger if scenario else None, step=-1, reply=reply,
+                     kind="summary")
 
 
 def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:

@@ -32,18 +32,20 @@ async def replay(handle: WorkflowHandle, record_as: str) -> None:
 
 async def replay_runs(client: Client, handle: WorkflowHandle, record_as: str) -> int:
     """Replay every run of a conversation that continued as new, first to last (the later runs
-    start from a carried state); with RECORD_HISTORIES=1, keep each. Returns the number of runs."""
-    run_id, runs = handle.first_execution_run_id, 0
+    start from a carried state). With RECORD_HISTORIES=1, keep the first two runs and the last:
+    a fresh start, a start from a carried state, and a completion. Returns the number of runs."""
+    run_id, histories = handle.first_execution_run_id, []
     while run_id:
-        runs += 1
         history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
         await REPLAYER.replay_workflow(history)
-        if os.environ.get("RECORD_HISTORIES"):
-            (HISTORIES / f"{record_as}.run{runs}.json").write_text(history.to_json())
+        histories.append(history)
         last = history.events[-1]
         run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
                   if last.HasField("workflow_execution_continued_as_new_event_attributes") else None)
-    return runs
+    if os.environ.get("RECORD_HISTORIES"):
+        for run in sorted({1, 2, len(histories)} & set(range(1, len(histories) + 1))):
+            (HISTORIES / f"{record_as}.run{run}.json").write_text(histories[run - 1].to_json())
+    return len(histories)
 
 
 def tool_call(name: str, arguments: dict | str) -> ScriptedToolCall:

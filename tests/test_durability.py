@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
+from tests.long_chat import message
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest
+from workflows.models import ConfirmRequest, SayRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,3 +125,33 @@ async def test_worker_killed_while_a_confirmation_waits_then_confirmed_with_no_w
     assert (await handle.query(ConversationWorkflow.signal_outcome, "decided-offline")).accepted
     assert status.final_answer.startswith("Created note #")
     assert len(note_rows(tmp_path / "data", title)) == 1
+
+
+async def test_worker_killed_while_summarizing_folds_once_and_repeats_no_step(
+    client: Client, model: ScriptedModelServer, worker_process: tuple[WorkerProcess, str]
+):
+    worker, queue = worker_process
+    trigger = unique("kill-fold")
+    kept = [s for s in model.script.scenarios if s.trigger != trigger]
+    model.set_script(Script(scenarios=[*kept, Scenario(
+        trigger=trigger, replies=[ScriptedReply(content="echo: {last_user}") for _ in range(10)],
+        summary_hold=True)]))
+    worker.start()
+    handle = await start(client, queue, message(trigger, 1, 2000), context_budget_tokens=3000)
+    for i in range(2, 7):
+        await handle.signal(ConversationWorkflow.say, SayRequest(text=message(trigger, i, 2000)))
+    assert await asyncio.to_thread(model.wait_for_request, trigger, -1, 60.0)  # a summary, held
+    steps_before = [r.step for r in model.requests if r.trigger == trigger and r.kind == "chat"]
+    worker.kill()
+
+    worker.start()
+    model.release()
+    status = await settled(handle, turn=6, timeout_s=90)
+    assert status.final_answer == f"echo: {message(trigger, 6, 2000)}"
+    chat_steps = [r.step for r in model.requests if r.trigger == trigger and r.kind == "chat"]
+    assert chat_steps[: len(steps_before)] == steps_before
+    assert len(chat_steps) == len(set(chat_steps)) == 6  # each turn's model call ran once
+    summaries = [r for r in model.requests if r.trigger == trigger and r.kind == "summary"]
+    assert len(summaries) >= 2  # the summary in flight was asked again by the new worker
+    folds = [r for r in await handle.query(ConversationWorkflow.history) if r.kind == "summary"]
+    assert folds and folds[0].thought.startswith("First request:")

@@ -4,12 +4,15 @@ inputs are bounded at the edge, and what a conversation keeps is bounded in byte
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from client.render import render_history, render_status
+from client.watch import Renderer, watch
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
 from tests.long_chat import message, prompt_tokens, run_long_chat
@@ -79,11 +82,25 @@ async def test_a_failed_summary_drops_the_oldest_turns_with_a_note_and_the_chat_
     history = await handle.query(ConversationWorkflow.history)
     folds = [r for r in history if r.kind == "summary"]
     assert "dropped without a summary" in folds[0].thought and folds[1].thought.startswith("First")
+    rendered = render_history(history)
+    assert f"turn {folds[0].turn} before step 1  context folded" in rendered
+    assert "  summary: turns 1-" in rendered and "  summary: First request:" in rendered
+    assert status.context.folded_turns > status.context.dropped_turns > 0
+    assert 0 < status.context.prompt_tokens <= 3000 and status.context.budget_tokens == 3000
+    assert "folded into the summary (" in render_status(status)
+
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
     shown = [e for e in await events(client, handle.id) if e.kind.startswith("summary")]
     assert [e.kind for e in shown[:2]] == ["summary_started", "summary_finished"]
     assert shown[1].status == "dropped" and shown[3].status == "ok"
+    out = io.StringIO()
+    await watch(client, handle.id, renderer=Renderer(handle.id, out))
+    assert "the context is full: summarizing turns 1-" in out.getvalue()
+    assert "dropped without a summary: summarizing failed" in out.getvalue()
+    ui = [e.user_metadata.summary.data.decode() for e in (await handle.fetch_history()).events
+          if e.HasField("user_metadata") and e.user_metadata.HasField("summary")]
+    assert any(s.startswith('"summarize turns 1-') for s in ui)
     await replay(handle, record_as="fold_fails_then_succeeds")
 
 

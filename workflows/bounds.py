@@ -188,7 +188,7 @@ class Limits:
     @classmethod
     def bounded(cls, message_bytes: int) -> Limits:
         return cls(
-            message_bytes=min(message_bytes, DEFAULT_MESSAGE_BYTES), inbox_bytes=INBOX_BYTES,
+            message_bytes=min(max(message_bytes, 1), DEFAULT_MESSAGE_BYTES), inbox_bytes=INBOX_BYTES,
             audit_bytes=AUDIT_BYTES, catalog_bytes=CATALOG_BYTES, args_bytes=MAX_CALL_ARGS_BYTES,
             calls_per_reply=MAX_CALLS_PER_REPLY, auto_approve=MAX_AUTO_APPROVE, fold_context=True,
         )

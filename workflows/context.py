@@ -20,7 +20,6 @@ from workflows.bounds import (
     clip_bytes,
     json_size,
     text_size,
-    truncate_observation,
 )
 from workflows.compaction import (
     CHARS_PER_TOKEN,
@@ -190,11 +189,6 @@ def observation_share(ctx: ContextState, budget: Budget, call_message: ChatMessa
         + NOTE_RESERVE_TOKENS + calls * MESSAGE_OVERHEAD_TOKENS
     )
     return max(MIN_SHARE_BYTES, (budget.room - fixed) // calls * CHARS_PER_TOKEN)
-
-
-def shared(observation: str, share: int) -> tuple[str, int | None]:
-    """An observation within its share of the round (the full size, when cut)."""
-    return truncate_observation(observation, share)
 
 
 # ----- the carry -----

@@ -164,6 +164,7 @@ class ConversationWorkflow:
         return reason
 
     def _take_message(self, request: SayRequest) -> SignalOutcome:
+        """Queue a message for its turn, or refuse it (ending, empty, too large, queue full)."""
         reason = self._message_refusal(request.text)
         if reason is not None:
             return _outcome(self._desk.refuse(request.request_id, reason), request.request_id)
@@ -242,7 +243,7 @@ class ConversationWorkflow:
             pending_question=self._desk.pending_question(), usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),
-            turns=list(state.turns), runs=state.runs,
+            turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
         )
 
     @workflow.query

@@ -138,7 +138,7 @@ class ConversationInput(BaseModel):
     context_budget_tokens: int | None = Field(default=24_000, gt=0)  # prompt size before compaction
     max_observation_bytes: int = Field(default=16_384, ge=256)  # capped at MAX_OBSERVATION_BYTES
     continue_as_new_after_turns: int = Field(default=50, ge=1)
-    max_message_bytes: int = Field(default=DEFAULT_MESSAGE_BYTES, ge=1)  # capped at the default
+    max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read
 
@@ -333,6 +333,17 @@ class TurnSummary(BaseModel):
     error: str | None = None
 
 
+class ContextUse(BaseModel):
+    """How full the model's context is: the last prompt, as the endpoint counted it, against the
+    budget; and how many turns were folded into the running summary (or dropped)."""
+
+    budget_tokens: int
+    prompt_tokens: int  # of the latest model call
+    folded_turns: int = 0
+    dropped_turns: int = 0
+    summary_bytes: int = 0
+
+
 class ConversationStatus(BaseModel):
     """The status JSON of the contract: what `status --json` prints."""
 
@@ -352,6 +363,7 @@ class ConversationStatus(BaseModel):
     decisions: list[Decision] = []  # of the current turn
     turns: list[TurnSummary] = []  # the latest finished turns
     runs: int = 1  # workflow runs so far (continue-as-new starts a new one)
+    context: ContextUse | None = None
 
 
 # The conversation's own state builds on the models above.

@@ -50,6 +50,7 @@ class ContextState(BaseModel):
     drop_reason: str | None = None
     messages: list[ChatMessage] = []
     token_ratio: float = 1.0  # tokens the endpoint counts per estimated token, from its usage
+    prompt_tokens: int = 0  # what the endpoint counted for the latest prompt
 
 
 class ConversationState(BaseModel):

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import (
         AuditRecord,
         ChatMessage,
+        ContextUse,
         ConversationInput,
         LLMReply,
         LLMRequest,
@@ -68,6 +69,14 @@ class Thinker:
             tools=context.tools_tokens(self.tool_schemas()),
         )
 
+    def context_use(self) -> ContextUse:
+        ctx = self._state.context
+        return ContextUse(
+            budget_tokens=context.budget_tokens(self._input.context_budget_tokens),
+            prompt_tokens=ctx.prompt_tokens, folded_turns=ctx.folded_turns,
+            dropped_turns=ctx.dropped_turns, summary_bytes=len((ctx.summary or "").encode()),
+        )
+
     def observation_share(self, call_message: ChatMessage) -> int | None:
         """Bytes each observation of this round may keep (None: runs begun before the bounds)."""
         if not self._limits.fold_context:
@@ -98,6 +107,7 @@ class Thinker:
         )
         ctx.token_ratio = context.calibrated_ratio(
             estimate_tokens(messages) + budget.tools, reply.usage.prompt_tokens, ctx.token_ratio)
+        ctx.prompt_tokens = reply.usage.prompt_tokens
         self.count(reply.usage)
         return reply
 
