@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import io
 
+import httpx
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities.settings import ActivitySettings
 from client.watch import Renderer, watch
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
-from workflows.conversation import ConversationWorkflow
+from worker.app import build_worker
+from workflows.conversation import BOUNDED_CONTEXT_PATCH, ConversationWorkflow
 from workflows.models import AnswerRequest, ConfirmRequest, EndRequest, RejectRequest, SayRequest
 
 
@@ -61,3 +65,38 @@ async def test_streams_updates_questions_and_a_watcher_replay(
     assert "Checking the weather first." in shown.getvalue()
     assert "── turn 2 finished: answered" in shown.getvalue()
     await replay(handle, record_as="streams_updates_questions_watcher")
+
+
+async def test_a_conversation_begun_before_the_bounds_keeps_its_ways_until_it_continues_as_new(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    """A deploy, live: a worker that leaves the patch inactive stands for the version before it.
+    The new worker replays the run and keeps its old behaviour (a 300 KB message is taken); the
+    run's next continue-as-new starts a bounded one (the same message is refused)."""
+    queue = unique("deploy")
+    trigger = script(model, unique("deploy"), *[ScriptedReply(content="got it")] * 4)
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, activity_settings, http,
+                                patch_activation_callback=lambda _: False):
+            handle = await start(client, queue, trigger, continue_as_new_after_turns=2)
+            await settled(handle)
+        first_run = handle.first_execution_run_id
+        async with build_worker(client, queue, activity_settings, http):
+            await handle.signal(ConversationWorkflow.say, SayRequest(text="x" * 300_000, request_id="old"))
+            assert (await outcome_of(handle, "old")).accepted
+            status = await settled(handle, turn=2)
+            assert status.final_answer == "got it"
+            while (await handle.query(ConversationWorkflow.status)).runs < 2:
+                await asyncio.sleep(0.1)
+            await handle.signal(ConversationWorkflow.say, SayRequest(text="y" * 300_000, request_id="new"))
+            refused = await outcome_of(handle, "new")
+            assert not refused.accepted and "over the limit of 262,144 bytes" in refused.reason
+
+    def markers(history) -> list[str]:
+        return [e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data.decode()
+                for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+
+    old = await client.get_workflow_handle(handle.id, run_id=first_run).fetch_history()
+    new = await handle.fetch_history()
+    assert not any(BOUNDED_CONTEXT_PATCH in m for m in markers(old))
+    assert any(BOUNDED_CONTEXT_PATCH in m for m in markers(new))

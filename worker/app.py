@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import structlog
@@ -45,7 +46,9 @@ def build_worker(
     http: httpx.AsyncClient,
     registry: ToolRegistry | None = None,
     mcp: McpToolbox | None = None,
+    **options: Any,
 ) -> Worker:
+    """The agent's worker; `options` go to Temporal's `Worker` as they are."""
     llm = LLMActivities(settings)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
@@ -55,6 +58,7 @@ def build_worker(
         activities=[llm.llm_call, llm.summarize, tools.list_tools, tools.run_tool],
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
+        **options,
     )
 
 

@@ -180,12 +180,15 @@ def observation_share(ctx: ContextState, budget: Budget, call_message: ChatMessa
     fits: what the budget leaves after the system prompt, the summary, the user's message and
     the calls (older turns fold and older rounds compact to make room)."""
     calls = len(call_message.tool_calls or []) or 1
-    user = ctx.messages[current_turn_start(ctx.messages)] if ctx.messages else None
+    start = current_turn_start(ctx.messages)
+    user = ctx.messages[start] if ctx.messages else None
     summary = summary_message(ctx)
+    may_fold = start > 0  # older turns may fold into a summary as large as its bound
     fixed = (
         estimate_tokens([m for m in (user, call_message) if m is not None])
         + estimate_tokens([ChatMessage(role="system", content=ctx.system_prompt)])
-        + max(estimate_tokens([summary]) if summary else 0, budget.summary_tokens)
+        + max(estimate_tokens([summary]) if summary else 0,
+              budget.summary_tokens if may_fold else 0)
         + NOTE_RESERVE_TOKENS + calls * MESSAGE_OVERHEAD_TOKENS
     )
     return max(MIN_SHARE_BYTES, (budget.room - fixed) // calls * CHARS_PER_TOKEN)
@@ -196,7 +199,8 @@ def observation_share(ctx: ContextState, budget: Budget, call_message: ChatMessa
 
 def fit_bytes(ctx: ContextState, max_bytes: int, reason: str) -> ContextState:
     """The context within `max_bytes` of JSON, deterministically: drop the oldest turns with a
-    note, then the current turn's older rounds, then cut the latest observations evenly."""
+    note, then the current turn's older rounds, then cut the latest observations, the largest
+    first (`level`)."""
     sizes = [json_size(m) + 1 for m in ctx.messages]
     slack = json_size(reason) + 64  # the drop note, and counters that grow
     fixed = json_size(ctx.model_copy(update={"messages": []})) + slack
