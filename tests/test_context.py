@@ -216,6 +216,9 @@ def test_a_reply_is_bounded_in_calls_arguments_ids_and_text():
     message, refused = bound_reply(big, BOUNDED)
     assert list(refused) == ["b"] and message.tool_calls[1].function.arguments == "{}"
     assert bound_reply(big, Limits())[1] == {}  # a run begun before the bounds keeps its replies
+    odd = ChatMessage(role="assistant", tool_calls=[
+        ToolCall(id="n", function=FunctionCall(name="n" * 5000, arguments="{}"))])
+    assert text_size(bound_reply(odd, BOUNDED)[0].tool_calls[0].function.name) <= 64
     [fixed] = unique_call_ids([call("x" * 300)], set(), 4, 2)
     assert fixed.id == "call_t4s2_0"
 

@@ -37,6 +37,7 @@ EVENTS_TOPIC = "events"
 TOKENS_TOPIC = "tokens"
 OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by WorkflowStream
 CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)
+MAX_OPTIONS, MAX_OPTION_BYTES = 32, 128  # a question's options, as an event shows them
 
 
 class Narrator:
@@ -57,6 +58,8 @@ class Narrator:
             fields["text"] = clip(fields["text"], MAX_EVENT_TEXT_BYTES)
         if fields.get("args") is not None:
             fields["args"] = preview_args(fields["args"])
+        if fields.get("options"):
+            fields["options"] = [clip(o, MAX_OPTION_BYTES) for o in fields["options"][:MAX_OPTIONS]]
         self._events.publish(StreamEvent(  # type: ignore[arg-type]
             kind=kind, turn=current.number if turn is None else turn,
             step=current.steps if step is None else step, **fields,

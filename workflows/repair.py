@@ -7,7 +7,15 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from workflows.bounds import MAX_CALL_ID_BYTES, MAX_REPLY_TEXT_BYTES, Limits, clip_bytes, text_size
+from workflows.bounds import (
+    MAX_CALL_ID_BYTES,
+    MAX_REPLY_TEXT_BYTES,
+    MAX_TOOL_NAME_BYTES,
+    Limits,
+    clip,
+    clip_bytes,
+    text_size,
+)
 from workflows.models import ChatMessage, FunctionCall, ToolCall
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -90,6 +98,9 @@ def bound_reply(message: ChatMessage, limits: Limits) -> tuple[ChatMessage, dict
     if limits.args_bytes is not None:
         budget, kept = limits.args_bytes, []
         for call in calls:
+            if text_size(call.function.name) > MAX_TOOL_NAME_BYTES:  # no tool has such a name
+                call = call.model_copy(update={"function": call.function.model_copy(
+                    update={"name": clip(call.function.name, MAX_TOOL_NAME_BYTES)})})
             size = text_size(call.function.arguments)
             if size > budget:
                 refused[call.id] = (
