@@ -55,18 +55,22 @@ class Thinker:
         self._state = state
         self._limits = limits
         self._narrator = narrator
-        self._tools: list[dict] | None = None  # the catalog as the model sees it, once loaded
+        # The catalog as the model sees it, and its estimated tokens: fixed once the tools are
+        # loaded, before the first step.
+        self._tools: list[dict] | None = None
+        self._tools_tokens = 0
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:
             self._tools = [t.openai_schema() for t in self._state.catalog.values()]
+            self._tools_tokens = context.tools_tokens(self._tools)
         return self._tools
 
     def budget(self) -> context.Budget:
+        self.tool_schemas()
         return context.Budget(
             tokens=context.budget_tokens(self._input.context_budget_tokens),
-            ratio=self._state.context.token_ratio,
-            tools=context.tools_tokens(self.tool_schemas()),
+            ratio=self._state.context.token_ratio, tools=self._tools_tokens,
         )
 
     def context_use(self) -> ContextUse:
