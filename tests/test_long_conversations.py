@@ -155,18 +155,19 @@ async def test_oversized_messages_are_refused_and_the_conversation_goes_on(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
     trigger = script(model, unique("oversize"), *[ScriptedReply(content="got: {last_user}")] * 3)
-    handle = await start(client, task_queue, "x" * 300_000)  # a first message over the limit
+    # A first message over the limit (configured lower than the default 256 KiB).
+    handle = await start(client, task_queue, "x" * 3000, max_message_bytes=2048)
     status = await reaches(handle, "idle")
-    assert status.turn == 0 and "the first message was refused: the message is 300,000 bytes" in status.error
+    assert status.turn == 0 and "the first message was refused: the message is 3,000 bytes" in status.error
 
-    await handle.signal(ConversationWorkflow.say, SayRequest(text="y" * 300_000, request_id="big"))
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="y" * 3000, request_id="big"))
     refused = await outcome_of(handle, "big")
     assert not refused.accepted
-    assert refused.reason == "the message is 300,000 bytes, over the limit of 262,144 bytes"
+    assert refused.reason == "the message is 3,000 bytes, over the limit of 2,048 bytes"
     events_before = len((await handle.fetch_history()).events)
     with pytest.raises(WorkflowUpdateFailedError) as failed:
         await handle.execute_update(ConversationWorkflow.send_message, SayRequest(text="z" * 300_000))
-    assert "over the limit of 262,144 bytes" in str(failed.value.cause)
+    assert "the message is 300,000 bytes, over the limit of 2,048 bytes" in str(failed.value.cause)
     assert len((await handle.fetch_history()).events) == events_before  # refused before history
 
     taken = await handle.execute_update(ConversationWorkflow.send_message,
@@ -174,6 +175,9 @@ async def test_oversized_messages_are_refused_and_the_conversation_goes_on(
     assert taken.accepted and taken.turn == 1
     status = await settled(handle)
     assert status.final_answer == f"got: {trigger} hello"
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, record_as="oversized_messages_refused")
 
 
 async def test_the_queue_is_bounded_in_bytes(client: Client, task_queue: str, model: ScriptedModelServer):
