@@ -6,29 +6,26 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.render import render_history, render_status
 from client.watch import Renderer, watch
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
 from tests.long_chat import message, prompt_tokens, run_long_chat
+from tests.test_cli import ROOT
+from tests.test_observability import stream_events
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest, SayRequest, StreamEvent
-from workflows.narrator import EVENTS_TOPIC
+from workflows.models import EndRequest, SayRequest
 
 
 def chat_bodies(model: ScriptedModelServer, trigger: str, kind: str = "chat") -> list[dict]:
     return [r.body for r in model.requests if r.trigger == trigger and r.kind == kind]
-
-
-async def events(client: Client, workflow_id: str) -> list[StreamEvent]:
-    """Everything the stream of a completed conversation still holds."""
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    return [item.data async for item in stream.subscribe([EVENTS_TOPIC], result_type=StreamEvent)]
 
 
 async def test_a_300_turn_chat_answers_every_turn_within_the_budget(
@@ -91,7 +88,7 @@ async def test_a_failed_summary_drops_the_oldest_turns_with_a_note_and_the_chat_
 
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
-    shown = [e for e in await events(client, handle.id) if e.kind.startswith("summary")]
+    shown = [e for e in await stream_events(client, handle.id) if e.kind.startswith("summary")]
     assert [e.kind for e in shown[:2]] == ["summary_started", "summary_finished"]
     assert shown[1].status == "dropped" and shown[3].status == "ok"
     out = io.StringIO()
@@ -199,12 +196,6 @@ async def test_the_queue_is_bounded_in_bytes(client: Client, task_queue: str, mo
 async def test_the_cli_refuses_a_3_mb_message_and_the_next_one_is_answered(
     temporal_address: str, task_queue: str, client: Client, model: ScriptedModelServer
 ):
-    import os
-    import subprocess
-    import sys
-
-    from tests.test_cli import ROOT
-
     trigger = script(model, unique("cli-3mb"), *[ScriptedReply(content="heard: {last_user}")] * 2)
     handle = await start(client, task_queue, trigger)
     await settled(handle)
