@@ -6,9 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from workflows.models import ChatMessage, ToolCall, ToolDefinition
+from workflows.schemas import argument_problem
 
 MAX_ECHOED_ARGS = 300
 
@@ -60,17 +59,7 @@ def decide_after_reply(
 
 def validate_arguments(tool: ToolDefinition, arguments: Any) -> str | None:
     """The reason `arguments` does not fit the tool's schema, or None when they do."""
-    if not isinstance(arguments, dict):
-        return f"arguments must be a JSON object, got {type(arguments).__name__}"
-    validator = jsonschema.Draft202012Validator(tool.parameters)
-    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return None
-    parts = []
-    for err in errors:
-        where = ".".join(str(p) for p in err.absolute_path)
-        parts.append(f"{where}: {err.message}" if where else err.message)
-    return "; ".join(parts)
+    return argument_problem(tool.parameters, arguments)
 
 
 def check_tool_call(call: ToolCall, catalog: dict[str, ToolDefinition]) -> ReadyCall | InvalidCall:
@@ -83,11 +72,13 @@ def check_tool_call(call: ToolCall, catalog: dict[str, ToolDefinition]) -> Ready
     raw = call.function.arguments.strip() or "{}"
     try:
         arguments = json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON; or numbers, nesting past the limits
+        why = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else (
+            str(exc) or type(exc).__name__)
         return InvalidCall(
             call,
-            f"Error: the arguments of {name} are not valid JSON ({exc.msg} at position "
-            f"{exc.pos}): {_clip(raw)}. Send a JSON object matching the tool's schema.",
+            f"Error: the arguments of {name} are not valid JSON ({_clip(why)}): {_clip(raw)}. "
+            "Send a JSON object matching the tool's schema.",
         )
     problem = validate_arguments(tool, arguments)
     if problem is not None:

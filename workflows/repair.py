@@ -34,7 +34,7 @@ def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> Ch
         return message
     try:
         payload = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or past the parser's limits
         return message
     items = payload.get("tool_calls") if isinstance(payload, dict) and "tool_calls" in payload else payload
     items = items if isinstance(items, list) else [items]

@@ -13,12 +13,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from mcp.types import Tool, ToolAnnotations
 
 from activities.mcp.config import McpServerConfig, ToolOverride
 from workflows.models import Risk, ToolDefinition
+from workflows.schemas import schema_problem
 
 # OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$
 MAX_NAME_LEN = 64
@@ -82,12 +81,11 @@ def build_catalog(
         for tool in tools:
             if server.enabled_tools is not None and tool.name not in server.enabled_tools:
                 continue
-            try:
-                Draft202012Validator.check_schema(tool.input_schema)
-            except SchemaError as exc:
+            problem = schema_problem(tool.input_schema)
+            if problem is not None:
                 errors.append(
                     f'MCP server "{server.name}": tool {tool.name} left out, '
-                    f"its input schema is invalid: {exc.message}"
+                    f"its input schema cannot be used: {problem}"
                 )
                 continue
             candidates.append((exposed_name(server.name, tool.name), server, tool))

@@ -25,6 +25,7 @@ from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import result_text
 from workflows.models import ToolDefinition, ToolOutcome
+from workflows.schemas import NOTHING_FETCHED, argument_problem, depth_problem
 
 log = structlog.get_logger()
 
@@ -78,10 +79,9 @@ class McpToolbox:
             entry = self._catalog.get(exposed_name)
         if entry is None:
             return _error(f"no MCP tool is named {exposed_name}")
-        problem = best_match(Draft202012Validator(entry.definition.parameters).iter_errors(arguments))
+        problem = _argument_problem(entry.definition.parameters, arguments)
         if problem is not None:
-            where = f" at {problem.json_path}" if problem.path else ""
-            return _error(f"invalid arguments for {exposed_name}{where}: {problem.message}")
+            return _error(f"invalid arguments for {exposed_name}{problem}")
 
         server, timeout = entry.server, entry.definition.timeout_s
         bound = log.bind(server=server.name, tool=entry.tool)
@@ -177,3 +177,18 @@ def _error(message: str) -> ToolOutcome:
 
 def _server_error(server: McpServerConfig, message: str) -> ToolOutcome:
     return _error(f'MCP server "{server.name}": {message}')
+
+
+def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """` at $.path: message` for the most relevant schema error, or None. Never raises and never
+    fetches a `$ref`."""
+    try:
+        if depth_problem(arguments) is None:
+            best = best_match(Draft202012Validator(schema, registry=NOTHING_FETCHED)
+                              .iter_errors(arguments))
+            if best is None:
+                return None
+            return f"{f' at {best.json_path}' if best.path else ''}: {best.message}"
+    except Exception:
+        pass
+    return f": {argument_problem(schema, arguments)}"  # arguments too deep, or a broken schema
