@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
 
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import reaches, script, settled, start, tool_call, tool_messages, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import SayRequest
+from workflows.models import SayRequest, ToolCatalog
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:
@@ -203,3 +206,28 @@ async def test_compaction_bounds_the_prompt_over_thirty_steps(
     assert full[0] == compacted[0]
     assert full[-1] > 10 * full[0]  # without compaction the prompt grows with every step
     assert max(compacted) <= 2 * compacted[0]
+
+
+@activity.defn(name="list_tools")
+async def endless_discovery() -> ToolCatalog:
+    """A tool discovery that never ends (a server that never answers), until cancelled."""
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(0.1)
+
+
+async def test_cancelling_during_tool_discovery_ends_the_conversation(client: Client):
+    queue = unique("discovery")
+    async with Worker(client, task_queue=queue, workflows=[ConversationWorkflow],
+                      activities=[endless_discovery]):
+        handle = await start(client, queue, "hello")
+        for _ in range(100):
+            events = [e.event_type for e in (await handle.fetch_history()).events]
+            if EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED in events:
+                break
+            await asyncio.sleep(0.1)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), timeout=30)
+        status = await handle.query(ConversationWorkflow.status)
+    assert (status.status, status.stop_reason, status.turn) == ("completed", "cancelled", 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -16,9 +19,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import note_rows, script, start, tool_call, unique
+from tests.helpers import note_rows, outcome_of, reaches, script, settled, start, tool_call, unique
 from worker.app import build_worker, ensure_search_attributes
 from workflows.conversation import ConversationWorkflow
+from workflows.models import EndRequest, SayRequest
 
 
 def time_skipping_server() -> str:
@@ -71,3 +75,41 @@ async def test_idle_conversation_completes_after_its_idle_timeout(
     assert (result.status, result.stop_reason, result.final_answer) == ("completed", "idle_timeout", "hello")
     messages = await handle.query(ConversationWorkflow.messages)
     assert messages[-1].content == "hello"
+
+
+async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
+    model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    """The message and the idle timeout land in one workflow task (the worker is away while both
+    happen): the accepted message wins, and the conversation answers it."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=time_skipping_server(), data_converter=pydantic_data_converter
+    )
+    try:
+        await ensure_search_attributes(env.client, "default")
+        queue = f"race-{uuid.uuid4().hex[:6]}"
+        trigger = script(model, unique("idle-race"), ScriptedReply(content="first"),
+                         ScriptedReply(content="second: {last_user}"))
+        async with httpx.AsyncClient(timeout=10) as http:
+            # No sticky queue: the next task must not wait for this worker's (virtual) timeout.
+            async with build_worker(env.client, queue, activity_settings, http,
+                                    max_cached_workflows=0):
+                handle = await start(env.client, queue, trigger, idle_timeout_s=60)
+                await reaches(handle, "idle")
+            # While no worker runs, awaiting the result lets the server skip past the idle timer.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(handle.result(), timeout=3)
+            await handle.signal(ConversationWorkflow.say, SayRequest(text="still there?", request_id="late"))
+            async with build_worker(env.client, queue, activity_settings, http):
+                assert (await outcome_of(handle, "late")).accepted
+                status = await settled(handle, turn=2)
+                assert (status.turn, status.final_answer) == (2, "second: still there?")
+                await handle.signal(ConversationWorkflow.end, EndRequest())
+                result = await handle.result()
+        assert result.stop_reason == "ended"
+        events = [e.event_type for e in (await handle.fetch_history()).events]
+        fired = events.index(EventType.EVENT_TYPE_TIMER_FIRED)
+        assert events[fired + 1: fired + 3] == [EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                                                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    finally:
+        await env.shutdown()

@@ -66,6 +66,7 @@ AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 LIST_TOOLS_ACTIVITY = "list_tools"
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
+MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 
 
 @workflow.defn
@@ -127,8 +128,11 @@ class ConversationWorkflow:
                         timeout=timedelta(seconds=self._input.idle_timeout_s),
                     )
                 except asyncio.TimeoutError:
-                    state.current.stop_reason = "idle_timeout"
-                    break
+                    # A message taken in the same workflow task as the timeout wins over it.
+                    if not ((state.inbox or state.end_requested)
+                            and workflow.patched(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH)):
+                        state.current.stop_reason = "idle_timeout"
+                        break
                 continue
             if self._input.one_shot or state.current.stop_reason == "ended":
                 break
@@ -274,6 +278,7 @@ class ConversationWorkflow:
                 summary="list tools",
             )
         except ActivityError as err:
+            raise_if_cancelled(err)
             state.notice(f"tools unavailable: {failure_reason(err)}")
             workflow.logger.warning("tool discovery failed: %s", state.notices[-1])
             return
