@@ -15,7 +15,7 @@ from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import reaches, script, settled, start, tool_call, tool_messages, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import SayRequest, ToolCatalog
+from workflows.models import EndRequest, SayRequest, ToolCatalog
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:
@@ -231,3 +231,43 @@ async def test_cancelling_during_tool_discovery_ends_the_conversation(client: Cl
             await asyncio.wait_for(handle.result(), timeout=30)
         status = await handle.query(ConversationWorkflow.status)
     assert (status.status, status.stop_reason, status.turn) == ("completed", "cancelled", 0)
+
+
+async def test_end_interrupts_a_model_call_in_flight(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(model, unique("end-llm"), ScriptedReply(content="too late", hold=True))
+    handle = await start(client, task_queue, trigger)
+    assert await asyncio.to_thread(model.wait_for_request, trigger, 0, 30.0)
+    await handle.signal(ConversationWorkflow.end, EndRequest(request_id="stop"))
+    result = await asyncio.wait_for(handle.result(), timeout=10)  # not the held model call
+    assert (result.status, result.stop_reason, result.final_answer) == ("completed", "ended", None)
+    events = [e.event_type for e in (await handle.fetch_history()).events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events
+
+
+async def test_end_interrupts_the_tools_in_flight_and_answers_every_call(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    trigger = script(model, unique("end-tools"),
+                     ScriptedReply(tool_calls=[tool_call("slow_tool", {}),
+                                               tool_call("get_weather", {"location": "Paris"})]),
+                     ScriptedReply(content="never"))
+    before = ATTEMPTS.copy()
+    handle = await start(client, task_queue, trigger)
+    for _ in range(100):
+        if ATTEMPTS["slow_tool"] > before["slow_tool"]:
+            break
+        await asyncio.sleep(0.1)
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    result = await asyncio.wait_for(handle.result(), timeout=10)
+    assert (result.status, result.stop_reason) == ("completed", "ended")
+    slow, weather = await tool_messages(handle)
+    assert slow.content == "interrupted: the conversation was ended"
+    assert weather.content.startswith("Paris, France") or weather.content == slow.content
+    assert model.count(trigger, step=1) == 0  # no model call after the end
+    for _ in range(100):  # the tool learns of it through its next heartbeat
+        if ATTEMPTS["slow_tool_cancelled"] > before["slow_tool_cancelled"]:
+            break
+        await asyncio.sleep(0.1)
+    assert ATTEMPTS["slow_tool_cancelled"] == before["slow_tool_cancelled"] + 1

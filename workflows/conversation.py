@@ -67,6 +67,7 @@ LIST_TOOLS_ACTIVITY = "list_tools"
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
+END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
 
 
 @workflow.defn
@@ -87,6 +88,8 @@ class ConversationWorkflow:
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
         self._turns_this_run = 0
+        self._turn_task: asyncio.Future[None] | None = None
+        self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
         self._thinker = Thinker(self._input, self._state, self._limits, self._narrator)
 
     @workflow.run
@@ -180,6 +183,9 @@ class ConversationWorkflow:
     def end(self, request: EndRequest) -> None:
         self._state.end_requested = True
         self._desk.accept(request.request_id)
+        if self._turn_task is not None and not self._turn_task.done():
+            self._ending = True
+            self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
 
     @workflow.signal
     def confirm(self, request: ConfirmRequest) -> None:
@@ -292,10 +298,22 @@ class ConversationWorkflow:
     # ----- a turn -----
 
     async def _run_turn(self, text: str | None) -> None:
-        """Run a turn to its end; `text` is None when resuming one carried over continue-as-new."""
+        """Run a turn to its end; `text` is None when resuming one carried over continue-as-new.
+        The turn runs as a task that `end` cancels, with whatever it has in flight."""
         if text is not None:
             self._begin_turn(text)
-        await self._think_and_act()
+        if workflow.patched(END_INTERRUPTS_PATCH):
+            self._turn_task = asyncio.ensure_future(self._think_and_act())
+            try:
+                await self._turn_task
+            except asyncio.CancelledError:
+                if not self._ending:  # the workflow itself is being cancelled
+                    raise
+                self._interrupted()
+            finally:
+                self._turn_task = None
+        else:  # as runs begun before it did
+            await self._think_and_act()
         turn = self._state.current
         turn.in_progress = False
         self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer)
@@ -306,6 +324,18 @@ class ConversationWorkflow:
         )], MAX_TURN_SUMMARIES)
         workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
                              turn.stop_reason, turn.steps)
+
+    def _interrupted(self) -> None:
+        """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
+        every call in the context answered, so the context stays valid."""
+        for call_id, pending in self._desk.pending.items():
+            if pending.decision is None:
+                self._desk.decide_by_system(call_id, "the conversation was ended", workflow.now())
+        self._desk.close_round()
+        ctx = self._state.context
+        ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
+        self._state.current.stop_reason = "ended"
+        workflow.logger.info("turn %d interrupted by end", self._state.current.number)
 
     def _begin_turn(self, text: str) -> None:
         self._turns_this_run += 1
