@@ -40,6 +40,7 @@ class ScriptedReply(BaseModel):
     hold: bool = False
     delay_s: float = 0.0
     finish_reason: str | None = None
+    content_without_tools: str | None = None  # the answer instead, when no tools are offered
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:
@@ -145,11 +146,21 @@ def select_summary(script: Script, messages: list[dict[str, Any]]) -> Selection:
                      kind="summary")
 
 
-def select_reply(script: Script, messages: list[dict[str, Any]]) -> Selection:
+def select_reply(script: Script, messages: list[dict[str, Any]], tools_offered: bool = True
+                 ) -> Selection:
     """Pick the reply for a request: scenario by first user message, step by assistant turns
     (counting those the context folded or dropped); a summary request gets a summary."""
     if is_summary_request(messages):
         return select_summary(script, messages)
+    selection = _select_step(script, messages)
+    without = selection.reply.content_without_tools
+    if tools_offered or without is None:
+        return selection
+    reply = ScriptedReply(content=_fill_template(without, messages))
+    return selection.model_copy(update={"reply": reply})
+
+
+def _select_step(script: Script, messages: list[dict[str, Any]]) -> Selection:
     first_user = _text_of(messages, "user", last=False)
     step = sum(1 for m in messages if m.get("role") == "assistant") + _dropped_steps(messages)
     folded = next((found for msg in messages if msg.get("role") == "system"

@@ -341,7 +341,7 @@ class ScriptedModelServer:
         """Record the request and decide whether this hit gets a scripted error status."""
         messages = body["messages"]
         with self._arrived:
-            selection = select_reply(self._script, messages)
+            selection = select_reply(self._script, messages, tools_offered=bool(body.get("tools")))
             # Per conversation (its first user message) and step: a retry of a step, or a new turn
             # that lands on the same step, moves on through the `errors` list.
             first_user = next((message_text(m) for m in messages if m.get("role") == "user"), "")

@@ -271,3 +271,25 @@ async def test_end_interrupts_the_tools_in_flight_and_answers_every_call(
             break
         await asyncio.sleep(0.1)
     assert ATTEMPTS["slow_tool_cancelled"] == before["slow_tool_cancelled"] + 1
+
+
+async def test_a_provider_that_ignores_tool_choice_none_is_asked_again_without_tools(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    weather = tool_call("get_weather", {"location": "Paris"})
+    trigger = script(
+        model, unique("ignores-none"), ScriptedReply(tool_calls=[weather]),
+        ScriptedReply(tool_calls=[weather], content_without_tools="Paris is mild today."),
+    )
+    status = await settled(await start(client, task_queue, trigger, max_steps=2))
+    assert (status.steps, status.stop_reason, status.error) == (2, "max_steps", None)
+    assert status.final_answer == "Paris is mild today." and status.llm_calls == 3
+    forced, retried = requests_of(model, trigger)[1:]
+    assert forced.body["tool_choice"] == "none" and "tools" not in retried.body
+
+    stubborn = script(model, unique("stubborn"), ScriptedReply(tool_calls=[weather]),
+                      ScriptedReply(tool_calls=[weather]))
+    status = await settled(await start(client, task_queue, stubborn, max_steps=2))
+    assert (status.stop_reason, status.final_answer) == ("max_steps", "")
+    assert status.error == "the model called tools when asked for a final answer without them"
+    assert status.llm_calls == 3  # retried once, not more

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         Decision,
         EndRequest,
+        LLMReply,
         RejectRequest,
         SayRequest,
         SignalOutcome,
@@ -68,6 +69,7 @@ LIST_TOOLS_ACTIVITY = "list_tools"
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
+FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 
 
 @workflow.defn
@@ -364,6 +366,18 @@ class ConversationWorkflow:
                 self._stop("llm_error", f"model call failed: {failure_reason(err)}")
                 self._record_step(step, None, Usage())
                 return
+            if self._ignored_tool_choice(reply, offered) and workflow.patched(
+                FORCED_ANSWER_RETRY_PATCH
+            ):  # asked to answer, it called tools: ask once more, with no tools to call
+                workflow.logger.warning("turn %d step %d: tool calls in a forced answer; asking "
+                                        "again without tools", turn.number, step)
+                try:
+                    reply = await self._thinker.think(step, offered, send_tools=False)
+                except ActivityError as err:
+                    raise_if_cancelled(err)
+                    self._stop("llm_error", f"model call failed: {failure_reason(err)}")
+                    self._record_step(step, None, Usage())
+                    return
             turn.steps = step
             message, refused = self._thinker.usable(reply.message, step)
             decision = decisions.decide_after_reply(message, offered, turn.forced_reason)
@@ -387,6 +401,11 @@ class ConversationWorkflow:
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
 
+    @staticmethod
+    def _ignored_tool_choice(reply: LLMReply, offered: bool) -> bool:
+        """A call made without tools (`tool_choice="none"`) came back with tool calls and no text."""
+        return not offered and bool(reply.message.tool_calls) and not (reply.message.content or "").strip()
+
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
                      actions: list[AuditAction] | None = None) -> None:
         """The audit record of a step, once its observations are in (or the turn has ended)."""
@@ -406,6 +425,8 @@ class ConversationWorkflow:
         turn.stop_reason = answer.stop_reason  # type: ignore[assignment]
         if answer.stop_reason == "budget_exceeded":
             turn.error = self._budget_error()
+        elif not answer.text.strip() and message.tool_calls:
+            turn.error = "the model called tools when asked for a final answer without them"
         elif finish_reason == "length":
             turn.error = "the answer was cut off at the model's output limit (finish_reason=length)"
         elif not answer.text.strip():

@@ -87,8 +87,9 @@ class Thinker:
             return None
         return context.observation_share(self._state.context, self.budget(), call_message)
 
-    async def think(self, step: int, offered_tools: bool) -> LLMReply:
-        """Fold older turns if the prompt would pass the budget, then ask the model."""
+    async def think(self, step: int, offered_tools: bool, send_tools: bool = True) -> LLMReply:
+        """Fold older turns if the prompt would pass the budget, then ask the model (`send_tools`
+        False: with no tool schemas at all, for providers that ignore `tool_choice="none"`)."""
         if self._limits.fold_context:
             await self._fold_older_turns(step)
         self._narrator.emit("llm_started", step=step)
@@ -100,7 +101,8 @@ class Thinker:
         turn = self._state.current
         reply = await workflow.execute_activity(
             LLM_ACTIVITY,
-            LLMRequest(model=self._input.model, messages=messages, tools=self.tool_schemas(),
+            LLMRequest(model=self._input.model, messages=messages,
+                       tools=self.tool_schemas() if send_tools else [],
                        tool_choice="auto" if offered_tools else "none", turn=turn.number,
                        step=step),
             result_type=LLMReply,
@@ -109,8 +111,9 @@ class Thinker:
             retry_policy=self._retry(self._input.llm.max_attempts),
             summary=f"llm turn {turn.number} step {step}",
         )
+        sent_tools = budget.tools if send_tools else 0
         ctx.token_ratio = context.calibrated_ratio(
-            estimate_tokens(messages) + budget.tools, reply.usage.prompt_tokens, ctx.token_ratio)
+            estimate_tokens(messages) + sent_tools, reply.usage.prompt_tokens, ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens
         self.count(reply.usage)
         return reply
