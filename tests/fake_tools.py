@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from activities.tools import ToolRegistry, ToolSpec
-from activities.tools.notes import NOTES_TOOLS
+from activities.tools.notes import NOTES_TOOLS, CreateNoteArgs, create_note
 from activities.tools.weather import WEATHER
 
 ATTEMPTS: Counter[str] = Counter()  # tool name → attempts started, in this process
@@ -49,11 +49,22 @@ async def slow_tool(args: NoArgs, ctx) -> str:
     return "finished"
 
 
+async def note_then_crash(args: CreateNoteArgs, ctx) -> str:
+    """create_note, whose first attempt dies right after its write committed."""
+    ATTEMPTS["note_then_crash"] += 1
+    done = await create_note(args, ctx)
+    if activity.info().attempt == 1:
+        raise ConnectionError("the worker died before it could report the write")
+    return done
+
+
 TEST_TOOLS = [
     ToolSpec("flaky_read", "Reads, but fails twice first.", NoArgs, flaky_read, idempotent=True),
     ToolSpec("flaky_write", "Writes, and fails.", NoArgs, flaky_write, idempotent=False),
     ToolSpec("big_output", "Returns a huge text.", SizeArgs, big_output),
     ToolSpec("slow_tool", "Takes two minutes.", NoArgs, slow_tool, timeout_s=300),
+    ToolSpec("note_then_crash", "Creates a note; its first attempt crashes after the write.",
+             CreateNoteArgs, note_then_crash, idempotent=False, keyed=True),
 ]
 
 

@@ -11,9 +11,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
+from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
-from tests.helpers import reaches, script, settled, start, tool_call, tool_messages, unique
+from tests.helpers import note_rows, reaches, script, settled, start, tool_call, tool_messages, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest, ToolCatalog
 
@@ -293,3 +294,28 @@ async def test_a_provider_that_ignores_tool_choice_none_is_asked_again_without_t
     assert (status.stop_reason, status.final_answer) == ("max_steps", "")
     assert status.error == "the model called tools when asked for a final answer without them"
     assert status.llm_calls == 3  # retried once, not more
+
+
+async def test_a_tool_that_writes_under_its_key_is_retried_and_writes_once(
+    client: Client, task_queue: str, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    title = unique("crash-mid-write")
+    trigger = script(model, unique("keyed"),
+                     ScriptedReply(tool_calls=[tool_call("note_then_crash", {"title": title, "body": "b"})]),
+                     ScriptedReply(content="{last_tool}"))
+    before = ATTEMPTS.copy()
+    status = await settled(await start(client, task_queue, trigger))
+    assert ATTEMPTS["note_then_crash"] - before["note_then_crash"] == 2
+    [row] = note_rows(activity_settings.data_dir, title)
+    assert status.final_answer == f"Created note #{row[0]} {title!r}."  # a normal result, once
+
+    # create_note writes under its key the same way, so it too is scheduled with retries.
+    trigger = script(model, unique("keyed-create"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "c"})]),
+                     ScriptedReply(content="{last_tool}"))
+    handle = await start(client, task_queue, trigger, approval={"auto_approve": ["create_note"]})
+    await settled(handle)
+    [scheduled] = [e.activity_task_scheduled_event_attributes for e in (await handle.fetch_history()).events
+                   if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                   and e.activity_task_scheduled_event_attributes.activity_type.name == "create_note"]
+    assert scheduled.retry_policy.maximum_attempts == 3

@@ -191,7 +191,7 @@ class ToolRound:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
             turn.tools_used.append(tool.name)
-        attempts = tool.max_attempts if tool.idempotent else 1
+        attempts = tool.max_attempts if tool.retry_safe else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,

@@ -99,7 +99,7 @@ def describe_call(name: str, arguments: dict[str, Any], limit: int = 60) -> str:
 
 def tool_failure_observation(tool: ToolDefinition, reason: str, attempts: int) -> str:
     """The observation for a tool activity that failed for good."""
-    if tool.idempotent:
+    if tool.retry_safe:
         return f"Error: {tool.name} failed after {attempts} attempt(s): {reason}"
     return (
         f"Error: {tool.name} failed and was not retried because it is not idempotent; "

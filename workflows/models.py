@@ -85,10 +85,16 @@ class ToolDefinition(BaseModel):
     parameters: dict[str, Any]
     risk: Risk = "safe"
     idempotent: bool = True
+    keyed: bool = False  # writes under the call's idempotency key: a retry finds what it wrote
     timeout_s: float = 30.0
     max_attempts: int = 3
     # Set for the ask_* tools, whose execution is a question to the human, not an activity.
     asks: QuestionKind | None = None
+
+    @property
+    def retry_safe(self) -> bool:
+        """Whether running it again after a failure can do no harm."""
+        return self.idempotent or self.keyed
 
     def openai_schema(self) -> dict[str, Any]:
         return {

@@ -1,7 +1,8 @@
 """Notes on SQLite in $AGENT_DATA_DIR: list (safe), create (sensitive), delete (destructive).
 
 `create_note` is not idempotent by nature, so it writes under the call's idempotency key: a retry
-after a crash mid-write finds the row it already wrote instead of adding a second one.
+after a crash mid-write finds the row it already wrote instead of adding a second one, which makes
+it safe to retry (`keyed`).
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ NOTES_TOOLS = [
     ToolSpec(
         name="create_note", description="Create a note with a title and a body.",
         args_model=CreateNoteArgs, handler=create_note, risk="sensitive", idempotent=False,
-        timeout_s=10,
+        keyed=True, timeout_s=10,
     ),
     ToolSpec(
         name="delete_note",

@@ -48,6 +48,7 @@ class ToolSpec:
     handler: Handler
     risk: Risk = "safe"
     idempotent: bool = True
+    keyed: bool = False  # writes under `ctx.idempotency_key`, so a retry cannot write twice
     timeout_s: float = 30.0
     max_attempts: int = 3
 
@@ -58,6 +59,7 @@ class ToolSpec:
             parameters=self.args_model.model_json_schema(),
             risk=self.risk,
             idempotent=self.idempotent,
+            keyed=self.keyed,
             timeout_s=self.timeout_s,
             max_attempts=self.max_attempts,
         )
