@@ -21,6 +21,9 @@ class ActivitySettings:
     forecast_url: str = DEFAULT_FORECAST_URL
     data_dir: Path = Path(".agent-data")
     mcp_config: Path | None = None  # AGENT_MCP_CONFIG: an mcpServers JSON file
+    # AGENT_AUTO_APPROVE: the non-safe tools a conversation's policy may let run without a human
+    # (comma-separated names; `*`: any). By default none: every non-safe call needs a person.
+    auto_approvable: frozenset[str] | None = frozenset()
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -33,4 +36,11 @@ class ActivitySettings:
             forecast_url=env.get("OPEN_METEO_FORECAST_URL") or DEFAULT_FORECAST_URL,
             data_dir=Path(env.get("AGENT_DATA_DIR") or ".agent-data"),
             mcp_config=Path(env["AGENT_MCP_CONFIG"]) if env.get("AGENT_MCP_CONFIG") else None,
+            auto_approvable=auto_approvable(env.get("AGENT_AUTO_APPROVE", "")),
         )
+
+
+def auto_approvable(value: str) -> frozenset[str] | None:
+    """`AGENT_AUTO_APPROVE`: tool names, comma-separated; `*` for any."""
+    names = frozenset(n.strip() for n in value.split(",") if n.strip())
+    return None if "*" in names else names

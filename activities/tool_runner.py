@@ -15,6 +15,7 @@ from activities.heartbeat import heartbeating
 from activities.mcp import McpToolbox
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from workflows.approvals import execution_refusal
 from workflows.bounds import truncate_observation
 from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
 
@@ -36,18 +37,29 @@ class ToolActivities:
     @activity.defn(name="list_tools")
     async def list_tools(self) -> ToolCatalog:
         native = self._registry.definitions()
+        allowed = self._settings.auto_approvable
+        floor = None if allowed is None else sorted(allowed)
         if self._mcp is None:
-            return ToolCatalog(tools=native)
+            return ToolCatalog(tools=native, auto_approvable=floor)
         discovery = await heartbeating(self._mcp.discover())
         for error in discovery.errors:
             log.warning("tool source unavailable", error=error)
-        return ToolCatalog(tools=native + discovery.tools, errors=discovery.errors)
+        return ToolCatalog(tools=native + discovery.tools, errors=discovery.errors,
+                           auto_approvable=floor)
 
     @activity.defn(dynamic=True)
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:
         name = activity.info().activity_type
         invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
         spec = self._registry.get(name)
+        risk = spec.risk if spec is not None else (
+            await self._mcp.current_risk(name) if self._mcp is not None else None)
+        refusal = None if risk is None else execution_refusal(
+            name, risk, invocation, self._settings.auto_approvable)
+        if refusal is not None:  # the gate, checked again where the call would run
+            log.warning("tool refused at execution", reason=refusal, risk=risk)
+            return ToolOutcome(status="needs_approval", observation=f"Error: not run: {refusal}",
+                               risk=risk)
         if spec is None and self._mcp is not None:
             outcome = await heartbeating(self._mcp.call(name, invocation.arguments))
             log.info("mcp tool done", status=outcome.status,

@@ -73,6 +73,7 @@ def activity_settings(model_server: ScriptedModelServer, tmp_path_factory) -> Ac
         geocoding_url=model_server.geocoding_url,
         forecast_url=model_server.forecast_url,
         data_dir=tmp_path_factory.mktemp("agent-data"),
+        auto_approvable=None,  # tests pick their policies; the floor has tests of its own
     )
 
 

@@ -52,7 +52,8 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert default_of(env["OPENAI_MODEL"]) == defaults.openai_model
     assert default_of(env["OPEN_METEO_GEOCODING_URL"]) == DEFAULT_GEOCODING_URL
     assert default_of(env["OPEN_METEO_FORECAST_URL"]) == DEFAULT_FORECAST_URL
-    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR"):
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
+                     "AGENT_AUTO_APPROVE"):
         assert variable in env
     assert "/data" in env["AGENT_DATA_DIR"] and any(v.endswith(":/data") for v in worker["volumes"])
 

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         AuditAction,
         ChatMessage,
         ConversationInput,
+        Decision,
         Question,
         ToolCall,
         ToolInvocation,
@@ -39,6 +40,7 @@ TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
+MAX_APPROVAL_ROUNDS = 2  # a call the worker finds riskier than approved is asked about once more
 TRUNCATED_HINT = (
     " Your reply was cut off at the model's output limit (finish_reason=length): send shorter "
     "arguments."
@@ -91,16 +93,18 @@ class ToolRound:
                 self._desk.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
 
-        ran = await asyncio.gather(
-            *(self._execute(checked[i], checked[i].arguments, keys[i]) for i in safe)
-        )
+        ran = await asyncio.gather(*(
+            self._execute(checked[i], checked[i].arguments, keys[i], self._policy(checked[i]))
+            for i in safe
+        ))
         outcomes.update(zip(safe, ran))
+        for i in safe:  # the worker refused it: riskier than the conversation knew, say
+            if outcomes[i].status == "needs_approval":
+                checked[i] = self._regated(checked[i], outcomes[i])
+                gated = sorted([*gated, i])
         if gated:
             for i in gated:
-                item = checked[i]
-                self._desk.hold(item.call.id, item.tool, item.arguments)
-                self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
-                                    args=item.arguments, risk=item.tool.risk)
+                self._hold(checked[i], checked[i].arguments)
             self._sync_status()
             ran = await asyncio.gather(
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
@@ -135,13 +139,28 @@ class ToolRound:
                 name, args if isinstance(args, dict) else {"raw": args}, outcome.observation))
             result.actions.append(AuditAction(
                 call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
-                status="error" if outcome.status == "needs_input" else outcome.status,
+                status="error" if outcome.status in ("needs_input", "needs_approval") else outcome.status,
                 observation_bytes=len(observation.encode()), full_bytes=full, ms=outcome.ms,
             ))
         return result
 
     async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
-        call_id = item.call.id
+        """Wait for the call's decision and run it once approved; if the worker then finds the
+        tool riskier than it was approved for, put it before the human again (once)."""
+        for _ in range(MAX_APPROVAL_ROUNDS):
+            decision = await self._decision(item.call.id)
+            if not decision.approved:
+                return _rejected(decision)
+            args = self._desk.pending[item.call.id].args
+            outcome = await self._execute(item, args, key, decision)
+            if outcome.status != "needs_approval":
+                return outcome
+            item = self._regated(item, outcome)
+            self._hold(item, args)
+            self._sync_status()
+        return outcome.model_copy(update={"status": "error"})
+
+    async def _decision(self, call_id: str) -> Decision:
         try:
             await workflow.wait_condition(
                 lambda: self._desk.is_decided(call_id) or self._state.end_requested,
@@ -153,23 +172,42 @@ class ToolRound:
             reason = "the conversation was ended" if self._state.end_requested else "approval timed out"
             self._narrator.announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
             self._sync_status()
-        pending = self._desk.pending[call_id]
-        decision = pending.decision
+        decision = self._desk.pending[call_id].decision
         assert decision is not None
-        if decision.approved:
-            return await self._execute(item, pending.args, key)
-        if decision.approver == "system":
-            status = "timed_out" if decision.reason == "approval timed out" else "rejected"
-            return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")
-        return ToolOutcome(status="rejected", observation=f"rejected by user: {decision.reason}")
+        return decision
 
-    async def _execute(self, item: decisions.ReadyCall, args: dict, key: str) -> ToolOutcome:
+    def _hold(self, item: decisions.ReadyCall, args: dict) -> None:
+        self._desk.hold(item.call.id, item.tool, args)
+        self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
+                            args=args, risk=item.tool.risk)
+
+    def _policy(self, item: decisions.ReadyCall) -> Decision | None:
+        """What lets a call run without a human: nothing for a safe tool, else the policy."""
+        if item.tool.risk == "safe":
+            return None
+        return approvals.policy_approval(item.tool, item.arguments, workflow.now())
+
+    def _regated(self, item: decisions.ReadyCall, refused: ToolOutcome) -> decisions.ReadyCall:
+        """The call as the worker sees it now, to be approved by a human: the tool keeps the
+        higher of the two risks, in the catalog too."""
+        workflow.logger.warning("tool %s refused at execution: %s", item.tool.name,
+                                refused.observation)
+        risk = refused.risk or item.tool.risk
+        if approvals.RISK_ORDER[risk] < approvals.RISK_ORDER[item.tool.risk]:
+            risk = item.tool.risk
+        tool = item.tool.model_copy(update={"risk": risk})
+        self._state.catalog[tool.name] = tool
+        return decisions.ReadyCall(item.call, tool, item.arguments)
+
+    async def _execute(
+        self, item: decisions.ReadyCall, args: dict, key: str, approval: Decision | None
+    ) -> ToolOutcome:
         """Run a tool; when it asks for input, ask the human and run it again with the answer."""
         answer: str | None = None
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
             self._narrator.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
-            outcome = await self._run_activity(item, args, key, answer)
+            outcome = await self._run_activity(item, args, key, answer, approval)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
             self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
@@ -186,7 +224,8 @@ class ToolRound:
         )
 
     async def _run_activity(
-        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None
+        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None,
+        approval: Decision | None,
     ) -> ToolOutcome:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
@@ -195,7 +234,7 @@ class ToolRound:
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
-            step=turn.steps,
+            step=turn.steps, approval=approval, risk=tool.risk,
         )
         try:
             return await workflow.execute_activity(
@@ -243,6 +282,13 @@ class ToolRound:
         if self._state.end_requested:
             return "no answer: the conversation was ended"
         return "no answer: the question timed out"
+
+
+def _rejected(decision: Decision) -> ToolOutcome:
+    if decision.approver == "system":
+        status = "timed_out" if decision.reason == "approval timed out" else "rejected"
+        return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")
+    return ToolOutcome(status="rejected", observation=f"rejected by user: {decision.reason}")
 
 
 def raise_if_cancelled(err: ActivityError) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from workflows.bounds import json_size
 from workflows.decisions import validate_arguments
-from workflows.models import ApprovalPolicy, Decision, Question, ToolDefinition
+from workflows.models import ApprovalPolicy, Decision, Question, Risk, ToolDefinition, ToolInvocation
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})
@@ -38,8 +40,54 @@ class AnswerCheck:
     values: list[str] = field(default_factory=list)
 
 
+POLICY = "policy"  # the approver of calls the conversation's policy lets run
+RISK_ORDER: dict[str, int] = {"safe": 0, "sensitive": 1, "destructive": 2}
+
+
 def needs_approval(tool: ToolDefinition, policy: ApprovalPolicy) -> bool:
     return tool.risk in policy.require_approval_for and tool.name not in policy.auto_approve
+
+
+def policy_refusal(
+    policy: ApprovalPolicy, catalog: Iterable[ToolDefinition], auto_approvable: list[str] | None
+) -> str | None:
+    """Why a conversation's approval policy asks for more than the worker allows, or None: it
+    may let run without a human only the non-safe tools the worker names (None: any)."""
+    if auto_approvable is None:
+        return None
+    beyond = [t.name for t in catalog
+              if t.risk != "safe" and not needs_approval(t, policy) and t.name not in auto_approvable]
+    if not beyond:
+        return None
+    allowed = ", ".join(auto_approvable) or "no tool"
+    return (f"the approval policy would let {', '.join(beyond)} run without a human; this worker "
+            f"lets a policy approve {allowed} (AGENT_AUTO_APPROVE)")
+
+
+def policy_approval(tool: ToolDefinition, args: dict[str, Any], now: datetime) -> Decision:
+    """The approval a call carries when the policy lets it run without a human."""
+    return Decision(call_id="", tool=tool.name, approved=True, approver=POLICY, at=now,
+                    args_hash=args_hash(args))
+
+
+def execution_refusal(
+    name: str, risk: Risk, invocation: ToolInvocation, auto_approvable: Collection[str] | None
+) -> str | None:
+    """Why a tool activity must not run this call, or None. A tool non-safe now runs only with an
+    approval of these exact arguments, given for a risk at least this high; one given by a policy
+    only if the worker lets its policy approve the tool."""
+    if risk == "safe":
+        return None
+    approval = invocation.approval
+    if approval is None or not approval.approved:
+        return f"{name} is {risk} and this call carries no approval"
+    if RISK_ORDER[risk] > RISK_ORDER[invocation.risk]:
+        return f"{name} is {risk} now, not {invocation.risk} as when the call was approved"
+    if approval.args_hash != args_hash(invocation.arguments):
+        return f"its arguments are not the ones {approval.approver} approved"
+    if approval.approver == POLICY and auto_approvable is not None and name not in auto_approvable:
+        return f"this worker does not let a policy approve {name}"
+    return None
 
 
 def canonical_json(args: dict[str, Any]) -> str:

@@ -16,12 +16,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import context, decisions
     from workflows.acting import ToolRound, failure_reason, raise_if_cancelled
-    from workflows.approvals import Refusal
+    from workflows.approvals import Refusal, policy_refusal
     from workflows.bounds import (
         MAX_ERROR_BYTES,
         MAX_QUEUED_MESSAGES,
@@ -296,6 +296,12 @@ class ConversationWorkflow:
             workflow.logger.warning("tool source unavailable: %s", notice)
             state.notice(notice)
         state.catalog.update({t.name: t for t in kept})
+        refusal = policy_refusal(self._input.approval, state.catalog.values(),
+                                 catalog.auto_approvable)
+        if refusal is not None:  # the worker holds the floor of what runs without a human
+            state.notice(f"refused: {refusal}")
+            self._set_phase("failed")
+            raise ApplicationError(f"refused: {refusal}", type="PolicyRefused", non_retryable=True)
 
     # ----- a turn -----
 

@@ -112,6 +112,8 @@ class ToolCatalog(BaseModel):
 
     tools: list[ToolDefinition]
     errors: list[str] = []
+    # The non-safe tools this worker lets a conversation's policy approve; None: any.
+    auto_approvable: list[str] | None = None
 
 
 class LLMOptions(BaseModel):
@@ -191,6 +193,10 @@ class ToolInvocation(BaseModel):
     max_observation_bytes: int = 16_384
     turn: int = 0
     step: int = 0
+    # The gate's verdict on these exact arguments (a human's, or the policy's), and the risk the
+    # conversation knew the tool by: the activity runs a non-safe tool only with both in order.
+    approval: Decision | None = None
+    risk: Risk = "safe"
 
 
 class Question(BaseModel):
@@ -203,10 +209,12 @@ ObservationStatus = Literal["ok", "error", "rejected", "timed_out"]
 
 
 class ToolOutcome(BaseModel):
-    # Activities answer ok, error or needs_input; the workflow adds rejected and timed_out.
-    status: Literal["ok", "error", "needs_input", "rejected", "timed_out"] = "ok"
+    # Activities answer ok, error, needs_input or needs_approval (not run: the call's approval
+    # does not cover the tool's risk now); the workflow adds rejected and timed_out.
+    status: Literal["ok", "error", "needs_input", "needs_approval", "rejected", "timed_out"] = "ok"
     observation: str = ""
     question: Question | None = None  # set with status "needs_input"
+    risk: Risk | None = None  # set with status "needs_approval": the tool's risk as the worker sees it
     full_bytes: int | None = None  # the observation's size before truncation, when truncated
     ms: int | None = None  # execution time, measured by the workflow
 
@@ -376,3 +384,4 @@ class ConversationStatus(BaseModel):
 from workflows.state import CarriedState, ConversationState  # noqa: E402
 
 ConversationInput.model_rebuild()
+ToolInvocation.model_rebuild()

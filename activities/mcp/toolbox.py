@@ -24,7 +24,7 @@ from activities.mcp.catalog import CatalogEntry, build_catalog
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import result_text
-from workflows.models import ToolDefinition, ToolOutcome
+from workflows.models import Risk, ToolDefinition, ToolOutcome
 from workflows.schemas import NOTHING_FETCHED, argument_problem, depth_problem
 
 log = structlog.get_logger()
@@ -70,6 +70,15 @@ class McpToolbox:
         )
         log.info("mcp tools discovered", tools=len(catalog), errors=len(errors))
         return McpDiscovery(tools=[entry.definition for entry in catalog.values()], errors=errors)
+
+    async def current_risk(self, exposed_name: str) -> Risk | None:
+        """The tool's risk as this worker knows it now (listing again for a name it does not know);
+        None for a name no server has."""
+        entry = self._catalog.get(exposed_name)
+        if entry is None:
+            await self.discover()
+            entry = self._catalog.get(exposed_name)
+        return entry.definition.risk if entry is not None else None
 
     async def call(self, exposed_name: str, arguments: dict[str, Any]) -> ToolOutcome:
         """Run one tool. Only cancellation escapes: every failure is an error outcome."""

@@ -1,0 +1,159 @@
+"""Nothing slips past the gate: the worker holds the floor of what may run without a human, a tool
+activity runs a non-safe tool only with an approval of those exact arguments, and a tool riskier
+at execution than at discovery goes back before a human."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RawValue
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import ActivityEnvironment
+
+from activities.settings import ActivitySettings, auto_approvable
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry, ToolSpec
+from activities.tools.notes import NOTES_TOOLS
+from activities.tools.weather import WEATHER
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
+from worker.app import build_worker
+from workflows.approvals import POLICY, args_hash, execution_refusal
+from workflows.conversation import ConversationWorkflow
+from workflows.models import (
+    ApprovalPolicy,
+    ConfirmRequest,
+    Decision,
+    SayRequest,
+    ToolInvocation,
+    ToolOutcome,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def approval(args: dict, approver: str = "ann", approved: bool = True) -> Decision:
+    return Decision(call_id="c", tool="create_note", approved=approved, approver=approver, at=NOW,
+                    args_hash=args_hash(args))
+
+
+def invocation(args: dict, **kw) -> ToolInvocation:
+    return ToolInvocation(call_id="c", arguments=args, idempotency_key=unique("key"), **kw)
+
+
+def test_the_floor_comes_from_the_worker_environment():
+    assert auto_approvable("") == frozenset() and auto_approvable("*") is None
+    assert auto_approvable(" create_note, delete_note ,") == {"create_note", "delete_note"}
+
+
+def test_a_non_safe_tool_runs_only_with_an_approval_of_these_arguments():
+    args = {"title": "t", "body": "b"}
+    ok = invocation(args, approval=approval(args), risk="sensitive")
+    assert execution_refusal("create_note", "sensitive", ok, frozenset()) is None
+    assert execution_refusal("get_weather", "safe", invocation(args), frozenset()) is None
+    assert "carries no approval" in execution_refusal("create_note", "sensitive", invocation(args), None)
+    rejected = invocation(args, approval=approval(args, approved=False), risk="sensitive")
+    assert "carries no approval" in execution_refusal("create_note", "sensitive", rejected, None)
+    edited = invocation({"title": "t", "body": "other"}, approval=approval(args), risk="sensitive")
+    assert "not the ones ann approved" in execution_refusal("create_note", "sensitive", edited, None)
+    policy = invocation(args, approval=approval(args, approver=POLICY), risk="sensitive")
+    assert execution_refusal("create_note", "sensitive", policy, None) is None
+    assert execution_refusal("create_note", "sensitive", policy, {"create_note"}) is None
+    assert "does not let a policy approve" in execution_refusal("create_note", "sensitive", policy,
+                                                               frozenset())
+    assert "destructive now, not sensitive" in execution_refusal("create_note", "destructive", ok, None)
+
+
+async def test_the_tool_activity_refuses_what_the_gate_did_not_approve(tmp_path):
+    """Defence in depth: the activity itself, called directly as a forged schedule would."""
+    settings = ActivitySettings(data_dir=tmp_path, auto_approvable=frozenset())
+    async with httpx.AsyncClient() as http:
+        tools = ToolActivities(ToolRegistry(NOTES_TOOLS), settings, http)
+        env = ActivityEnvironment()
+        env.payload_converter = pydantic_data_converter.payload_converter
+        env.info = dataclasses.replace(env.info, activity_type="create_note")
+
+        async def run(inv: ToolInvocation) -> ToolOutcome:
+            payload = env.payload_converter.to_payloads([inv])[0]
+            return await env.run(tools.run_tool, [RawValue(payload)])
+
+        args = {"title": unique("forged"), "body": "b"}
+        for forged in (invocation(args),
+                       invocation(args, approval=approval({"title": "x", "body": "b"}),
+                                  risk="sensitive"),
+                       invocation(args, approval=approval(args, approver=POLICY), risk="sensitive")):
+            refused = await run(forged)
+            assert (refused.status, refused.risk) == ("needs_approval", "sensitive")
+            assert refused.observation.startswith("Error: not run: ")
+        assert note_rows(tmp_path, args["title"]) == []
+        done = await run(invocation(args, approval=approval(args), risk="sensitive"))
+        assert done.status == "ok" and len(note_rows(tmp_path, args["title"])) == 1
+
+
+async def test_a_policy_that_asks_for_more_than_the_worker_allows_is_refused(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    queue = unique("floor")
+    settings = dataclasses.replace(activity_settings, auto_approvable=frozenset({"create_note"}))
+    title = unique("allowed")
+    trigger = script(model, unique("floor"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
+                     ScriptedReply(content="{last_tool}"))
+    async with httpx.AsyncClient(timeout=10) as http, build_worker(client, queue, settings, http):
+        for policy, beyond in ((ApprovalPolicy(auto_approve=["delete_note"]), "delete_note"),
+                               (ApprovalPolicy(require_approval_for=[]), "delete_note")):
+            handle = await start(client, queue, trigger, approval=policy)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+            assert f"would let {beyond} run without a human" in str(failed.value.cause)
+            assert "lets a policy approve create_note (AGENT_AUTO_APPROVE)" in str(failed.value.cause)
+            status = await handle.query(ConversationWorkflow.status)
+            assert status.status == "failed" and status.turn == 0 and "refused:" in status.error
+
+        handle = await start(client, queue, trigger, approval=ApprovalPolicy(auto_approve=["create_note"]))
+        status = await settled(handle)
+        assert status.final_answer.startswith("Created note #") and status.decisions == []
+        assert len(note_rows(settings.data_dir, title)) == 1
+
+
+class ReadArgs(BaseModel):
+    what: str
+
+
+async def read_handler(args: ReadArgs, ctx) -> str:
+    return f"read {args.what}"
+
+
+def registry(risk: str) -> ToolRegistry:
+    return ToolRegistry([WEATHER, *NOTES_TOOLS,
+                         ToolSpec("account_read", "Reads an account.", ReadArgs, read_handler, risk=risk)])
+
+
+async def test_a_tool_riskier_at_execution_than_at_discovery_goes_back_through_approval(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    """The conversation listed `account_read` as safe; by the time it calls it, the worker that
+    runs it (a new version, or a renamed MCP tool) has it as destructive."""
+    queue = unique("risk-rose")
+    trigger = script(model, unique("risk-rose"), ScriptedReply(content="hello"),
+                     ScriptedReply(tool_calls=[tool_call("account_read", {"what": "balance"})]),
+                     ScriptedReply(content="{last_tool}"))
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, activity_settings, http, registry("safe")):
+            handle = await start(client, queue, trigger)
+            await settled(handle)
+        async with build_worker(client, queue, activity_settings, http, registry("destructive")):
+            await handle.signal(ConversationWorkflow.say, SayRequest(text="my balance?"))
+            waiting = await reaches(handle, "waiting_for_confirmation")
+            [pending] = waiting.pending_confirmations
+            assert (pending.tool, pending.risk) == ("account_read", "destructive")
+            await handle.signal(ConversationWorkflow.confirm,
+                                ConfirmRequest(call_ids=[pending.call_id], approver="ann"))
+            status = await settled(handle, turn=2)
+    assert status.final_answer == "read balance"
+    assert [d.approver for d in status.decisions] == ["ann"]
