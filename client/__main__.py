@@ -6,7 +6,11 @@ from client.cli import run
 
 
 def main() -> None:
-    code = asyncio.run(run(sys.argv[1:]))
+    try:
+        code = asyncio.run(run(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
     sys.stdout.flush()
     sys.stderr.flush()
     # Leave without interpreter teardown: the Temporal runtime can abort there (sdk-python #300).

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -41,6 +41,9 @@ from workflows.models import (
 )
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
+# A query that ends like this found no worker to answer it (yet); any other failure is reported.
+NO_ANSWER_YET = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED,
+                           RPCStatusCode.UNAVAILABLE})
 POLL_INTERVAL_S = 0.25
 STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
 
@@ -81,6 +84,8 @@ class Session:
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise CliError(f"no such conversation: {workflow_id}") from None
+                if err.status not in NO_ANSWER_YET:  # refused: authentication, TLS, a bad request
+                    raise
                 if not self._told_waiting:
                     print("waiting for a worker to answer...", file=sys.stderr, flush=True)
                     self._told_waiting = True
@@ -103,7 +108,9 @@ class Session:
             raise
 
     async def outcome(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
-        """Wait until the workflow records what became of a signal; None if it closed first."""
+        """Wait until the workflow records what became of a signal; None if it closed first. At
+        most the session's timeout: a stuck conversation is reported, not waited for forever."""
+        deadline = time.monotonic() + self.timeout_s
         while True:
             outcome = await self.query(workflow_id, ConversationWorkflow.signal_outcome, request_id)
             if outcome is not None:
@@ -111,6 +118,9 @@ class Session:
             description = await self.handle(workflow_id).describe()
             if description.close_time is not None:
                 return None
+            if time.monotonic() >= deadline:
+                raise CliError(f"{workflow_id} recorded no outcome for the signal in "
+                               f"{self.timeout_s:.0f}s; it was delivered, but is not yet taken")
             await asyncio.sleep(POLL_INTERVAL_S)
 
     async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
@@ -243,15 +253,30 @@ async def cmd_end(s: Session, a: argparse.Namespace) -> int:
     request_id = uuid.uuid4().hex
     await s.signal(a.id, ConversationWorkflow.end, EndRequest(request_id=request_id))
     outcome = await s.outcome(a.id, request_id)
-    if outcome is not None and not outcome.accepted:
+    if outcome is None:
+        status = await s.status(a.id)
+        print(f"{a.id} finished before it took the end (stop reason: {status.stop_reason})")
+        return 0
+    if not outcome.accepted:
         return _refused(outcome, False)
-    print(f"taken: {a.id} will end after its in-flight work")
+    print(f"taken: {a.id} is ending; work in flight is cancelled")
+    return 0
+
+
+async def cmd_cancel(s: Session, a: argparse.Namespace) -> int:
+    """Cancel the conversation's workflow: what is in flight stops, stop_reason=cancelled."""
+    try:
+        await s.handle(a.id).cancel()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no such running conversation: {a.id}") from None
+        raise
+    print(f"cancelling {a.id}: work in flight stops and it completes with stop_reason=cancelled")
     return 0
 
 
 async def cmd_status(s: Session, a: argparse.Namespace) -> int:
-    print_status(await s.status(a.id), a.json)
-    return 0
+    return print_status(await s.status(a.id), a.json)
 
 
 async def cmd_watch(s: Session, a: argparse.Namespace) -> int:
@@ -270,14 +295,11 @@ async def cmd_history(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_list(s: Session, a: argparse.Namespace) -> int:
-    query = f'WorkflowType = "{ConversationWorkflow.__name__}"'
-    if a.status:
-        query += f' AND {AGENT_STATUS.name} = "{a.status}"'
     rows = []
-    async for wf in s.client.list_workflows(query, limit=a.limit):
+    async for wf in s.client.list_workflows(list_query(a.status), limit=a.limit):
         rows.append({
             "workflow_id": wf.id,
-            "status": wf.typed_search_attributes.get(AGENT_STATUS),
+            "status": shown_status(wf.typed_search_attributes.get(AGENT_STATUS), wf.status),
             "execution": wf.status.name.lower() if wf.status else None,
             "started": wf.start_time.isoformat() if wf.start_time else None,
         })
@@ -289,6 +311,29 @@ async def cmd_list(s: Session, a: argparse.Namespace) -> int:
         for row in rows:
             print(f"{row['workflow_id']:<40} {row['status'] or '-':<26} {row['started']}")
     return 0
+
+
+# Closed runs: Temporal's execution status says what became of them. A run that continued as new
+# is not listed: its conversation goes on in the next run.
+_CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
+
+
+def list_query(status: str | None) -> str:
+    query = f'WorkflowType = "{ConversationWorkflow.__name__}" AND ExecutionStatus != "ContinuedAsNew"'
+    if status in _CLOSED:
+        return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
+    if status:
+        return f'{query} AND ExecutionStatus = "Running" AND {AGENT_STATUS.name} = "{status}"'
+    return query
+
+
+def shown_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str | None:
+    """The conversation's status as `status` names it, for a running or a closed run."""
+    if execution is None or execution == WorkflowExecutionStatus.RUNNING:
+        return agent_status
+    if execution in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED):
+        return "completed"
+    return "failed"
 
 
 def _refused(outcome: SignalOutcome, as_json: bool) -> int:
@@ -303,6 +348,10 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+ID_HELP = "the conversation's id (its workflow id)"
+JSON_HELP = "print JSON instead of text"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -310,7 +359,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds to wait for a worker to answer (default 60)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("start", parents=[common], help="start a conversation")
+    def command(name: str, func: Any, help_text: str, conversation: bool = True,
+                as_json: bool = False) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        if conversation:
+            p.add_argument("id", help=ID_HELP)
+        if as_json:
+            p.add_argument("--json", action="store_true", help=JSON_HELP)
+        p.set_defaults(func=func)
+        return p
+
+    p = command("start", cmd_start, "start a conversation", conversation=False)
     p.add_argument("prompt", help="the first message; - reads it from stdin")
     p.add_argument("--id", help="conversation (workflow) id; default: a fresh one")
     p.add_argument("--one-shot", action="store_true", help="complete after the first answer")
@@ -318,21 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
     _add_wait(p)
-    p.set_defaults(func=cmd_start)
 
-    p = sub.add_parser("say", parents=[common], help="send the next user message")
-    p.add_argument("id")
+    p = command("say", cmd_say, "send the next user message")
     p.add_argument("message", help="the message; - reads it from stdin")
     _add_wait(p)
-    p.set_defaults(func=cmd_say)
 
     for name, func, help_text in (
         ("confirm", cmd_confirm, "approve pending tool call(s)"),
         ("reject", cmd_reject, "reject pending tool call(s)"),
     ):
-        p = sub.add_parser(name, parents=[common], help=help_text)
-        p.add_argument("id")
-        p.add_argument("call_ids", nargs="*", metavar="CALL_ID")
+        p = command(name, func, help_text)
+        p.add_argument("call_ids", nargs="*", metavar="CALL_ID",
+                       help="the pending calls to decide (see `status`)")
         p.add_argument("--all", action="store_true", help="every call waiting for a decision")
         p.add_argument("--as", dest="approver", default=_os_user(),
                        help="who decides (default: the OS user)")
@@ -341,38 +397,26 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--reason", default="", help="why; the model reads it")
         _add_wait(p)
-        p.set_defaults(func=func)
 
-    p = sub.add_parser("answer", parents=[common], help="answer the pending question")
-    p.add_argument("id")
-    p.add_argument("values", nargs="+", metavar="VALUE")
+    p = command("answer", cmd_answer, "answer the pending question")
+    p.add_argument("values", nargs="+", metavar="VALUE",
+                   help="the answer: text, one option, several options, or yes/no")
     _add_wait(p)
-    p.set_defaults(func=cmd_answer)
 
-    p = sub.add_parser("watch", parents=[common], help="follow a conversation live")
-    p.add_argument("id")
+    p = command("watch", cmd_watch, "follow a conversation live")
     p.add_argument("--from-offset", type=int, default=0, help="resume from this stream offset")
-    p.set_defaults(func=cmd_watch)
 
-    p = sub.add_parser("history", parents=[common], help="the audit trail, a record per step")
-    p.add_argument("id")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_history)
+    command("history", cmd_history, "the audit trail, a record per step", as_json=True)
+    command("status", cmd_status, "the current state of a conversation (exit 1 if it failed)",
+            as_json=True)
 
-    p = sub.add_parser("status", parents=[common], help="the current state of a conversation")
-    p.add_argument("id")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
+    p = command("list", cmd_list, "conversations, optionally by status", conversation=False,
+                as_json=True)
+    p.add_argument("--status", choices=STATUSES, help="only conversations in this status")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
 
-    p = sub.add_parser("list", parents=[common], help="conversations, optionally by status")
-    p.add_argument("--status", choices=STATUSES)
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_list)
-
-    p = sub.add_parser("end", parents=[common], help="end a conversation after its in-flight work")
-    p.add_argument("id")
-    p.set_defaults(func=cmd_end)
+    command("end", cmd_end, "end a conversation: work in flight is cancelled, stop_reason=ended")
+    command("cancel", cmd_cancel, "cancel the conversation's workflow: stop_reason=cancelled")
     return parser
 
 
@@ -388,7 +432,7 @@ def _add_wait(p: argparse.ArgumentParser) -> None:
                    help="return when the turn needs a human or is done, printing the status")
     p.add_argument("--wait-timeout", type=float, default=600.0,
                    help="seconds --wait waits for the turn (default 600)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 async def run(argv: list[str]) -> int:

@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, tool_call, unique
+from workflows.conversation import ConversationWorkflow
+from workflows.models import ConversationInput
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,3 +157,110 @@ async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: Scr
     assert answered.returncode == 0 and "answer: You chose blue." in answered.stdout
     again = await cli("answer", conv, "red")
     assert again.returncode == 1 and "no question is waiting" in again.stdout
+
+
+@workflow.defn(name="ConversationWorkflow")
+class StuckConversation:
+    """Answers queries but never takes a signal: as a conversation whose tasks cannot progress."""
+
+    @workflow.run
+    async def run(self, inp: dict) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal(name="say")
+    def say(self, request: dict) -> None:
+        pass
+
+    @workflow.query(name="signal_outcome")
+    def signal_outcome(self, request_id: str) -> None:
+        return None
+
+
+async def test_a_signal_never_taken_is_reported_after_the_timeout(cli, client, task_queue: str):
+    queue = unique("stuck")
+    conv = unique("stuck-conv")
+    async with Worker(client, task_queue=queue, workflows=[StuckConversation],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        await client.start_workflow("ConversationWorkflow", {"prompt": "hi"}, id=conv, task_queue=queue)
+        out = await cli("say", conv, "anyone?", "--timeout", "2", timeout=30)
+        await client.get_workflow_handle(conv).terminate()
+    assert out.returncode == 1
+    assert "recorded no outcome for the signal in 2s" in out.stderr
+
+
+async def test_status_fails_when_the_conversation_did_and_lists_show_closed_runs(
+    cli, client, model: ScriptedModelServer, task_queue: str
+):
+    trigger = script(model, unique("cli-401"), ScriptedReply(content="x", errors=[401]))
+    conv = unique("cli-llm-error")
+    started = await cli("start", "--id", conv, "--wait", trigger)
+    assert started.returncode == 1 and "stop reason: llm_error" in started.stdout
+    status = await cli("status", conv)
+    assert status.returncode == 1 and "401" in status.stdout
+
+    broken = unique("cli-terminated")
+    await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),
+                                id=broken, task_queue=unique("nobody"))
+    await client.get_workflow_handle(broken).terminate()
+    rows = []
+    for _ in range(50):  # visibility is eventually consistent
+        rows = json.loads((await cli("list", "--status", "failed", "--json")).stdout)
+        if broken in [r["workflow_id"] for r in rows]:
+            break
+        await asyncio.sleep(0.2)
+    [row] = [r for r in rows if r["workflow_id"] == broken]
+    assert (row["status"], row["execution"]) == ("failed", "terminated")
+
+
+async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServer,
+                                          temporal_address: str, task_queue: str):
+    trigger = script(model, unique("cli-cancel"), *[ScriptedReply(content="hello")] * 2)
+    conv = unique("cli-cancel-conv")
+    assert (await cli("start", "--id", conv, "--wait", trigger)).returncode == 0
+    cancelled = await cli("cancel", conv)
+    assert cancelled.returncode == 0 and "stop_reason=cancelled" in cancelled.stdout
+    for _ in range(50):
+        final = json.loads((await cli("status", conv, "--json")).stdout)
+        if final["status"] == "completed":
+            break
+        await asyncio.sleep(0.1)
+    assert (final["status"], final["stop_reason"]) == ("completed", "cancelled")
+
+    other = unique("cli-end-conv")
+    assert (await cli("start", "--id", other, "--wait", trigger)).returncode == 0
+    ended = await cli("end", other)
+    assert ended.returncode == 0 and ended.stdout.strip() == f"taken: {other} is ending; work in flight is cancelled"
+
+    helped = await cli("say", "--help")
+    assert "the conversation's id (its workflow id)" in helped.stdout
+    assert "print JSON instead of text" in helped.stdout and "- reads it from stdin" in helped.stdout
+
+    unserved = unique("cli-unserved")  # its status waits for a worker that never comes
+    await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),
+                                id=unserved, task_queue=unique("nobody"))
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+    waiting = subprocess.Popen([sys.executable, "-m", "client", "status", unserved], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    await asyncio.sleep(4)
+    waiting.send_signal(signal.SIGINT)
+    _, err = await asyncio.to_thread(waiting.communicate, timeout=30)
+    await client.get_workflow_handle(unserved).terminate()
+    assert waiting.returncode == 130 and err.strip().endswith("interrupted")
+    assert "Traceback" not in err
+
+
+async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
+    from client.cli import CliError, Session
+    from client.connection import TemporalSettings
+    from temporalio.service import RPCError, RPCStatusCode
+
+    class Refusing:
+        async def query(self, *args, **kwargs):
+            raise RPCError("request unauthorized", RPCStatusCode.UNAUTHENTICATED, b"")
+
+    session = Session(client=None, settings=TemporalSettings(), timeout_s=30)  # type: ignore[arg-type]
+    monkeypatch.setattr(session, "handle", lambda workflow_id: Refusing())
+    with pytest.raises(RPCError) as refused:
+        await asyncio.wait_for(session.status("x"), timeout=5)
+    assert refused.value.status == RPCStatusCode.UNAUTHENTICATED
+    assert not isinstance(refused.value, CliError)
