@@ -56,7 +56,7 @@ RISKY = {"create_note", "delete_note"}
 @dataclass
 class ChaosReport:
     conversations: int
-    completed: int
+    completed: int  # answered with the expected answer: the note created, then deleted
     duplicate_notes: int
     unapproved_executions: int
     lost_signals: int
@@ -121,17 +121,25 @@ def scenario(trigger: str, title: str, think_s: float) -> Scenario:
     ])
 
 
+def is_expected_answer(answer: str | None, title: str) -> bool:
+    """Whether a final answer is the scenario's: the note titled `title` created, then deleted."""
+    return bool(answer) and answer.startswith("done: Deleted note #") and answer.endswith(
+        f"{title!r}.")
+
+
 class Approver:
     """Approves every pending call, and answers any question (a duplicate note would ask one)."""
 
     def __init__(self) -> None:
         self.sent: dict[str, list[str]] = {}  # workflow id -> request ids the server accepted
         self.decided: set[tuple[str, str]] = set()
+        self.answers: dict[str, str | None] = {}  # workflow id -> final answer, once settled
 
     async def tend(self, handle: WorkflowHandle) -> bool:
-        """One look at a conversation; True once it is done."""
+        """One look at a conversation; True once it is done (answered, or ended otherwise)."""
         status = await handle.query(ConversationWorkflow.status, rpc_timeout=_RPC_TIMEOUT)
-        if status.status in ("idle", "completed"):
+        if status.status in ("idle", "completed", "failed"):
+            self.answers[handle.id] = status.final_answer
             return True
         question = status.pending_question
         if question is not None and (handle.id, question.call_id) not in self.decided:
@@ -152,16 +160,32 @@ class Approver:
 
 
 async def unapproved_executions(handle: WorkflowHandle) -> int:
-    """Risky activities scheduled before a confirm signal naming their call reached the workflow."""
-    approved: set[str] = set()
-    bad = 0
+    """Risky activities scheduled before a confirm that the workflow took (its outcome accepted)
+    named their call. A refused confirm approves nothing."""
     converter = pydantic_data_converter.payload_converter
-    async for event in handle.fetch_history_events():
+    events = [event async for event in handle.fetch_history_events()]
+    confirms = []
+    for event in events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             attrs = event.workflow_execution_signaled_event_attributes
             if attrs.signal_name == "confirm":
                 [request] = converter.from_payloads(attrs.input.payloads, [ConfirmRequest])
-                approved.update(request.call_ids)
+                confirms.append(request)
+    taken = set()
+    for request in confirms:
+        outcome = await _retry(lambda: handle.query(
+            ConversationWorkflow.signal_outcome, request.request_id, rpc_timeout=_RPC_TIMEOUT))
+        if outcome is not None and outcome.accepted:
+            taken.add(request.request_id)
+    approved: set[str] = set()
+    bad = 0
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            attrs = event.workflow_execution_signaled_event_attributes
+            if attrs.signal_name == "confirm":
+                [request] = converter.from_payloads(attrs.input.payloads, [ConfirmRequest])
+                if request.request_id in taken:
+                    approved.update(request.call_ids)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name in RISKY:
@@ -237,8 +261,10 @@ async def run_chaos(
                 outcome = await _retry(lambda: handle.query(
                     ConversationWorkflow.signal_outcome, request_id, rpc_timeout=_RPC_TIMEOUT))
                 lost += outcome is None
+        answered = sum(is_expected_answer(approver.answers.get(h.id), t)
+                       for t, h in zip(titles, handles))
         return ChaosReport(
-            conversations=conversations, completed=len(done),
+            conversations=conversations, completed=answered,
             duplicate_notes=_duplicate_notes(work / "data"),
             unapproved_executions=unapproved, lost_signals=lost, worker_kills=kills,
             server_restarts=restarts, seconds=time.monotonic() - started,

@@ -3,10 +3,17 @@ server restart."""
 
 from __future__ import annotations
 
-from tests.chaos import run_chaos
+from tests.chaos import is_expected_answer, run_chaos
 
 
 async def test_chaos_small():
     report = await run_chaos(conversations=10, seed=7, timeout_s=300)
     assert report.worker_kills >= 1 and report.server_restarts == 1
     assert report.ok(), report.markdown()
+
+
+def test_only_the_expected_answer_counts_as_completed():
+    title = "chaos-1-abc"
+    assert is_expected_answer(f"done: Deleted note #7 {title!r}.", title)
+    assert not is_expected_answer("done: Error: no note is titled 'chaos-1-abc'", title)
+    assert not is_expected_answer(None, title) and not is_expected_answer("", title)
