@@ -250,7 +250,7 @@ async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServe
 
 
 async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
-    from client.cli import CliError, Session
+    from client.session import CliError, Session
     from client.connection import TemporalSettings
     from temporalio.service import RPCError, RPCStatusCode
 

@@ -15,27 +15,24 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import context, decisions
     from workflows.acting import ToolRound, failure_reason, raise_if_cancelled
-    from workflows.approvals import Refusal, policy_refusal
+    from workflows.approvals import Refusal
     from workflows.bounds import (
         MAX_ERROR_BYTES,
-        MAX_QUEUED_MESSAGES,
         MAX_TOOLS_LISTED,
         MAX_TURN_SUMMARIES,
         Limits,
-        Tail,
-        check_message,
         clip,
         keep_last,
-        text_size,
     )
     from workflows.desk import HumanDesk
-    from workflows.edge import admitted_tools, first_state, settled_input
+    from workflows.discovery import discover_tools
+    from workflows.edge import first_state, settled_input
     from workflows.handover import carried, next_input
     from workflows.models import (
         AnswerRequest,
@@ -47,29 +44,24 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         Decision,
         EndRequest,
-        LLMReply,
         RejectRequest,
         SayRequest,
         SignalOutcome,
         Status,
         StopReason,
-        ToolCatalog,
         TurnSummary,
         Usage,
     )
     from workflows.narrator import Narrator
-    from workflows.questions import ASK_TOOLS
     from workflows.state import TurnState
     from workflows.thinking import Thinker
     from workflows.stopping import is_looping, over_budget
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
-LIST_TOOLS_ACTIVITY = "list_tools"
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
-FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 
 
 @workflow.defn
@@ -85,8 +77,6 @@ class ConversationWorkflow:
         self._state = first_state(self._input, self._limits, notices)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._desk = HumanDesk(self._state, self._limits)
-        queue_bound = MAX_QUEUED_MESSAGES if self._limits.inbox_bytes is not None else 2**31
-        self._inbox = Tail(self._state.inbox, queue_bound, self._limits.inbox_bytes, text_size)
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
         self._turns_this_run = 0
@@ -117,7 +107,7 @@ class ConversationWorkflow:
             if state.current.in_progress:
                 await self._run_turn(None)
             elif state.inbox:
-                await self._run_turn(self._inbox.pop_first())
+                await self._run_turn(self._desk.next_message())
             elif state.end_requested:
                 state.current.stop_reason = "ended"
                 break
@@ -148,38 +138,19 @@ class ConversationWorkflow:
 
     @workflow.signal
     def say(self, request: SayRequest) -> None:
-        self._take_message(request)
+        self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
 
     @workflow.update
     def send_message(self, request: SayRequest) -> SignalOutcome:
         """`say`, answered synchronously: the validator refuses before anything reaches history."""
-        return self._take_message(request)
+        return self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
 
     @send_message.validator
     def _check_message(self, request: SayRequest) -> None:
-        reason = self._message_refusal(request.text)
+        reason = self._desk.message_refusal(request.text, self._input.one_shot,
+                                            self._phase == "completed")
         if reason is not None:
             raise ValueError(reason)
-
-    def _message_refusal(self, text: str) -> str | None:
-        if self._input.one_shot:
-            return "a one-shot conversation takes no more messages"
-        if self._state.end_requested or self._phase == "completed":
-            return "the conversation is ending"
-        reason = check_message(text, self._limits.message_bytes)
-        if reason is None and not self._inbox.fits(text_size(text)):
-            reason = (f"{len(self._state.inbox)} message(s) of {self._inbox.bytes:,} bytes are "
-                      "already waiting; send it once the conversation has caught up")
-        return reason
-
-    def _take_message(self, request: SayRequest) -> SignalOutcome:
-        """Queue a message for its turn, or refuse it (ending, empty, too large, queue full)."""
-        reason = self._message_refusal(request.text)
-        if reason is not None:
-            return _outcome(self._desk.refuse(request.request_id, reason), request.request_id)
-        self._inbox.append(request.text)
-        return self._desk.accept(request.request_id,
-                                 turn=self._state.current.number + len(self._state.inbox))
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
@@ -275,31 +246,9 @@ class ConversationWorkflow:
     # ----- tools -----
 
     async def _load_tools(self) -> None:
-        state = self._state
-        state.catalog = {t.name: t for t in ASK_TOOLS}
-        try:
-            catalog = await workflow.execute_activity(
-                LIST_TOOLS_ACTIVITY,
-                result_type=ToolCatalog,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
-                summary="list tools",
-            )
-        except ActivityError as err:
-            raise_if_cancelled(err)
-            state.notice(f"tools unavailable: {failure_reason(err)}")
-            workflow.logger.warning("tool discovery failed: %s", state.notices[-1])
-            return
-        kept, notices = admitted_tools(
-            [t for t in catalog.tools if t.name not in state.catalog], self._limits)
-        for notice in [*catalog.errors, *notices]:
-            workflow.logger.warning("tool source unavailable: %s", notice)
-            state.notice(notice)
-        state.catalog.update({t.name: t for t in kept})
-        refusal = policy_refusal(self._input.approval, state.catalog.values(),
-                                 catalog.auto_approvable)
+        refusal = await discover_tools(self._state, self._limits, self._input.approval)
         if refusal is not None:  # the worker holds the floor of what runs without a human
-            state.notice(f"refused: {refusal}")
+            self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")
             raise ApplicationError(f"refused: {refusal}", type="PolicyRefused", non_retryable=True)
 
@@ -336,10 +285,7 @@ class ConversationWorkflow:
     def _interrupted(self) -> None:
         """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
         every call in the context answered, so the context stays valid."""
-        for call_id, pending in self._desk.pending.items():
-            if pending.decision is None:
-                self._desk.decide_by_system(call_id, "the conversation was ended", workflow.now())
-        self._desk.close_round()
+        self._desk.abandon_round("the conversation was ended", workflow.now())
         ctx = self._state.context
         ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
         self._state.current.stop_reason = "ended"
@@ -372,18 +318,6 @@ class ConversationWorkflow:
                 self._stop("llm_error", f"model call failed: {failure_reason(err)}")
                 self._record_step(step, None, Usage())
                 return
-            if self._ignored_tool_choice(reply, offered) and workflow.patched(
-                FORCED_ANSWER_RETRY_PATCH
-            ):  # asked to answer, it called tools: ask once more, with no tools to call
-                workflow.logger.warning("turn %d step %d: tool calls in a forced answer; asking "
-                                        "again without tools", turn.number, step)
-                try:
-                    reply = await self._thinker.think(step, offered, send_tools=False)
-                except ActivityError as err:
-                    raise_if_cancelled(err)
-                    self._stop("llm_error", f"model call failed: {failure_reason(err)}")
-                    self._record_step(step, None, Usage())
-                    return
             turn.steps = step
             message, refused = self._thinker.usable(reply.message, step)
             decision = decisions.decide_after_reply(message, offered, turn.forced_reason)
@@ -406,11 +340,6 @@ class ConversationWorkflow:
             if is_looping(turn.call_records):
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
-
-    @staticmethod
-    def _ignored_tool_choice(reply: LLMReply, offered: bool) -> bool:
-        """A call made without tools (`tool_choice="none"`) came back with tool calls and no text."""
-        return not offered and bool(reply.message.tool_calls) and not (reply.message.content or "").strip()
 
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
                      actions: list[AuditAction] | None = None) -> None:

@@ -18,12 +18,15 @@ from workflows import approvals
 from workflows.approvals import PendingCall, Refusal
 from workflows.bounds import (
     MAX_APPROVER_BYTES,
+    MAX_QUEUED_MESSAGES,
     MAX_REASON_BYTES,
     MAX_REMEMBERED_CALLS,
     MAX_REMEMBERED_SIGNALS,
     MAX_REQUEST_ID_BYTES,
     MAX_TURN_DECISIONS,
     Limits,
+    Tail,
+    check_message,
     clip,
     keep_last,
     text_size,
@@ -36,6 +39,7 @@ from workflows.models import (
     PendingQuestion,
     Question,
     RejectRequest,
+    SayRequest,
     SignalOutcome,
     Status,
     ToolDefinition,
@@ -48,9 +52,38 @@ class HumanDesk:
         self._state = state
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
+        queue_bound = MAX_QUEUED_MESSAGES if limits.inbox_bytes is not None else 2**31
+        self._inbox = Tail(state.inbox, queue_bound, limits.inbox_bytes, text_size)
         self.question_lock = asyncio.Lock()
         self._question: PendingQuestion | None = None
         self._answer: str | None = None
+
+    # ----- messages -----
+
+    def message_refusal(self, text: str, one_shot: bool, closed: bool) -> str | None:
+        """Why a message cannot be queued for a turn, or None. Changes nothing."""
+        if one_shot:
+            return "a one-shot conversation takes no more messages"
+        if self._state.end_requested or closed:
+            return "the conversation is ending"
+        reason = check_message(text, self._limits.message_bytes)
+        if reason is None and not self._inbox.fits(text_size(text)):
+            reason = (f"{len(self._state.inbox)} message(s) of {self._inbox.bytes:,} bytes are "
+                      "already waiting; send it once the conversation has caught up")
+        return reason
+
+    def take_message(self, request: SayRequest, one_shot: bool, closed: bool) -> SignalOutcome:
+        """Queue a message for its turn, or refuse it (ending, empty, too large, queue full)."""
+        reason = self.message_refusal(request.text, one_shot, closed)
+        if reason is not None:
+            reason = self.refuse(request.request_id, reason).reason
+            return SignalOutcome(request_id=request.request_id or "", accepted=False, reason=reason)
+        self._inbox.append(request.text)
+        return self.accept(request.request_id,
+                           turn=self._state.current.number + len(self._state.inbox))
+
+    def next_message(self) -> str:
+        return self._inbox.pop_first()
 
     # ----- rounds -----
 
@@ -64,6 +97,13 @@ class HumanDesk:
             verdict = "approved" if d and d.approved else "rejected"
             self.remember_call(call_id, f"it was already {verdict} by {d.approver if d else 'nobody'}")
         self.pending = {}
+
+    def abandon_round(self, reason: str, now: datetime) -> None:
+        """The round stops half-way: its undecided calls are rejected by the system."""
+        for call_id, pending in self.pending.items():
+            if pending.decision is None:
+                self.decide_by_system(call_id, reason, now)
+        self.close_round()
 
     def remember_call(self, call_id: str, what: str) -> None:
         self._state.past_calls = keep_last([*self._state.past_calls, (call_id, what)],

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
 LLM_ACTIVITY = "llm_call"
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
+FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 
 
 class Thinker:
@@ -87,11 +88,23 @@ class Thinker:
             return None
         return context.observation_share(self._state.context, self.budget(), call_message)
 
-    async def think(self, step: int, offered_tools: bool, send_tools: bool = True) -> LLMReply:
-        """Fold older turns if the prompt would pass the budget, then ask the model (`send_tools`
-        False: with no tool schemas at all, for providers that ignore `tool_choice="none"`)."""
+    async def think(self, step: int, offered_tools: bool) -> LLMReply:
+        """Fold older turns if the prompt would pass the budget, then ask the model. Asked to
+        answer (no tools offered), a reply of tool calls and no text, from a provider that ignores
+        `tool_choice="none"`, is asked once more with no tool schemas at all."""
         if self._limits.fold_context:
             await self._fold_older_turns(step)
+        reply = await self._ask(step, offered_tools, send_tools=True)
+        message = reply.message
+        if not offered_tools and message.tool_calls and not (message.content or "").strip() and (
+            workflow.patched(FORCED_ANSWER_RETRY_PATCH)
+        ):
+            workflow.logger.warning("step %d: tool calls in a forced answer; asking again without "
+                                    "tools", step)
+            reply = await self._ask(step, offered_tools, send_tools=False)
+        return reply
+
+    async def _ask(self, step: int, offered_tools: bool, send_tools: bool) -> LLMReply:
         self._narrator.emit("llm_started", step=step)
         ctx, budget = self._state.context, self.budget()
         if self._limits.fold_context:

@@ -1,0 +1,49 @@
+"""Tool discovery: once per conversation, the `list_tools` activity, then what the conversation
+keeps of it. The catalog lives in the state (so replays never list again), with the ask_* tools
+first; what was left out, and why, goes to the status."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.acting import failure_reason, raise_if_cancelled
+    from workflows.approvals import policy_refusal
+    from workflows.bounds import Limits
+    from workflows.edge import admitted_tools
+    from workflows.models import ApprovalPolicy, ToolCatalog
+    from workflows.questions import ASK_TOOLS
+    from workflows.state import ConversationState
+
+LIST_TOOLS_ACTIVITY = "list_tools"
+
+
+async def discover_tools(state: ConversationState, limits: Limits,
+                         policy: ApprovalPolicy) -> str | None:
+    """Fill the state's catalog. Returns why the conversation must be refused, if its approval
+    policy asks for more than the worker allows (the worker holds that floor); a discovery that
+    fails leaves the ask_* tools and a notice, and the conversation goes on."""
+    state.catalog = {t.name: t for t in ASK_TOOLS}
+    try:
+        catalog = await workflow.execute_activity(
+            LIST_TOOLS_ACTIVITY,
+            result_type=ToolCatalog,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
+            summary="list tools",
+        )
+    except ActivityError as err:
+        raise_if_cancelled(err)
+        state.notice(f"tools unavailable: {failure_reason(err)}")
+        workflow.logger.warning("tool discovery failed: %s", state.notices[-1])
+        return None
+    kept, notices = admitted_tools([t for t in catalog.tools if t.name not in state.catalog], limits)
+    for notice in [*catalog.errors, *notices]:
+        workflow.logger.warning("tool source unavailable: %s", notice)
+        state.notice(notice)
+    state.catalog.update({t.name: t for t in kept})
+    return policy_refusal(policy, state.catalog.values(), catalog.auto_approvable)
