@@ -34,14 +34,23 @@ def test_delete_by_title_asks_when_ambiguous(tmp_path: Path):
         _create(tmp_path, CreateNoteArgs(title="Todo", body=key), key)
     _create(tmp_path, CreateNoteArgs(title="Solo", body="s"), "c")
     with pytest.raises(NeedsInput) as asked:
-        _delete(tmp_path, DeleteNoteArgs(title="todo"), None)
+        _delete(tmp_path, DeleteNoteArgs(title="todo"), None, "d1")
     question = asked.value.question
     assert question.kind == "choice" and [o.split(" (")[0] for o in question.options] == ["#1 Todo", "#2 Todo"]
     with pytest.raises(ToolError, match="names none of the matching notes"):
-        _delete(tmp_path, DeleteNoteArgs(title="Todo"), "#3 Solo")
-    assert _delete(tmp_path, DeleteNoteArgs(title="Todo"), question.options[1]) == "Deleted note #2 'Todo'."
-    assert _delete(tmp_path, DeleteNoteArgs(title="Solo"), None) == "Deleted note #3 'Solo'."
+        _delete(tmp_path, DeleteNoteArgs(title="Todo"), "#3 Solo", "d1")
+    assert _delete(tmp_path, DeleteNoteArgs(title="Todo"), question.options[1], "d1") == "Deleted note #2 'Todo'."
+    assert _delete(tmp_path, DeleteNoteArgs(title="Solo"), None, "d2") == "Deleted note #3 'Solo'."
     with pytest.raises(ToolError, match="there is no note #9"):
-        _delete(tmp_path, DeleteNoteArgs(note_id=9), None)
+        _delete(tmp_path, DeleteNoteArgs(note_id=9), None, "d3")
     with pytest.raises(ValueError):
         DeleteNoteArgs(note_id=1, title="Todo")
+
+
+def test_a_retried_delete_answers_what_it_did(tmp_path: Path):
+    _create(tmp_path, CreateNoteArgs(title="Once", body="b"), "c1")
+    first = _delete(tmp_path, DeleteNoteArgs(title="Once"), None, "key-d")
+    again = _delete(tmp_path, DeleteNoteArgs(title="Once"), None, "key-d")  # after a crash, say
+    assert first == again == "Deleted note #1 'Once'."
+    with pytest.raises(ToolError, match="no note is titled 'Once'"):
+        _delete(tmp_path, DeleteNoteArgs(title="Once"), None, "key-other")  # a new call

@@ -1,8 +1,8 @@
 """Notes on SQLite in $AGENT_DATA_DIR: list (safe), create (sensitive), delete (destructive).
 
-`create_note` is not idempotent by nature, so it writes under the call's idempotency key: a retry
-after a crash mid-write finds the row it already wrote instead of adding a second one, which makes
-it safe to retry (`keyed`).
+`create_note` and `delete_note` are not idempotent by nature, so they write under the call's
+idempotency key: a retry after a crash mid-write finds what it already did (the row it wrote, the
+deletion it made) instead of doing it again, which makes them safe to retry (`keyed`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,15 @@ CREATE TABLE IF NOT EXISTS notes (
     idempotency_key TEXT UNIQUE
 )
 """
+# What each delete_note call deleted, under its idempotency key: a retry answers the same.
+DELETIONS = """
+CREATE TABLE IF NOT EXISTS deletions (
+    idempotency_key TEXT PRIMARY KEY,
+    note_id INTEGER,
+    title TEXT,
+    deleted_at TEXT
+)
+"""
 OPTION_ID = re.compile(r"^#(\d+)\b")
 
 
@@ -38,6 +47,7 @@ def _connect(data_dir: Path) -> sqlite3.Connection:
     data_dir.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(notes_db(data_dir), timeout=10)
     conn.execute(SCHEMA)
+    conn.execute(DELETIONS)
     return conn
 
 
@@ -94,8 +104,12 @@ def _create(data_dir: Path, args: CreateNoteArgs, key: str) -> str:
     return f"Created note #{note_id} {args.title!r}."
 
 
-def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None) -> str:
+def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None, key: str) -> str:
     with _connect(data_dir) as conn:
+        done = conn.execute("SELECT note_id, title FROM deletions WHERE idempotency_key = ?",
+                            (key,)).fetchone()
+        if done is not None:  # a retry of a call that already deleted its note
+            return f"Deleted note #{done[0]} {done[1]!r}."
         if args.note_id is not None:
             target = args.note_id
         else:
@@ -123,6 +137,8 @@ def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None) -> str:
         if row is None:
             raise ToolError(f"there is no note #{target}")
         conn.execute("DELETE FROM notes WHERE id = ?", (target,))
+        conn.execute("INSERT INTO deletions VALUES (?, ?, ?, ?)",
+                     (key, target, row[0], datetime.now(timezone.utc).isoformat(timespec="seconds")))
     return f"Deleted note #{target} {row[0]!r}."
 
 
@@ -135,7 +151,8 @@ async def create_note(args: CreateNoteArgs, ctx: ToolContext) -> str:
 
 
 async def delete_note(args: DeleteNoteArgs, ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_delete, ctx.settings.data_dir, args, ctx.answer)
+    return await asyncio.to_thread(_delete, ctx.settings.data_dir, args, ctx.answer,
+                                   ctx.idempotency_key)
 
 
 NOTES_TOOLS = [
@@ -152,6 +169,6 @@ NOTES_TOOLS = [
         name="delete_note",
         description="Delete a note by id, or by title (the user picks when several match).",
         args_model=DeleteNoteArgs, handler=delete_note, risk="destructive", idempotent=False,
-        timeout_s=10,
+        keyed=True, timeout_s=10,
     ),
 ]
