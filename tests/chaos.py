@@ -275,14 +275,16 @@ async def run_chaos(
         model.stop()
 
 
-async def _retry(call, attempts: int = 20):
+async def _retry(call, attempts: int = 120):
+    """A query, again until a worker answers it: after the kills, every conversation replays, and
+    a task that times out under that load leaves queries refused for a while."""
     for i in range(attempts):
         try:
             return await call()
         except RPCError:
             if i == attempts - 1:
                 raise
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
 
 
 def _count_inserts(data_dir: Path) -> None:
