@@ -35,7 +35,9 @@ def mcp_config(path: Path, notes_url: str) -> Path:
         "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
         "notes": {"url": notes_url, "headers": {"Authorization": "Bearer ${MCP_NOTES_TOKEN}"}},
         "unruly": {"command": sys.executable, "args": [str(SERVERS / "stdio_server.py")],
-                   "env": {"UNRULY_TOKEN": "${MCP_UNRULY_SECRET}"}, "timeout_s": 2},
+                   "env": {"UNRULY_TOKEN": "${MCP_UNRULY_SECRET}"},
+                   # starting a Python server may take seconds on a busy machine; calls may not
+                   "timeout_s": 20, "tools": {"hang": {"timeout_s": 2}}},
         "broken": {"command": "definitely-not-an-installed-command"},
     }
     path.write_text(json.dumps({"mcpServers": servers}))
