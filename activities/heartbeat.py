@@ -11,8 +11,20 @@ from temporalio import activity
 T = TypeVar("T")
 
 
-async def heartbeating(awaitable: Awaitable[T], interval_s: float = 2.0) -> T:
-    """Await `awaitable`, heartbeating every `interval_s` until it finishes."""
+MAX_INTERVAL_S = 2.0
+
+
+def interval() -> float:
+    """A quarter of the activity's heartbeat timeout, at most 2 s."""
+    timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
+    if not timeout:
+        return MAX_INTERVAL_S
+    return max(0.1, min(MAX_INTERVAL_S, timeout.total_seconds() / 4))
+
+
+async def heartbeating(awaitable: Awaitable[T], interval_s: float | None = None) -> T:
+    """Await `awaitable`, heartbeating often enough for the activity's heartbeat timeout."""
+    interval_s = interval() if interval_s is None else interval_s
     task = asyncio.ensure_future(awaitable)
     try:
         while True:

@@ -9,18 +9,25 @@ from typing import Any, TypeVar
 import openai
 import structlog
 from temporalio import activity
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
+from workflows import delta
 from workflows.models import (
+    PENDING_PROMPT_QUERY,
     ChatMessage,
     FunctionCall,
     LLMReply,
     LLMRequest,
+    LLMStepRequest,
+    PendingPrompt,
     StreamEvent,
     SummaryReply,
     SummaryRequest,
@@ -36,6 +43,7 @@ T = TypeVar("T")
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
 TOKEN_ITEM_CHARS = 1024
+FETCH_TIMEOUT = timedelta(seconds=30)  # a query of the conversation, for a prompt not held here
 HINTS = {
     401: "check OPENAI_API_KEY",
     403: "the key may not access this model",
@@ -64,8 +72,13 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
     )
 
 
+class ContextMiss(Exception):
+    """The worker cannot rebuild the prompt a delta request names (`workflows.delta`)."""
+
+
 class LLMActivities:
-    def __init__(self, settings: ActivitySettings, client: openai.AsyncOpenAI | None = None):
+    def __init__(self, settings: ActivitySettings, client: openai.AsyncOpenAI | None = None,
+                 temporal: Client | None = None, cache: ContextCache | None = None):
         self._default_model = settings.openai_model
         # Local endpoints (Ollama, vLLM) need no key, but the SDK insists on one.
         self._client = client or openai.AsyncOpenAI(
@@ -73,26 +86,96 @@ class LLMActivities:
             base_url=settings.openai_base_url,
             max_retries=0,  # Temporal's retry policy owns retries.
         )
+        self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
+        self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
+        """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
+        return await self._complete(request.model, [m.to_openai() for m in request.messages],
+                                    request.tools, request.tool_choice, request.turn, request.step)
+
+    @activity.defn(name="llm_step")
+    async def llm_step(self, request: LLMStepRequest) -> LLMReply:
+        """One chat completion of a prompt sent as a delta: rebuilt from this worker's copy of
+        the conversation's previous prompt, or fetched from the conversation when this worker
+        has none (another worker, a restart, an eviction)."""
+        try:
+            messages, tools = await heartbeating(self._rebuild(request))
+        except ContextMiss as miss:
+            raise ApplicationError(str(miss), type="ContextMiss", non_retryable=True) from None
+        return await self._complete(request.model, messages, tools, request.tool_choice,
+                                    request.turn, request.step)
+
+    async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        conversation = activity.info().workflow_id
+        wire = hashes = None
+        previous = self.cache.prompt(conversation, request.base) if request.base else None
+        if request.base is None or previous is not None:
+            try:
+                wire, hashes = delta.rebuild(previous.wire if previous else [],
+                                             previous.hashes if previous else [], request.parts)
+            except delta.Mismatch as err:
+                raise ContextMiss(f"the parts do not fit the prompt they name: {err}") from None
+        tools: list[dict[str, Any]] | None = []
+        if request.tools is not None:
+            tools = request.tools
+        elif request.tools_digest is not None:
+            tools = self.cache.tools(request.tools_digest)
+        source = "delta" if request.base is not None else "full"
+        if wire is None or tools is None:
+            pending = await self._fetch(request.digest)
+            wire = [m.to_openai() for m in pending.messages]
+            hashes = [delta.message_hash(m) for m in wire]
+            tools = pending.tools if request.tools_digest is not None else []
+            source = "fetched"
+        if delta.prompt_digest(hashes) != request.digest:
+            raise ContextMiss(f"the rebuilt prompt ({source}) does not match its digest")
+        if request.tools_digest is not None:
+            if delta.tools_digest(tools) != request.tools_digest:
+                raise ContextMiss("the tool list does not match its digest")
+            self.cache.keep_tools(request.tools_digest, tools)
+        self.cache.keep_prompt(conversation, request.digest, wire, hashes)
+        self.cache.rebuilt[source] += 1
+        # A fetch is worth seeing (a restart, another worker, an eviction); a delta is the norm.
+        (log.info if source == "fetched" else log.debug)(
+            "prompt rebuilt", source=source, messages=len(wire), parts=len(request.parts),
+            cached=len(self.cache))
+        return wire, tools
+
+    async def _fetch(self, digest: str) -> PendingPrompt:
+        """The prompt the conversation waits on, by its query (any worker can answer it)."""
+        if self._temporal is None:
+            raise ContextMiss("this worker holds no copy of the prompt and cannot fetch one")
+        info = activity.info()
+        handle = self._temporal.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        try:
+            pending = await handle.query(PENDING_PROMPT_QUERY, digest, result_type=PendingPrompt,
+                                         rpc_timeout=FETCH_TIMEOUT)
+        except (RPCError, WorkflowQueryFailedError) as err:  # the workflow resends it whole
+            raise ContextMiss(f"could not fetch the prompt from the conversation: {err}") from None
+        if pending is None:
+            raise ContextMiss("the conversation no longer waits on this prompt")
+        return pending
+
+    async def _complete(self, model: str | None, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]], tool_choice: str, turn: int, step: int
+                        ) -> LLMReply:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
-        model = request.model or self._default_model
+        model = model or self._default_model
         attempt = activity.info().attempt
         async with WorkflowStreamClient.from_within_activity(batch_interval=TOKEN_BATCH) as live:
             tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
             if attempt > 1:  # watchers drop what an earlier attempt streamed
-                tokens.publish(StreamEvent(kind="reset", turn=request.turn, step=request.step,
-                                           attempt=attempt))
+                tokens.publish(StreamEvent(kind="reset", turn=turn, step=step, attempt=attempt))
 
             def on_text(text: str) -> None:
                 for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
-                    tokens.publish(StreamEvent(kind="token", turn=request.turn, step=request.step,
+                    tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
                                                attempt=attempt, text=text[i:i + TOKEN_ITEM_CHARS]))
 
             reply = await _classified(heartbeating(stream_completion(
-                self._client, model, [m.to_openai() for m in request.messages],
-                request.tools, request.tool_choice, on_text,
+                self._client, model, messages, tools, tool_choice, on_text,
             )))
         log.info(
             "llm reply",

@@ -24,6 +24,9 @@ class ActivitySettings:
     # AGENT_AUTO_APPROVE: the non-safe tools a conversation's policy may let run without a human
     # (comma-separated names; `*`: any). By default none: every non-safe call needs a person.
     auto_approvable: frozenset[str] | None = frozenset()
+    # AGENT_CONTEXT_CACHE_MB: what the worker may hold of conversations' last prompts and tool
+    # lists, so that model calls carry deltas (a miss refetches the prompt; nothing is lost).
+    context_cache_bytes: int = 256 * 2**20
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -37,6 +40,9 @@ class ActivitySettings:
             data_dir=Path(env.get("AGENT_DATA_DIR") or ".agent-data"),
             mcp_config=Path(env["AGENT_MCP_CONFIG"]) if env.get("AGENT_MCP_CONFIG") else None,
             auto_approvable=auto_approvable(env.get("AGENT_AUTO_APPROVE", "")),
+            context_cache_bytes=megabytes("AGENT_CONTEXT_CACHE_MB",
+                                          env.get("AGENT_CONTEXT_CACHE_MB", ""),
+                                          cls.context_cache_bytes),
         )
 
 
@@ -44,3 +50,16 @@ def auto_approvable(value: str) -> frozenset[str] | None:
     """`AGENT_AUTO_APPROVE`: tool names, comma-separated; `*` for any."""
     names = frozenset(n.strip() for n in value.split(",") if n.strip())
     return None if "*" in names else names
+
+
+def megabytes(name: str, value: str, default: int) -> int:
+    """A size in MiB from the environment, in bytes; a clear error for anything but a number."""
+    if not value.strip():
+        return default
+    try:
+        mib = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of MiB, not {value!r}") from None
+    if not 0 <= mib <= 2**20:
+        raise ValueError(f"{name} must be between 0 and {2**20} MiB, not {value!r}")
+    return int(mib * 2**20)

@@ -41,9 +41,13 @@ class Sizes:
     park_s: float = 60
     recovery: int = 50
     chat_turns: int = 300
+    tours: tuple[int, ...] = (25, 50, 100, 200, 1000)
+    tours_before: int = 200  # the longest tour the version before runs (its cost grows as steps²)
 
 
-QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50)
+QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
+              tours=(25, 50), tours_before=50)
+MODEL_ACTIVITIES = {"llm_call", "llm_step"}
 
 
 def weather(i: int, delay: float = 0.0) -> ScriptedReply:
@@ -54,6 +58,8 @@ def weather(i: int, delay: float = 0.0) -> ScriptedReply:
 
 def build_script(z: Sizes) -> Script:
     return Script(scenarios=[
+        *(Scenario(trigger=f"[tour-{n}]", replies=[*(weather(i) for i in range(n - 1)),
+                                                  ScriptedReply(content="done")]) for n in z.tours),
         Scenario(trigger="[steps]", replies=[*(weather(i) for i in range(z.steps - 1)),
                                              ScriptedReply(content="done")]),
         Scenario(trigger="[conc]", replies=[*(weather(i, z.latency_s) for i in range(z.conc_steps - 1)),
@@ -196,6 +202,55 @@ async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
              f"{took:.1f} s (heartbeat timeout {heartbeat:.0f} s; target ≤ {heartbeat + 2:.0f} s)")]
 
 
+async def history_of(client, handle) -> tuple[int, int, int, int]:
+    """Every run of a conversation: (history bytes, events, runs, bytes of the last model
+    activity's input). Bytes are the events' protobuf sizes, as the server counts them."""
+    run_id, size, events, runs, last_input = handle.first_execution_run_id, 0, 0, 0, 0
+    while run_id:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        runs += 1
+        events += len(history.events)
+        size += sum(e.ByteSize() for e in history.events)
+        for e in history.events:
+            if (e.HasField("activity_task_scheduled_event_attributes")
+                    and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES):
+                last_input = e.activity_task_scheduled_event_attributes.input.ByteSize()
+        end = history.events[-1]
+        run_id = (end.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                  if end.HasField("workflow_execution_continued_as_new_event_attributes") else None)
+    return size, events, runs, last_input
+
+
+async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """One-shot weather tours of N steps: history bytes per step, runs, and the last model call's
+    input. With BENCH_BEFORE=<a checkout of an earlier commit>, the same tours on a worker running
+    that code, side by side on the same server."""
+    client = await stack.client()
+    versions = [("this version", "hist-new", z.tours[-1])]
+    stack.start_worker("hist-new")
+    before = os.environ.get("BENCH_BEFORE")
+    if before:
+        stack.start_worker("hist-old", code=Path(before))
+        versions.append((f"before ({Path(before).name})", "hist-old", z.tours_before))
+    rows = []
+    for steps in z.tours:
+        for label, queue, longest in versions:
+            if steps > longest:
+                continue
+            handle = await client.start_workflow(
+                ConversationWorkflow.run, conversation(f"[tour-{steps}] {uuid.uuid4().hex}", steps + 1),
+                id=f"tour-{steps}-{uuid.uuid4().hex[:6]}", task_queue=queue)
+            started = time.monotonic()
+            await handle.result()
+            took = time.monotonic() - started
+            size, events, runs, last_input = await history_of(client, handle)
+            rows.append((f"{steps} steps, {label}: history, runs, per step, last model input",
+                         f"{size / 1e3:,.0f} KB in {events:,} events, {runs} run{'s' * (runs > 1)}, "
+                         f"{size / steps / 1e3:.1f} KB/step, {last_input / 1e3:.1f} KB; "
+                         f"{took / steps * 1000:.0f} ms/step"))
+    return rows
+
+
 async def tokens(stack: Stack) -> list[tuple[str, str]]:
     """Prompt tokens per step over 30 steps, with and without compaction (in-process worker with
     a 4 KB-per-step tool, the same as tests/test_robustness.py)."""
@@ -282,7 +337,8 @@ async def main(z: Sizes, only: str | None = None) -> str:
     stack = Stack(work, build_script(z))
     sections = []
     try:
-        for title, run in (("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
+        for title, run in (("History per step", lambda: history_per_step(stack, z)),
+                           ("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
                            ("Concurrency, 200 ms model, one worker", lambda: concurrency(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),

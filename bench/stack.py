@@ -34,9 +34,9 @@ def wait_port(port: int, timeout_s: float = 60) -> None:
 
 
 class Child:
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path):
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT):
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
+            self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.ps = psutil.Process(self.proc.pid)
 
@@ -77,9 +77,10 @@ class Stack:
     def worker_env(self, task_queue: str) -> dict[str, str]:
         return worker_env(self.address, task_queue, self.base_url, self.work / "data")
 
-    def start_worker(self, task_queue: str, module: str = "worker") -> Child:
+    def start_worker(self, task_queue: str, module: str = "worker", code: Path = ROOT) -> Child:
+        """A worker process; `code` is the checkout it runs (another one, to compare versions)."""
         worker = Child([sys.executable, "-m", module], self.worker_env(task_queue),
-                       self.work / f"{module.replace('.', '_')}-{task_queue}.log")
+                       self.work / f"{module.replace('.', '_')}-{task_queue}.log", cwd=code)
         self.workers.append(worker)
         return worker
 

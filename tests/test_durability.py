@@ -95,8 +95,10 @@ async def test_worker_killed_between_tool_and_next_llm_reply_resumes_without_rer
     assert model.geocoding_calls == geocoding_before + 1, "get_weather ran again"
     assert model.forecast_calls == forecast_before + 1, "get_weather ran again"
     log = worker.log(2)
+    # The new worker held no copy of the prompt the retried call names: it fetched it.
+    assert '"event": "prompt rebuilt"' in log and '"source": "fetched"' in log
     retried = next(line for line in log.splitlines() if '"event": "llm reply"' in line)
-    for field in (f'"workflow_id": "{handle.id}"', '"run_id": "', '"activity": "llm_call"',
+    for field in (f'"workflow_id": "{handle.id}"', '"run_id": "', '"activity": "llm_step"',
                   '"attempt": 2', '"step": 2'):
         assert field in retried, (field, retried)
 

@@ -37,7 +37,11 @@ async def connect_patiently(temporal: TemporalSettings) -> Client:
 async def main() -> None:
     configure_logging()
     temporal = TemporalSettings.from_env()
-    settings = ActivitySettings.from_env()
+    try:
+        settings = ActivitySettings.from_env()
+    except ValueError as err:
+        log.error("cannot start: bad environment", error=str(err))
+        raise SystemExit(2) from None
     client = await connect_patiently(temporal)
     await ensure_search_attributes(client, temporal.namespace)
     stop = asyncio.Event()

@@ -46,16 +46,17 @@ def build_worker(
     http: httpx.AsyncClient,
     registry: ToolRegistry | None = None,
     mcp: McpToolbox | None = None,
+    llm: LLMActivities | None = None,
     **options: Any,
 ) -> Worker:
     """The agent's worker; `options` go to Temporal's `Worker` as they are."""
-    llm = LLMActivities(settings)
+    llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
-        activities=[llm.llm_call, llm.summarize, tools.list_tools, tools.run_tool],
+        activities=[llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool],
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         **options,

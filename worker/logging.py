@@ -16,7 +16,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-RUNTIME_ACTIVITIES = frozenset({"llm_call", "list_tools"})
+RUNTIME_ACTIVITIES = frozenset({"llm_call", "llm_step", "summarize", "list_tools"})
 
 
 def configure_logging(level: int = logging.INFO) -> None:
@@ -76,7 +76,7 @@ class _BindActivityContext(ActivityInboundInterceptor):
 
 
 def _step_of(args: Sequence[Any]) -> int | None:
-    """The ReAct step an activity serves, read from its input (LLMRequest or ToolInvocation)."""
+    """The ReAct step an activity serves, read from its input (a model request or a tool call)."""
     if not args:
         return None
     arg = args[0]

@@ -44,6 +44,8 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         Decision,
         EndRequest,
+        PENDING_PROMPT_QUERY,
+        PendingPrompt,
         RejectRequest,
         SayRequest,
         SignalOutcome,
@@ -237,6 +239,12 @@ class ConversationWorkflow:
     def messages(self) -> list[ChatMessage]:
         """The context: the system prompt, the running summary, and the latest turns."""
         return context.shown(self._state.context)
+
+    @workflow.query(name=PENDING_PROMPT_QUERY)
+    def pending_prompt(self, digest: str) -> PendingPrompt | None:
+        """The prompt and tools of the model call this conversation waits on, if it has this
+        digest: for a worker that holds no copy of the previous prompt (`workflows.delta`)."""
+        return self._thinker.pending(digest)
 
     @workflow.query
     def history(self) -> list[AuditRecord]:

@@ -160,6 +160,40 @@ class LLMRequest(BaseModel):
     step: int = 0
 
 
+class PromptPart(BaseModel):
+    """Either a range [start, end) of the conversation's previous prompt, kept, or one message."""
+
+    keep: tuple[int, int] | None = None
+    message: ChatMessage | None = None
+
+
+class LLMStepRequest(BaseModel):
+    """A model call as a delta (`workflows.delta`): the prompt as parts of the previous one
+    (`base`, by digest; None: every part is a message) and new messages, and the tool list by its
+    digest. The worker rebuilds the prompt and checks it against `digest`."""
+
+    model: str | None
+    parts: list[PromptPart]
+    base: str | None = None
+    digest: str
+    tools_digest: str | None = None  # None: no tools offered
+    tools: list[dict[str, Any]] | None = None  # inline, with a full prompt (`base` None)
+    tool_choice: Literal["auto", "none"] = "auto"
+    turn: int = 0
+    step: int = 0
+
+
+PENDING_PROMPT_QUERY = "pending_prompt"
+
+
+class PendingPrompt(BaseModel):
+    """The prompt and tools of the model call a conversation waits on (its `pending_prompt`
+    query), for a worker that does not hold them."""
+
+    messages: list[ChatMessage]
+    tools: list[dict[str, Any]] = []
+
+
 class SummaryRequest(BaseModel):
     """Fold turns into the running summary: the previous summary and the turns' messages."""
 

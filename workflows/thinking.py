@@ -13,10 +13,10 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import context
+    from workflows import context, delta
     from workflows.acting import failure_reason, raise_if_cancelled
     from workflows.bounds import (
         MAX_ERROR_BYTES,
@@ -35,6 +35,8 @@ with workflow.unsafe.imports_passed_through():
         ConversationInput,
         LLMReply,
         LLMRequest,
+        LLMStepRequest,
+        PendingPrompt,
         SummaryReply,
         SummaryRequest,
         Usage,
@@ -43,10 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.repair import bound_reply, recover_tool_calls, unique_call_ids
     from workflows.state import ConversationState
 
-LLM_ACTIVITY = "llm_call"
+LLM_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
+LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`workflows.delta`)
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
+# Runs with this marker send model calls as deltas (`llm_step`); runs begun before it don't.
+DELTA_CONTEXT_PATCH = "delta-context"
 
 
 class Thinker:
@@ -60,12 +65,25 @@ class Thinker:
         # loaded, before the first step.
         self._tools: list[dict] | None = None
         self._tools_tokens = 0
+        self._tools_digest = ""
+        # The delta context: the prompt last sent (None: send the next one whole), and the
+        # call waiting on its reply, which the `pending_prompt` query answers.
+        self._delta = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._sent: delta.Sent | None = None
+        self._pending: tuple[str, PendingPrompt] | None = None
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:
             self._tools = [t.openai_schema() for t in self._state.catalog.values()]
             self._tools_tokens = context.tools_tokens(self._tools)
+            self._tools_digest = delta.tools_digest(self._tools)
         return self._tools
+
+    def pending(self, digest: str) -> PendingPrompt | None:
+        """The prompt and tools of the model call waiting on its reply, if it has this digest."""
+        if self._pending is None or self._pending[0] != digest:
+            return None
+        return self._pending[1]
 
     def budget(self) -> context.Budget:
         self.tool_schemas()
@@ -112,24 +130,55 @@ class Thinker:
         else:  # as runs begun before the bounded context did
             messages = compact(context.shown(ctx), self._input.context_budget_tokens)
         turn = self._state.current
-        reply = await workflow.execute_activity(
-            LLM_ACTIVITY,
-            LLMRequest(model=self._input.model, messages=messages,
-                       tools=self.tool_schemas() if send_tools else [],
-                       tool_choice="auto" if offered_tools else "none", turn=turn.number,
-                       step=step),
-            result_type=LLMReply,
-            start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
-            heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
-            retry_policy=self._retry(self._input.llm.max_attempts),
-            summary=f"llm turn {turn.number} step {step}",
-        )
+        tools = self.tool_schemas() if send_tools else []
+        tool_choice = "auto" if offered_tools else "none"
+        if self._delta:
+            reply = await self._step(messages, tools, tool_choice, step)
+        else:
+            reply = await self._call(LLM_ACTIVITY, LLMRequest(
+                model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
+                turn=turn.number, step=step), step)
         sent_tools = budget.tools if send_tools else 0
         ctx.token_ratio = context.calibrated_ratio(
             estimate_tokens(messages) + sent_tools, reply.usage.prompt_tokens, ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens
         self.count(reply.usage)
         return reply
+
+    async def _step(self, messages: list[ChatMessage], tools: list[dict], tool_choice: str,
+                    step: int) -> LLMReply:
+        """The model call as a delta of the previous one. A worker that cannot rebuild the prompt
+        fetches it (`pending_prompt`); if even that fails (`ContextMiss`), it is sent whole once."""
+        for whole in (self._sent is None, True):
+            previous = None if whole else self._sent
+            parts, self._sent = delta.diff(previous, messages)
+            self._pending = (self._sent.digest, PendingPrompt(messages=messages, tools=tools))
+            request = LLMStepRequest(
+                model=self._input.model, parts=parts,
+                base=previous.digest if previous is not None else None, digest=self._sent.digest,
+                tools_digest=self._tools_digest if tools else None,
+                tools=tools if previous is None and tools else None, tool_choice=tool_choice,
+                turn=self._state.current.number, step=step)
+            try:
+                return await self._call(LLM_STEP_ACTIVITY, request, step)
+            except ActivityError as err:
+                if whole or not is_context_miss(err):
+                    raise
+                workflow.logger.warning("step %d: %s; sending the prompt whole", step,
+                                        failure_reason(err))
+            finally:
+                self._pending = None
+        raise AssertionError("unreachable: the whole prompt was sent")
+
+    async def _call(self, activity: str, request: LLMRequest | LLMStepRequest, step: int
+                    ) -> LLMReply:
+        return await workflow.execute_activity(
+            activity, request, result_type=LLMReply,
+            start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
+            heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
+            retry_policy=self._retry(self._input.llm.max_attempts),
+            summary=f"llm turn {self._state.current.number} step {step}",
+        )
 
     def count(self, usage: Usage) -> None:
         """One more completed model call, and what it used."""
@@ -200,3 +249,8 @@ class Thinker:
             at=workflow.now(), turn=self._state.current.number, step=step, kind="summary",
             thought=summary, tokens=reply.usage,
         ))
+
+
+def is_context_miss(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == "ContextMiss"
