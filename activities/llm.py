@@ -10,10 +10,9 @@ import openai
 import structlog
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating

@@ -1,6 +1,7 @@
 """Long conversations hand over to fresh runs (continue-as-new) without losing anything.
 
-A dev server of its own suggests continue-as-new after 40 history events, so it happens often.
+A conversation here hands over after 40 history events (its dev server also suggests it then), so
+it happens often.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tup
         await env.shutdown()
 
 
+OFTEN = {"continue_as_new_after_events": 40}
+
+
 async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     eager_client: tuple[Client, str], model: ScriptedModelServer
 ):
@@ -54,7 +58,7 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     note = ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("can"), "body": "b"})])
     echoes = [ScriptedReply(content="echo: {last_user}") for _ in range(8)]
     trigger = script(model, unique("long"), *weather, note, ScriptedReply(content="first done"), *echoes)
-    handle = await start(client, queue, trigger, max_steps=20)
+    handle = await start(client, queue, trigger, max_steps=20, **OFTEN)
 
     # A confirmation pending in a later run, and a burst of messages sent across the handovers.
     pending = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)).pending_confirmations
@@ -96,7 +100,7 @@ async def test_a_one_shot_turn_that_spans_runs_completes(
     steps = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": c})])
              for c in ["Paris", "Tokyo"] * 6]
     trigger = script(model, unique("oneshot-long"), *steps, ScriptedReply(content="all done"))
-    handle = await start(client, queue, trigger, max_steps=20, one_shot=True)
+    handle = await start(client, queue, trigger, max_steps=20, one_shot=True, **OFTEN)
     result = await asyncio.wait_for(handle.result(), timeout=60)
     assert (result.status, result.stop_reason, result.final_answer) == ("completed", "answered", "all done")
     assert result.runs > 1 and result.steps == 13

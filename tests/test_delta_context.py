@@ -3,13 +3,12 @@ the model still receives exactly the prompt it would have received whole."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 
 import httpx
-from temporalio.client import Client
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from activities.context_cache import ContextCache
 from activities.llm import LLMActivities
@@ -18,10 +17,10 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import replay, replay_runs, script, settled, start, tool_call, unique
 from worker.app import build_worker
-from workflows import delta
-from workflows.conversation import ConversationWorkflow
+from workflows import decisions, delta
+from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
+from workflows.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 from workflows.models import ChatMessage, FunctionCall, SayRequest, ToolCall
-from workflows.thinking import DELTA_CONTEXT_PATCH
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
 
@@ -106,6 +105,14 @@ def test_a_range_outside_the_previous_prompt_is_a_mismatch_not_a_wrong_prompt():
         except delta.Mismatch:
             continue
         raise AssertionError(f"{parts} rebuilt a prompt")
+
+
+def test_a_run_hands_over_for_its_history_only_well_past_the_servers_suggestion():
+    assert not decisions.history_full(4_096 * 3, 4 * 2**20)  # 1,000 small steps: one run
+    assert decisions.history_full(HANDOVER_EVENTS, 1) and decisions.history_full(1, HANDOVER_BYTES)
+    assert decisions.history_full(40, 1, max_events=40)  # configured lower
+    assert decisions.history_full(MAX_HANDOVER_EVENTS, 1, max_events=10**9)  # capped
+    assert MAX_HANDOVER_EVENTS < 51_200 and HANDOVER_BYTES < 50 * 2**20  # Temporal's hard limits
 
 
 def test_the_cache_finds_a_prompt_only_by_its_digest_and_stays_within_its_bytes():

@@ -23,6 +23,9 @@ from worker.logging import LoggingInterceptor
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 
 log = structlog.get_logger()
+# A workflow task waits this long for the worker that holds the conversation in its cache
+# (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
+STICKY_TIMEOUT = timedelta(seconds=2)
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
@@ -59,7 +62,7 @@ def build_worker(
         activities=[llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool],
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
-        **options,
+        **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
 
 

@@ -15,7 +15,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from workflows import approvals, decisions
@@ -36,7 +41,19 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import ConversationState
     from workflows.stopping import CallRecord, call_record
 
-TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How soon an activity lost with its worker runs again: a tool's heartbeat timeout (a model
+    call's is `LLMOptions.heartbeat_timeout_s`) and the wait before the first retry."""
+
+    tool_heartbeat: timedelta = timedelta(seconds=10)
+    first_retry: timedelta = timedelta(seconds=1)
+
+
+# Runs with the delta context recover faster (runs begun before keep the pace they had).
+FAST = Pace(tool_heartbeat=timedelta(seconds=5), first_retry=timedelta(milliseconds=200))
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
@@ -58,9 +75,10 @@ class ToolRound:
 
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
-        narrator: Narrator, sync_status: Callable[[], None],
+        narrator: Narrator, sync_status: Callable[[], None], pace: Pace = Pace(),
     ) -> None:
         self._input = inp
+        self._pace = pace
         self._state = state
         self._desk = desk
         self._narrator = narrator
@@ -242,9 +260,9 @@ class ToolRound:
                 invocation,
                 result_type=ToolOutcome,
                 start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
-                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=self._pace.tool_heartbeat,
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
+                    initial_interval=self._pace.first_retry,
                     backoff_coefficient=2.0,
                     maximum_interval=timedelta(seconds=10),
                     maximum_attempts=attempts,

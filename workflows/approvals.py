@@ -11,7 +11,14 @@ from typing import Any
 
 from workflows.bounds import json_size
 from workflows.decisions import validate_arguments
-from workflows.models import ApprovalPolicy, Decision, Question, Risk, ToolDefinition, ToolInvocation
+from workflows.models import (
+    ApprovalPolicy,
+    Decision,
+    Question,
+    Risk,
+    ToolDefinition,
+    ToolInvocation,
+)
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})

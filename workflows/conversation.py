@@ -20,7 +20,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import context, decisions
-    from workflows.acting import ToolRound, failure_reason, raise_if_cancelled
+    from workflows.acting import (
+        FAST,
+        Pace,
+        ToolRound,
+        failure_reason,
+        raise_if_cancelled,
+    )
     from workflows.approvals import Refusal
     from workflows.bounds import (
         MAX_ERROR_BYTES,
@@ -35,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.edge import first_state, settled_input
     from workflows.handover import carried, next_input
     from workflows.models import (
+        PENDING_PROMPT_QUERY,
         AnswerRequest,
         AuditAction,
         AuditRecord,
@@ -44,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         Decision,
         EndRequest,
-        PENDING_PROMPT_QUERY,
         PendingPrompt,
         RejectRequest,
         SayRequest,
@@ -56,14 +62,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.narrator import Narrator
     from workflows.state import TurnState
-    from workflows.thinking import Thinker
     from workflows.stopping import is_looping, over_budget
+    from workflows.thinking import Thinker
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
+# Runs with this marker send model calls as deltas (`workflows.delta`) and, as a step then adds
+# little history, hand over to a fresh run for the history's size only well past the server's
+# suggestion; runs begun before it don't.
+DELTA_CONTEXT_PATCH = "delta-context"
 
 
 @workflow.defn
@@ -84,7 +94,10 @@ class ConversationWorkflow:
         self._turns_this_run = 0
         self._turn_task: asyncio.Future[None] | None = None
         self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
-        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator)
+        self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._pace = FAST if self._delta_context else Pace()
+        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
+                                self._pace, delta_context=self._delta_context)
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
@@ -340,7 +353,7 @@ class ConversationWorkflow:
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
             done = await ToolRound(self._input, state, self._desk, self._narrator,
-                                   self._sync_status).run(decision.calls,
+                                   self._sync_status, self._pace).run(decision.calls,
                                                           reply.finish_reason == "length",
                                                           share, refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
@@ -387,7 +400,13 @@ class ConversationWorkflow:
     # ----- continue-as-new -----
 
     def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
-        if workflow.info().is_continue_as_new_suggested():
+        info = workflow.info()
+        if self._delta_context:  # a step adds little: hand over only when the history is large
+            if decisions.history_full(info.get_current_history_length(),
+                                      info.get_current_history_size(),
+                                      self._input.continue_as_new_after_events):
+                return True
+        elif info.is_continue_as_new_suggested():
             return True
         return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
 

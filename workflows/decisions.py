@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from workflows.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 from workflows.models import ChatMessage, ToolCall, ToolDefinition
 from workflows.schemas import argument_problem
 
@@ -38,6 +39,11 @@ class RunTools:
 class FinalAnswer:
     text: str
     stop_reason: str
+
+
+def history_full(events: int, size: int, max_events: int = HANDOVER_EVENTS) -> bool:
+    """Whether a run's history is large enough to hand over to a fresh run."""
+    return events >= min(max_events, MAX_HANDOVER_EVENTS) or size >= HANDOVER_BYTES
 
 
 def tools_offered(step: int, max_steps: int) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.bounds import DEFAULT_MESSAGE_BYTES
+from workflows.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -120,7 +120,7 @@ class LLMOptions(BaseModel):
     """Timeouts and retries of the model call; the defaults suit a hosted model."""
 
     timeout_s: float = 120.0
-    heartbeat_timeout_s: float = 10.0
+    heartbeat_timeout_s: float = 5.0  # a worker lost mid-call is noticed this soon
     max_attempts: int = 6
     max_retry_interval_s: float = 30.0
 
@@ -146,6 +146,9 @@ class ConversationInput(BaseModel):
     context_budget_tokens: int | None = Field(default=24_000, gt=0)  # prompt size before compaction
     max_observation_bytes: int = Field(default=16_384, ge=256)  # capped at MAX_OBSERVATION_BYTES
     continue_as_new_after_turns: int = Field(default=50, ge=1)
+    # history events before a fresh run, mid-turn too (at most 40,000; runs without the delta
+    # context follow the server's suggestion instead)
+    continue_as_new_after_events: int = Field(default=HANDOVER_EVENTS, ge=1)
     max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read

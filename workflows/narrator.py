@@ -15,6 +15,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
+from workflows.approvals import Refusal
 from workflows.bounds import (
     MAX_AUDIT_RECORD_BYTES,
     MAX_AUDIT_RECORDS,
@@ -29,7 +30,6 @@ from workflows.bounds import (
     keep_within,
     preview_args,
 )
-from workflows.approvals import Refusal
 from workflows.models import AuditRecord, Decision, StreamEvent
 from workflows.state import ConversationState
 

@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import context, delta
-    from workflows.acting import failure_reason, raise_if_cancelled
+    from workflows.acting import Pace, failure_reason, raise_if_cancelled
     from workflows.bounds import (
         MAX_ERROR_BYTES,
         MAX_SEEN_CALL_IDS,
@@ -50,17 +50,16 @@ LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`wo
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
-# Runs with this marker send model calls as deltas (`llm_step`); runs begun before it don't.
-DELTA_CONTEXT_PATCH = "delta-context"
 
 
 class Thinker:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
-                 narrator: Narrator) -> None:
+                 narrator: Narrator, pace: Pace, delta_context: bool = False) -> None:
         self._input = inp
         self._state = state
         self._limits = limits
         self._narrator = narrator
+        self._pace = pace
         # The catalog as the model sees it, and its estimated tokens: fixed once the tools are
         # loaded, before the first step.
         self._tools: list[dict] | None = None
@@ -68,7 +67,7 @@ class Thinker:
         self._tools_digest = ""
         # The delta context: the prompt last sent (None: send the next one whole), and the
         # call waiting on its reply, which the `pending_prompt` query answers.
-        self._delta = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._delta = delta_context
         self._sent: delta.Sent | None = None
         self._pending: tuple[str, PendingPrompt] | None = None
 
@@ -203,7 +202,7 @@ class Thinker:
 
     def _retry(self, attempts: int) -> RetryPolicy:
         return RetryPolicy(
-            initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+            initial_interval=self._pace.first_retry, backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
             maximum_attempts=attempts,
         )
