@@ -37,6 +37,7 @@ class Sizes:
     levels: tuple[int, ...] = (1, 10, 100, 500)
     conc_steps: int = 4
     latency_s: float = 0.2
+    processes: tuple[int, ...] = (1, 2)
     parked: int = 1000
     park_s: float = 60
     recovery: int = 50
@@ -132,24 +133,43 @@ async def per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
 
 
 async def concurrency(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """C conversations of `conc_steps` steps against a 200 ms model, side by side with Temporal's
+    floor of the same shape (a 200 ms activity, then a no-op one, per step) on the same server,
+    with one and with two worker processes of each; CPU per step is all worker processes'."""
     client = await stack.client()
-    worker = stack.start_worker("conc")
-    await client.execute_workflow(ConversationWorkflow.run, conversation("[conc] warm-up"),
-                                  id=f"conc-warm-{uuid.uuid4().hex[:6]}", task_queue="conc")
-    rows, step_latency = [], None
-    for level in z.levels:
-        cpu0, started = worker.cpu_s(), time.monotonic()
-        handles = await start_many(client, "conc", level, "conc")
-        await asyncio.gather(*(h.result() for h in handles))
-        wall = time.monotonic() - started
-        steps = level * z.conc_steps
-        if step_latency is None:
-            step_latency = wall / z.conc_steps
-        ideal = level / step_latency
-        rows.append((f"C={level}: steps/s (ideal {ideal:.0f})",
-                     f"{steps / wall:.1f} ({steps / wall / ideal:.0%} of ideal), worker CPU "
-                     f"{(worker.cpu_s() - cpu0) / wall:.0%}, RSS {worker.rss_mb():.0f} MB"))
-    return [("step latency at C=1 (200 ms model)", f"{step_latency * 1000:.0f} ms"), *rows]
+    rows = []
+    for processes in z.processes:
+        ours = stack.start_worker(f"conc-{processes}", args=("--processes", str(processes)))
+        floors = [stack.start_worker(f"floor-{processes}", module="bench.floor")
+                  for _ in range(processes)]
+
+        async def run_ours(level: int) -> None:
+            handles = await start_many(client, "conc", level, f"conc-{processes}")
+            await asyncio.gather(*(h.result() for h in handles))
+
+        async def run_floor(level: int) -> None:
+            await asyncio.gather(*(client.execute_workflow(
+                FloorWorkflow.run, args=[z.conc_steps, z.latency_s],
+                id=f"floor-{uuid.uuid4().hex[:8]}", task_queue=f"floor-{processes}")
+                for _ in range(level)))
+
+        await run_ours(2), await run_floor(2)  # warm up
+        for level in z.levels:
+            measured = {}
+            for name, run, workers in (("ours", run_ours, [ours]), ("floor", run_floor, floors)):
+                cpu0, started = sum(w.cpu_s() for w in workers), time.monotonic()
+                await run(level)
+                wall = time.monotonic() - started
+                steps = level * z.conc_steps
+                measured[name] = (steps / wall, (sum(w.cpu_s() for w in workers) - cpu0) / steps)
+            (rate, cpu), (floor_rate, floor_cpu) = measured["ours"], measured["floor"]
+            rows.append((f"{processes} worker process{'es' * (processes > 1)}, C={level}: "
+                         "steps/s ours / floor (target ≥ 0.8)",
+                         f"{rate:.1f} / {floor_rate:.1f} = {rate / floor_rate:.2f}; CPU per step "
+                         f"{cpu * 1000:.1f} / {floor_cpu * 1000:.1f} ms; RSS {ours.rss_mb():.0f} MB"))
+        for worker in (ours, *floors):
+            worker.stop()
+    return rows
 
 
 async def parked(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
@@ -356,7 +376,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
     try:
         for title, run in (("History per step", lambda: history_per_step(stack, z)),
                            ("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
-                           ("Concurrency, 200 ms model, one worker", lambda: concurrency(stack, z)),
+                           ("Concurrency, 200 ms model, one and two worker processes", lambda: concurrency(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),
                            ("Tokens", lambda: tokens(stack)),

@@ -18,13 +18,23 @@ async def noop(step: int) -> int:
     return step
 
 
+@activity.defn
+async def wait(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
 @workflow.defn
 class FloorWorkflow:
     @workflow.run
-    async def run(self, steps: int) -> int:
+    async def run(self, steps: int, model_s: float = 0.0) -> int:
+        """`steps` steps of the agent's shape: a model call (waits `model_s`), a tool call."""
         for step in range(steps):
-            for _ in range(2):  # the agent's step: one model call, one tool call
+            if model_s:
+                await workflow.execute_activity(wait, model_s, start_to_close_timeout=timedelta(seconds=30))
+            else:
                 await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+            await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
         return steps
 
 
@@ -34,7 +44,7 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with Worker(client, task_queue=os.environ["AGENT_TASK_QUEUE"],
-                      workflows=[FloorWorkflow], activities=[noop]):
+                      workflows=[FloorWorkflow], activities=[noop, wait]):
         await stop.wait()
 
 

@@ -40,12 +40,31 @@ class Child:
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.ps = psutil.Process(self.proc.pid)
 
+    def _processes(self) -> list[psutil.Process]:
+        """The process and its children (`python -m worker --processes N` supervises N)."""
+        try:
+            return [self.ps, *self.ps.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
     def cpu_s(self) -> float:
-        t = self.ps.cpu_times()
-        return t.user + t.system
+        total = 0.0
+        for p in self._processes():
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system
+        return total
 
     def rss_mb(self) -> float:
-        return self.ps.memory_info().rss / 2**20
+        total = 0
+        for p in self._processes():
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total / 2**20
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
@@ -77,9 +96,10 @@ class Stack:
     def worker_env(self, task_queue: str) -> dict[str, str]:
         return worker_env(self.address, task_queue, self.base_url, self.work / "data")
 
-    def start_worker(self, task_queue: str, module: str = "worker", code: Path = ROOT) -> Child:
+    def start_worker(self, task_queue: str, module: str = "worker", code: Path = ROOT,
+                     args: tuple[str, ...] = ()) -> Child:
         """A worker process; `code` is the checkout it runs (another one, to compare versions)."""
-        worker = Child([sys.executable, "-m", module], self.worker_env(task_queue),
+        worker = Child([sys.executable, "-m", module, *args], self.worker_env(task_queue),
                        self.work / f"{module.replace('.', '_')}-{task_queue}.log", cwd=code)
         self.workers.append(worker)
         return worker

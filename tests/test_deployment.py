@@ -8,8 +8,13 @@ from pathlib import Path
 
 import yaml
 
-from activities.settings import DEFAULT_FORECAST_URL, DEFAULT_GEOCODING_URL, ActivitySettings
+from activities.settings import (
+    DEFAULT_FORECAST_URL,
+    DEFAULT_GEOCODING_URL,
+    ActivitySettings,
+)
 from client.connection import TemporalSettings
+from worker.app import workflow_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -52,6 +57,8 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert default_of(env["OPENAI_MODEL"]) == defaults.openai_model
     assert default_of(env["OPEN_METEO_GEOCODING_URL"]) == DEFAULT_GEOCODING_URL
     assert default_of(env["OPEN_METEO_FORECAST_URL"]) == DEFAULT_FORECAST_URL
+    assert float(default_of(env["AGENT_CONTEXT_CACHE_MB"])) * 2**20 == defaults.context_cache_bytes
+    assert workflow_sandbox(default_of(env["AGENT_WORKFLOW_SANDBOX"])) is False
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
                      "AGENT_AUTO_APPROVE"):
         assert variable in env

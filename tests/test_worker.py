@@ -1,8 +1,9 @@
-"""The worker process: search attribute registration and graceful shutdown."""
+"""The worker process: search attribute registration, graceful shutdown, several processes."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -11,11 +12,14 @@ import time
 import uuid
 from pathlib import Path
 
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
-from google.protobuf.duration_pb2 import Duration
 
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.devserver import worker_env
+from tests.helpers import script, start, tool_call, unique
 from worker.app import ensure_search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,3 +56,60 @@ async def test_worker_stops_gracefully_on_sigterm(temporal_address: str, tmp_pat
     code = await asyncio.to_thread(proc.wait, 30)
     assert code == 0, log.read_text()
     assert '"event": "worker stopped"' in log.read_text()
+
+
+async def test_worker_processes_share_the_queue_and_a_dead_one_is_replaced(
+    client: Client, temporal_address: str, model: ScriptedModelServer, tmp_path: Path
+):
+    """`--processes 2`: two workers serve one queue, conversations move between them, a worker
+    SIGKILLed is started again, and SIGTERM stops them all."""
+    queue = f"procs-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "workers.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", "--processes", "2"], cwd=ROOT,
+            env=worker_env(temporal_address, queue, model.base_url, tmp_path / "data"),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def started() -> list[int]:
+        return [json.loads(line)["pid"] for line in log.read_text().splitlines()
+                if '"event": "worker started"' in line]
+
+    async def until(predicate, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not predicate():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"{what}: {log.read_text()}"
+            await asyncio.sleep(0.1)
+
+    try:
+        await until(lambda: len(started()) == 2, "two workers did not start")
+        steps = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": c})])
+                 for c in ["Paris", "Tokyo"] * 3]
+        trigger = script(model, unique("procs"), *steps, ScriptedReply(content="toured"))
+        handles = [await start(client, queue, trigger, one_shot=True) for _ in range(6)]
+        results = await asyncio.gather(*(asyncio.wait_for(h.result(), 90) for h in handles))
+        assert [r.final_answer for r in results] == ["toured"] * 6
+        served = {json.loads(line)["pid"] for line in log.read_text().splitlines()
+                  if '"event": "llm reply"' in line}
+        assert served == set(started()), "both workers should have taken model calls"
+
+        os.kill(started()[0], signal.SIGKILL)
+        await until(lambda: len(started()) == 3, "the dead worker was not replaced")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0, log.read_text()
+    assert log.read_text().count('"event": "worker stopped"') == 2
+
+
+def test_bad_worker_settings_stop_it_with_a_clear_error(temporal_address: str, tmp_path: Path):
+    for name, value, message in (
+        ("AGENT_WORKFLOW_SANDBOX", "maybe", "AGENT_WORKFLOW_SANDBOX must be on or off, not 'maybe'"),
+        ("AGENT_CONTEXT_CACHE_MB", "lots", "AGENT_CONTEXT_CACHE_MB must be a number of MiB, not 'lots'"),
+    ):
+        env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, name: value}
+        done = subprocess.run([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -1,9 +1,14 @@
-"""Run the agent worker until SIGINT or SIGTERM."""
+"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N]`."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import structlog
@@ -12,7 +17,12 @@ from temporalio.client import Client
 from activities.mcp import McpConfigError
 from activities.settings import ActivitySettings
 from client.connection import TemporalSettings, connect
-from worker.app import build_worker, ensure_search_attributes, mcp_toolbox
+from worker.app import (
+    build_worker,
+    ensure_search_attributes,
+    mcp_toolbox,
+    workflow_sandbox,
+)
 from worker.logging import configure_logging
 
 log = structlog.get_logger()
@@ -39,6 +49,7 @@ async def main() -> None:
     temporal = TemporalSettings.from_env()
     try:
         settings = ActivitySettings.from_env()
+        sandboxed = workflow_sandbox(os.environ.get("AGENT_WORKFLOW_SANDBOX", ""))
     except ValueError as err:
         log.error("cannot start: bad environment", error=str(err))
         raise SystemExit(2) from None
@@ -54,7 +65,8 @@ async def main() -> None:
         log.error("cannot start: bad MCP config", error=str(err))
         raise SystemExit(2) from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
-        worker = build_worker(client, temporal.task_queue, settings, http, mcp=mcp)
+        worker = build_worker(client, temporal.task_queue, settings, http, mcp=mcp,
+                              sandboxed=sandboxed)
         async with worker:
             log.info(
                 "worker started",
@@ -63,6 +75,7 @@ async def main() -> None:
                 task_queue=temporal.task_queue,
                 model=settings.openai_model,
                 base_url=settings.openai_base_url or "default",
+                workflow_sandbox="on" if sandboxed else "off",
             )
             await stop.wait()
             log.info("worker stopping")
@@ -71,5 +84,56 @@ async def main() -> None:
     log.info("worker stopped")
 
 
-if __name__ == "__main__":
+RESTART_DELAY_S = 1.0
+
+
+def supervise(processes: int) -> int:
+    """Run `processes` workers on the same task queue, each its own process (Python runs one
+    worker's workflow code on one core), restarting one that dies; stop them all on SIGINT or
+    SIGTERM. Conversations move between them freely: any worker can continue any conversation."""
+    configure_logging()
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    command = [sys.executable, "-m", "worker"]
+    children = [subprocess.Popen(command) for _ in range(processes)]
+    log.info("workers started", processes=processes, pids=[c.pid for c in children])
+    while not stopping:
+        time.sleep(0.2)
+        for i, child in enumerate(children):
+            code = child.poll()
+            if code is not None and not stopping:
+                if code == 2:  # a configuration error: restarting would fail the same way
+                    log.error("a worker cannot start; stopping", exit_code=code)
+                    stopping = True
+                    break
+                log.warning("a worker died; starting another", pid=child.pid, exit_code=code)
+                time.sleep(RESTART_DELAY_S)
+                children[i] = subprocess.Popen(command)
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    codes = [child.wait() for child in children]
+    log.info("workers stopped", exit_codes=codes)
+    return 2 if 2 in codes else 0
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="worker processes on the task queue (default 1; use one per core)")
+    args = parser.parse_args()
+    if args.processes < 1:
+        parser.error("--processes must be at least 1")
+    if args.processes > 1:
+        raise SystemExit(supervise(args.processes))
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    cli()

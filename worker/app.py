@@ -12,7 +12,8 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.llm import LLMActivities
 from activities.mcp import McpToolbox, load_mcp_config
@@ -50,20 +51,38 @@ def build_worker(
     registry: ToolRegistry | None = None,
     mcp: McpToolbox | None = None,
     llm: LLMActivities | None = None,
+    sandboxed: bool = True,
     **options: Any,
 ) -> Worker:
-    """The agent's worker; `options` go to Temporal's `Worker` as they are."""
+    """The agent's worker; `options` go to Temporal's `Worker` as they are.
+
+    `sandboxed` runs workflow code in Temporal's sandbox, which refuses what workflow code must
+    not do (I/O, the clock, randomness) at its first run instead of at a replay. The tests run it
+    so; `python -m worker` runs without it unless `AGENT_WORKFLOW_SANDBOX=on`: it costs a
+    production worker 30% of its CPU per step (importing a workflow's modules for every workflow
+    it starts or replays, and entering the sandbox for every payload), and in production a
+    refusal fails the workflow task just as a non-determinism error does."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
         activities=[llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool],
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
+
+
+def workflow_sandbox(value: str) -> bool:
+    """`AGENT_WORKFLOW_SANDBOX`: `on` runs workflow code in Temporal's sandbox; `off` (the
+    default) does not."""
+    value = value.strip().lower()
+    if value not in ("", "on", "off"):
+        raise ValueError(f"AGENT_WORKFLOW_SANDBOX must be on or off, not {value!r}")
+    return value == "on"
 
 
 def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,11 +20,17 @@ from temporalio.worker import (
 RUNTIME_ACTIVITIES = frozenset({"llm_call", "llm_step", "summarize", "list_tools"})
 
 
+def add_pid(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    event["pid"] = os.getpid()
+    return event
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Render structlog events and stdlib records (Temporal's, workflow.logger's) as JSON lines."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
+        add_pid,  # workers started by `--processes` share one output
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         redact_secrets,
     ]
