@@ -42,7 +42,11 @@ T = TypeVar("T")
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
 TOKEN_ITEM_CHARS = 1024
-FETCH_TIMEOUT = timedelta(seconds=30)  # a query of the conversation, for a prompt not held here
+# Fetching a prompt this worker does not hold, by a query of the conversation. A live worker
+# that holds the conversation answers in milliseconds; a dead one would hold the query for the
+# sticky timeout and then have a worker replay the conversation for it. Past this deadline the
+# prompt is sent whole instead (ContextMiss), which costs that one replay only.
+FETCH_TIMEOUT = timedelta(seconds=1.5)
 HINTS = {
     401: "check OPENAI_API_KEY",
     403: "the key may not access this model",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 import structlog
@@ -12,12 +13,14 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.mcp import McpToolbox
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from workflows.approvals import execution_refusal
 from workflows.bounds import truncate_observation
 from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
+
+if TYPE_CHECKING:
+    from activities.mcp import McpToolbox
 
 log = structlog.get_logger()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import structlog
@@ -16,12 +16,15 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.llm import LLMActivities
-from activities.mcp import McpToolbox, load_mcp_config
+from activities.mcp import load_mcp_config
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry, default_registry
 from worker.logging import LoggingInterceptor
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+
+if TYPE_CHECKING:
+    from activities.mcp import McpToolbox
 
 log = structlog.get_logger()
 # A workflow task waits this long for the worker that holds the conversation in its cache
@@ -93,4 +96,6 @@ def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:
     for error in config.errors:
         log.warning("mcp server left out", error=error)
     log.info("mcp servers configured", servers=[s.name for s in config.servers])
+    from activities.mcp import McpToolbox  # noqa: PLC0415 (the MCP SDK, only when configured)
+
     return McpToolbox(config, log_dir=settings.data_dir / "mcp-logs")

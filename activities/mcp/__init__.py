@@ -1,6 +1,21 @@
-"""Tools from MCP servers: the config file, and the toolbox that discovers and calls their tools."""
+"""Tools from MCP servers: the config file, and the toolbox that discovers and calls their tools.
+
+The toolbox imports the MCP SDK, which takes a second or more to import: it is loaded when first
+named, so a worker without MCP servers starts (and restarts after a crash) that much sooner."""
+
+from typing import TYPE_CHECKING, Any
 
 from activities.mcp.config import McpConfig, McpConfigError, load_mcp_config
-from activities.mcp.toolbox import McpDiscovery, McpToolbox
+
+if TYPE_CHECKING:
+    from activities.mcp.toolbox import McpDiscovery, McpToolbox
 
 __all__ = ["McpConfig", "McpConfigError", "McpDiscovery", "McpToolbox", "load_mcp_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("McpDiscovery", "McpToolbox"):
+        from activities.mcp import toolbox
+
+        return getattr(toolbox, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
