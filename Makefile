@@ -8,7 +8,7 @@ demo:
 	@scripts/demo.sh
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q -e '.[dev,bench]'

@@ -140,10 +140,9 @@ class LLMActivities:
             self.cache.keep_tools(request.tools_digest, tools)
         self.cache.keep_prompt(conversation, request.digest, wire, hashes)
         self.cache.rebuilt[source] += 1
-        # A fetch is worth seeing (a restart, another worker, an eviction); a delta is the norm.
-        (log.info if source == "fetched" else log.debug)(
-            "prompt rebuilt", source=source, messages=len(wire), parts=len(request.parts),
-            cached=len(self.cache))
+        if source == "fetched":  # worth seeing (a restart, another worker, an eviction)
+            log.info("prompt fetched from the conversation", messages=len(wire),
+                     cached=len(self.cache))
         return wire, tools
 
     async def _fetch(self, digest: str) -> PendingPrompt:

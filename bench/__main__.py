@@ -269,6 +269,9 @@ async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     if before:
         stack.start_worker("hist-old", code=Path(before))
         versions.append((f"before ({Path(before).name})", "hist-old", z.tours_before))
+    for _, queue, _ in versions:  # warm up each worker, so the first tour's time is its own
+        await client.execute_workflow(ConversationWorkflow.run, conversation("[conc] warm-up"),
+                                      id=f"warm-{uuid.uuid4().hex[:6]}", task_queue=queue)
     rows = []
     for steps in z.tours:
         for label, queue, longest in versions:

@@ -96,7 +96,7 @@ async def test_worker_killed_between_tool_and_next_llm_reply_resumes_without_rer
     assert model.forecast_calls == forecast_before + 1, "get_weather ran again"
     log = worker.log(2)
     # The new worker held no copy of the prompt the retried call names: it fetched it.
-    assert '"event": "prompt rebuilt"' in log and '"source": "fetched"' in log
+    assert '"event": "prompt fetched from the conversation"' in log
     retried = next(line for line in log.splitlines() if '"event": "llm reply"' in line)
     for field in (f'"workflow_id": "{handle.id}"', '"run_id": "', '"activity": "llm_step"',
                   '"attempt": 2', '"step": 2'):
