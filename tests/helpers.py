@@ -11,6 +11,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from scripted_model import Scenario, ScriptedModelServer, ScriptedReply, ScriptedToolCall, Script
@@ -75,11 +76,23 @@ async def start(
     )
 
 
+async def status_of(handle: WorkflowHandle, deadline: float) -> ConversationStatus:
+    """The status query, asked again while it fails for a while: a worker just SIGKILLed holds
+    the conversation's queries until the server gives up on it."""
+    while True:
+        try:
+            return await handle.query(ConversationWorkflow.status)
+        except RPCError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 async def settled(handle: WorkflowHandle, turn: int = 1, timeout_s: float = 30) -> ConversationStatus:
     """Poll the status query until `turn` needs a human, is answered, or the conversation ended."""
     deadline = time.monotonic() + timeout_s
     while True:
-        status = await handle.query(ConversationWorkflow.status)
+        status = await status_of(handle, deadline)
         if status.status in ("completed", "failed") or (
             status.turn >= turn and status.status in SETTLED_STATUSES
         ):
@@ -93,7 +106,7 @@ async def reaches(handle: WorkflowHandle, status: str, timeout_s: float = 30) ->
     """Poll until the conversation shows `status`."""
     deadline = time.monotonic() + timeout_s
     while True:
-        current = await handle.query(ConversationWorkflow.status)
+        current = await status_of(handle, deadline)
         if current.status == status:
             return current
         if time.monotonic() > deadline:
