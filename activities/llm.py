@@ -110,7 +110,8 @@ class LLMActivities:
         return await self._complete(request.model, messages, tools, request.tool_choice,
                                     request.turn, request.step)
 
-    async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict]]:
+        """The prompt's messages as the endpoint receives them, and its tools."""
         conversation = activity.info().workflow_id
         wire = hashes = None
         previous = self.cache.prompt(conversation, request.base) if request.base else None

@@ -33,7 +33,8 @@ def user(text: str) -> ChatMessage:
 
 
 def round_of(i: int, observation: str) -> list[ChatMessage]:
-    call = ToolCall(id=f"c{i}", function=FunctionCall(name="get_weather", arguments='{"location": "P"}'))
+    call = ToolCall(id=f"c{i}",
+                    function=FunctionCall(name="get_weather", arguments='{"location": "P"}'))
     return [ChatMessage(role="assistant", content=None, tool_calls=[call]),
             ChatMessage(role="tool", tool_call_id=f"c{i}", content=observation)]
 
@@ -70,7 +71,8 @@ def test_an_observation_compacted_in_the_middle_is_the_only_old_message_sent_aga
 
 def test_any_edit_of_a_prompt_rebuilds_exactly_from_its_parts():
     rng = random.Random(7)
-    pool = [user(f"message {i}") for i in range(6)] + [m for i in range(6) for m in round_of(i, f"obs {i}")]
+    pool = [user(f"message {i}") for i in range(6)]
+    pool += [m for i in range(6) for m in round_of(i, f"obs {i}")]
     messages = [ChatMessage(role="system", content="s"), *rng.sample(pool, 8)]
     sent = None
     for _ in range(300):
@@ -175,7 +177,7 @@ async def test_the_model_receives_the_same_requests_sent_as_deltas_or_whole(
     expected, got = chat_bodies(model, whole), chat_bodies(model, deltas)
     assert len(got) == len(expected) == 8
     for step, (a, b) in enumerate(zip(expected, got), start=1):
-        assert a == b, f"request {step} differs:\n{a[:300]}\n{b[:300]}\n" + str([(i, x, y) for i, (x, y) in enumerate(zip(json.loads(a)["messages"], json.loads(b)["messages"])) if x != y])[:1500]
+        assert a == b, f"request {step} differs: {first_difference(a, b)}"
     # Compaction changed older messages (elided, then dropped), and the first turn folded.
     assert "elided to bound the context" in got[2] and "earlier tool steps dropped" in got[3]
     assert "[Summary of turns 1-1" in got[5] and "earlier tool steps dropped" in got[-1]
@@ -184,6 +186,12 @@ async def test_the_model_receives_the_same_requests_sent_as_deltas_or_whole(
     sizes = model_inputs(await handle.fetch_history())
     assert max(sizes[1:]) < 4_000 < sizes[0], sizes  # only the first call carries the prompt whole
     await replay(handle, record_as="delta_context_folds_and_forced_answer")
+
+
+def first_difference(a: str, b: str) -> str:
+    pairs = zip(json.loads(a)["messages"], json.loads(b)["messages"])
+    return next((f"message {i}: {x} != {y}" for i, (x, y) in enumerate(pairs) if x != y),
+                "in the tools or tool_choice")[:1500]
 
 
 def model_inputs(history) -> list[int]:
@@ -275,7 +283,8 @@ async def test_across_continue_as_new_each_run_starts_whole_and_the_model_sees_n
 
     whole, _ = await chat("whole", **WHOLE)
     deltas, handle = await chat("delta")
-    assert chat_bodies(model, deltas) == chat_bodies(model, whole) and len(chat_bodies(model, whole)) == 10
+    assert chat_bodies(model, deltas) == chat_bodies(model, whole)
+    assert len(chat_bodies(model, whole)) == 10
     assert await replay_runs(client, handle, record_as="delta_context_across_runs") == 3
     run_id = handle.first_execution_run_id
     while run_id:  # each run's first call carries its prompt whole; the others are deltas
