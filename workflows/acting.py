@@ -42,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.stopping import CallRecord, call_record
 
 
-
 @dataclass(frozen=True)
 class Pace:
     """How soon an activity lost with its worker runs again: a tool's heartbeat timeout (a model
