@@ -69,7 +69,7 @@ class Thinker:
         # call waiting on its reply, which the `pending_prompt` query answers.
         self._delta = delta_context
         self._sent: delta.Sent | None = None
-        self._pending: tuple[str, PendingPrompt] | None = None
+        self._pending: tuple[str, list[ChatMessage], list[dict]] | None = None
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:
@@ -82,7 +82,7 @@ class Thinker:
         """The prompt and tools of the model call waiting on its reply, if it has this digest."""
         if self._pending is None or self._pending[0] != digest:
             return None
-        return self._pending[1]
+        return PendingPrompt(messages=self._pending[1], tools=self._pending[2])
 
     def budget(self) -> context.Budget:
         self.tool_schemas()
@@ -151,7 +151,7 @@ class Thinker:
         for whole in (self._sent is None, True):
             previous = None if whole else self._sent
             parts, self._sent = delta.diff(previous, messages)
-            self._pending = (self._sent.digest, PendingPrompt(messages=messages, tools=tools))
+            self._pending = (self._sent.digest, messages, tools)
             request = LLMStepRequest(
                 model=self._input.model, parts=parts,
                 base=previous.digest if previous is not None else None, digest=self._sent.digest,
