@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
+
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
 
@@ -26,7 +28,7 @@ class ActivitySettings:
     auto_approvable: frozenset[str] | None = frozenset()
     # AGENT_CONTEXT_CACHE_MB: what the worker may hold of conversations' last prompts and tool
     # lists, so that model calls carry deltas (a miss refetches the prompt; nothing is lost).
-    context_cache_bytes: int = 256 * 2**20
+    context_cache_bytes: int = DEFAULT_CONTEXT_CACHE_BYTES
 
     @classmethod
     def from_env(cls) -> ActivitySettings:

@@ -24,6 +24,7 @@ from bench.baselines import Agent, langgraph_loop, plain_loop
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, wait_until
 from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
+from tests.helpers import run_histories
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest, ConversationInput
 
@@ -242,20 +243,12 @@ async def answered_again(handle, killed_at: float) -> float:
 async def history_of(client, handle) -> tuple[int, int, int, int]:
     """Every run of a conversation: (history bytes, events, runs, bytes of the last model
     activity's input). Bytes are the events' protobuf sizes, as the server counts them."""
-    run_id, size, events, runs, last_input = handle.first_execution_run_id, 0, 0, 0, 0
-    while run_id:
-        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        runs += 1
-        events += len(history.events)
-        size += sum(e.ByteSize() for e in history.events)
-        for e in history.events:
-            if (e.HasField("activity_task_scheduled_event_attributes")
-                    and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES):
-                last_input = e.activity_task_scheduled_event_attributes.input.ByteSize()
-        end = history.events[-1]
-        run_id = (end.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-                  if end.HasField("workflow_execution_continued_as_new_event_attributes") else None)
-    return size, events, runs, last_input
+    histories = await run_histories(client, handle)
+    events = [e for history in histories for e in history.events]
+    inputs = [e.activity_task_scheduled_event_attributes.input.ByteSize() for e in events
+              if e.HasField("activity_task_scheduled_event_attributes")
+              and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES]
+    return sum(e.ByteSize() for e in events), len(events), len(histories), inputs[-1]
 
 
 async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:

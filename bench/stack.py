@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -47,24 +48,20 @@ class Child:
         except psutil.NoSuchProcess:
             return []
 
-    def cpu_s(self) -> float:
+    def _total(self, measure: Callable[[psutil.Process], float]) -> float:
         total = 0.0
         for p in self._processes():
             try:
-                t = p.cpu_times()
+                total += measure(p)
             except psutil.NoSuchProcess:
                 continue
-            total += t.user + t.system
         return total
 
+    def cpu_s(self) -> float:
+        return self._total(lambda p: p.cpu_times().user + p.cpu_times().system)
+
     def rss_mb(self) -> float:
-        total = 0
-        for p in self._processes():
-            try:
-                total += p.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-        return total / 2**20
+        return self._total(lambda p: p.memory_info().rss) / 2**20
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:

@@ -9,14 +9,26 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from scripted_model import Scenario, ScriptedModelServer, ScriptedReply, ScriptedToolCall, Script
+from client.session import NO_ANSWER_YET
+from scripted_model import (
+    Scenario,
+    Script,
+    ScriptedModelServer,
+    ScriptedReply,
+    ScriptedToolCall,
+)
 from workflows.conversation import ConversationWorkflow
-from workflows.models import SETTLED_STATUSES, ConversationInput, ConversationStatus, LLMOptions
+from workflows.models import (
+    SETTLED_STATUSES,
+    ConversationInput,
+    ConversationStatus,
+    LLMOptions,
+)
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
@@ -31,18 +43,25 @@ async def replay(handle: WorkflowHandle, record_as: str) -> None:
         (HISTORIES / f"{record_as}.json").write_text(history.to_json())
 
 
-async def replay_runs(client: Client, handle: WorkflowHandle, record_as: str) -> int:
-    """Replay every run of a conversation that continued as new, first to last (the later runs
-    start from a carried state). With RECORD_HISTORIES=1, keep the first two runs and the last:
-    a fresh start, a start from a carried state, and a completion. Returns the number of runs."""
+async def run_histories(client: Client, handle: WorkflowHandle) -> list[WorkflowHistory]:
+    """The history of every run of a conversation, first to last (it may continue as new)."""
     run_id, histories = handle.first_execution_run_id, []
     while run_id:
         history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        await REPLAYER.replay_workflow(history)
         histories.append(history)
         last = history.events[-1]
         run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
                   if last.HasField("workflow_execution_continued_as_new_event_attributes") else None)
+    return histories
+
+
+async def replay_runs(client: Client, handle: WorkflowHandle, record_as: str) -> int:
+    """Replay every run of a conversation that continued as new, first to last (the later runs
+    start from a carried state). With RECORD_HISTORIES=1, keep the first two runs and the last:
+    a fresh start, a start from a carried state, and a completion. Returns the number of runs."""
+    histories = await run_histories(client, handle)
+    for history in histories:
+        await REPLAYER.replay_workflow(history)
     if os.environ.get("RECORD_HISTORIES"):
         for run in sorted({1, 2, len(histories)} & set(range(1, len(histories) + 1))):
             (HISTORIES / f"{record_as}.run{run}.json").write_text(histories[run - 1].to_json())
@@ -82,8 +101,8 @@ async def status_of(handle: WorkflowHandle, deadline: float) -> ConversationStat
     while True:
         try:
             return await handle.query(ConversationWorkflow.status)
-        except RPCError:
-            if time.monotonic() > deadline:
+        except RPCError as err:  # as the CLI does: only while no worker answers
+            if err.status not in NO_ANSWER_YET or time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
 

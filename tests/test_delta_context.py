@@ -15,11 +15,20 @@ from activities.llm import LLMActivities
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import replay, replay_runs, script, settled, start, tool_call, unique
+from tests.helpers import (
+    replay,
+    replay_runs,
+    run_histories,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from worker.app import build_worker
 from workflows import decisions, delta
-from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
 from workflows.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
+from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
 from workflows.models import ChatMessage, FunctionCall, SayRequest, ToolCall
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
@@ -286,11 +295,6 @@ async def test_across_continue_as_new_each_run_starts_whole_and_the_model_sees_n
     assert chat_bodies(model, deltas) == chat_bodies(model, whole)
     assert len(chat_bodies(model, whole)) == 10
     assert await replay_runs(client, handle, record_as="delta_context_across_runs") == 3
-    run_id = handle.first_execution_run_id
-    while run_id:  # each run's first call carries its prompt whole; the others are deltas
-        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        sizes = model_inputs(history)
+    for history in await run_histories(client, handle):
+        sizes = model_inputs(history)  # each run's first call is whole; the others are deltas
         assert sizes[0] > max(sizes[1:]), sizes
-        end = history.events[-1]
-        run_id = (end.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-                  if end.HasField("workflow_execution_continued_as_new_event_attributes") else None)

@@ -150,23 +150,25 @@ async def test_huge_observations_are_truncated_with_a_marker(
     assert max(len(e.SerializeToString()) for e in history.events) < 20_000
 
 
+async def counted(key: str, before: dict[str, int]) -> None:
+    """Wait (up to 10 s) until the test tools have counted `key` once more than `before`."""
+    for _ in range(100):
+        if ATTEMPTS[key] > before[key]:
+            return
+        await asyncio.sleep(0.1)
+
+
 async def test_cancelling_stops_the_in_flight_tool_promptly(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
     trigger = script(model, unique("cancel"), ScriptedReply(tool_calls=[tool_call("slow_tool", {})]))
     before = ATTEMPTS.copy()
     handle = await start(client, task_queue, trigger)
-    for _ in range(100):
-        if ATTEMPTS["slow_tool"] > before["slow_tool"]:
-            break
-        await asyncio.sleep(0.1)
+    await counted("slow_tool", before)  # it has started
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), timeout=30)
-    for _ in range(100):  # the activity learns of it through its next heartbeat
-        if ATTEMPTS["slow_tool_cancelled"] > before["slow_tool_cancelled"]:
-            break
-        await asyncio.sleep(0.1)
+    await counted("slow_tool_cancelled", before)  # the activity learns of it at its next heartbeat
     assert ATTEMPTS["slow_tool_cancelled"] == before["slow_tool_cancelled"] + 1
     status = await handle.query(ConversationWorkflow.status)
     assert (status.status, status.stop_reason) == ("completed", "cancelled")
@@ -256,10 +258,7 @@ async def test_end_interrupts_the_tools_in_flight_and_answers_every_call(
                      ScriptedReply(content="never"))
     before = ATTEMPTS.copy()
     handle = await start(client, task_queue, trigger)
-    for _ in range(100):
-        if ATTEMPTS["slow_tool"] > before["slow_tool"]:
-            break
-        await asyncio.sleep(0.1)
+    await counted("slow_tool", before)  # it has started
     await handle.signal(ConversationWorkflow.end, EndRequest())
     result = await asyncio.wait_for(handle.result(), timeout=10)
     assert (result.status, result.stop_reason) == ("completed", "ended")
@@ -267,10 +266,7 @@ async def test_end_interrupts_the_tools_in_flight_and_answers_every_call(
     assert slow.content == "interrupted: the conversation was ended"
     assert weather.content.startswith("Paris, France") or weather.content == slow.content
     assert model.count(trigger, step=1) == 0  # no model call after the end
-    for _ in range(100):  # the tool learns of it through its next heartbeat
-        if ATTEMPTS["slow_tool_cancelled"] > before["slow_tool_cancelled"]:
-            break
-        await asyncio.sleep(0.1)
+    await counted("slow_tool_cancelled", before)  # the tool learns of it at its next heartbeat
     assert ATTEMPTS["slow_tool_cancelled"] == before["slow_tool_cancelled"] + 1
 
 

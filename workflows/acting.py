@@ -209,9 +209,8 @@ class ToolRound:
         higher of the two risks, in the catalog too."""
         workflow.logger.warning("tool %s refused at execution: %s", item.tool.name,
                                 refused.observation)
-        risk = refused.risk or item.tool.risk
-        if approvals.RISK_ORDER[risk] < approvals.RISK_ORDER[item.tool.risk]:
-            risk = item.tool.risk
+        risk = max(refused.risk or item.tool.risk, item.tool.risk,
+                   key=approvals.RISK_ORDER.__getitem__)
         tool = item.tool.model_copy(update={"risk": risk})
         self._state.catalog[tool.name] = tool
         return decisions.ReadyCall(item.call, tool, item.arguments)

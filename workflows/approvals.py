@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from workflows.bounds import json_size
+from workflows.bounds import canonical_json, json_size
 from workflows.decisions import validate_arguments
 from workflows.models import (
     ApprovalPolicy,
@@ -95,10 +95,6 @@ def execution_refusal(
     if approval.approver == POLICY and auto_approvable is not None and name not in auto_approvable:
         return f"this worker does not let a policy approve {name}"
     return None
-
-
-def canonical_json(args: dict[str, Any]) -> str:
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def args_hash(args: dict[str, Any]) -> str:

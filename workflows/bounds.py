@@ -66,6 +66,11 @@ MAX_PREVIEW_BYTES = 512  # tool arguments as shown in events and audit records
 T = TypeVar("T")
 
 
+def canonical_json(value: Any) -> str:
+    """The one JSON text of a value: sorted keys, no spaces, text as it is (for hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def json_size(value: Any) -> int:
     """The bytes `value` takes in a JSON payload."""
     if isinstance(value, BaseModel):

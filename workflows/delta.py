@@ -16,10 +16,10 @@ digest is the SHA-256 of its messages' hashes in order.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from workflows.bounds import canonical_json
 from workflows.models import ChatMessage, PromptPart
 
 DIGEST_CHARS = 32  # 128 bits: a collision would need 2^64 prompts
@@ -34,17 +34,13 @@ class Sent:
     digest: str
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
 def message_hash(wire: dict[str, Any]) -> str:
     """The hash of a message as the endpoint receives it (`ChatMessage.to_openai()`)."""
-    return _sha(canonical(wire))
+    return _sha(canonical_json(wire))
 
 
 def prompt_digest(hashes: tuple[str, ...] | list[str]) -> str:
@@ -52,7 +48,7 @@ def prompt_digest(hashes: tuple[str, ...] | list[str]) -> str:
 
 
 def tools_digest(tools: list[dict[str, Any]]) -> str:
-    return _sha(canonical(tools))
+    return _sha(canonical_json(tools))
 
 
 def diff(previous: Sent | None, messages: list[ChatMessage]) -> tuple[list[PromptPart], Sent]:

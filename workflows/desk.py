@@ -76,8 +76,7 @@ class HumanDesk:
         """Queue a message for its turn, or refuse it (ending, empty, too large, queue full)."""
         reason = self.message_refusal(request.text, one_shot, closed)
         if reason is not None:
-            reason = self.refuse(request.request_id, reason).reason
-            return SignalOutcome(request_id=request.request_id or "", accepted=False, reason=reason)
+            return self._refused(request.request_id, reason)
         self._inbox.append(request.text)
         return self.accept(request.request_id,
                            turn=self._state.current.number + len(self._state.inbox))
@@ -253,11 +252,15 @@ class HumanDesk:
         return outcome
 
     def refuse(self, request_id: str | None, reason: str) -> Refusal:
+        return Refusal(self._refused(request_id, reason).reason or "")
+
+    def _refused(self, request_id: str | None, reason: str) -> SignalOutcome:
+        """A refusal, clipped, logged and remembered under its request id."""
         reason = clip(reason, MAX_REASON_BYTES) or ""
         workflow.logger.info("signal refused: %s", reason)
-        self._record(request_id, SignalOutcome(request_id=request_id or "", accepted=False,
-                                               reason=reason))
-        return Refusal(reason)
+        outcome = SignalOutcome(request_id=request_id or "", accepted=False, reason=reason)
+        self._record(request_id, outcome)
+        return outcome
 
     def _record(self, request_id: str | None, outcome: SignalOutcome) -> None:
         if request_id is None:

@@ -10,6 +10,7 @@ workflow acts on it.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -50,6 +51,7 @@ LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`wo
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
+T = TypeVar("T")
 
 
 class Thinker:
@@ -171,12 +173,22 @@ class Thinker:
 
     async def _call(self, activity: str, request: LLMRequest | LLMStepRequest, step: int
                     ) -> LLMReply:
+        return await self._model_activity(activity, request, LLMReply, self._input.llm.max_attempts,
+                                          f"llm turn {self._state.current.number} step {step}")
+
+    async def _model_activity(self, activity: str, request: object, result_type: type[T],
+                              attempts: int, summary: str) -> T:
+        """A model endpoint's activity, with the conversation's timeouts and retries."""
         return await workflow.execute_activity(
-            activity, request, result_type=LLMReply,
+            activity, request, result_type=result_type,
             start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
             heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
-            retry_policy=self._retry(self._input.llm.max_attempts),
-            summary=f"llm turn {self._state.current.number} step {step}",
+            retry_policy=RetryPolicy(
+                initial_interval=self._pace.first_retry, backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
+                maximum_attempts=attempts,
+            ),
+            summary=summary,
         )
 
     def count(self, usage: Usage) -> None:
@@ -200,13 +212,6 @@ class Thinker:
             message = message.model_copy(update={"tool_calls": calls})
         return bound_reply(message, self._limits)
 
-    def _retry(self, attempts: int) -> RetryPolicy:
-        return RetryPolicy(
-            initial_interval=self._pace.first_retry, backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
-            maximum_attempts=attempts,
-        )
-
     async def _fold_older_turns(self, step: int) -> None:
         ctx, budget = self._state.context, self.budget()
         turns = context.plan_fold(ctx, budget)
@@ -220,13 +225,8 @@ class Thinker:
                                  messages=ctx.messages[:cut], first_turn=first, last_turn=last,
                                  max_tokens=budget.summary_tokens)
         try:
-            reply = await workflow.execute_activity(
-                SUMMARIZE_ACTIVITY, request, result_type=SummaryReply,
-                start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
-                heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
-                retry_policy=self._retry(SUMMARY_ATTEMPTS),
-                summary=f"summarize turns {first}-{last}",
-            )
+            reply = await self._model_activity(SUMMARIZE_ACTIVITY, request, SummaryReply,
+                                               SUMMARY_ATTEMPTS, f"summarize turns {first}-{last}")
         except ActivityError as err:
             raise_if_cancelled(err)
             reply, problem = SummaryReply(text=""), f"summarizing failed: {failure_reason(err)}"
