@@ -62,25 +62,27 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
 
     # A confirmation pending in a later run, and a burst of messages sent across the handovers.
     pending = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)).pending_confirmations
+    # Large enough that the stream outgrows what a handover carries whatever the token batches.
+    texts = [f"message {i} " + "." * 1500 for i in range(8)]
     for i in range(8):
-        await handle.signal(ConversationWorkflow.say, SayRequest(text=f"message {i}", request_id=f"m{i}"))
+        await handle.signal(ConversationWorkflow.say, SayRequest(text=texts[i], request_id=f"m{i}"))
     await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[pending[0].call_id], request_id="c"))
     status = await settled(handle, turn=9, timeout_s=90)
 
     assert status.runs > 2, "continue-as-new never happened"
-    assert (status.turn, status.final_answer, status.queued_messages) == (9, "echo: message 7", 0)
+    assert (status.turn, status.final_answer, status.queued_messages) == (9, f"echo: {texts[7]}", 0)
     assert status.turns[0].steps_taken == 14 and status.turns[0].stop_reason == "answered"
     assert [t.turn for t in status.turns] == list(range(1, 10))
     for i in range(8):
         outcome = await handle.query(ConversationWorkflow.signal_outcome, f"m{i}")
         assert outcome.accepted and outcome.turn == i + 2
     messages = await handle.query(ConversationWorkflow.messages)
-    assert [m.content for m in messages if m.role == "user"][-8:] == [f"message {i}" for i in range(8)]
+    assert [m.content for m in messages if m.role == "user"][-8:] == texts
 
     await handle.signal(ConversationWorkflow.end, EndRequest())
     result = await handle.result()
     assert (result.status, result.stop_reason) == ("completed", "ended")
-    assert await replay_runs(client, handle, record_as="handover_mid_turn") == status.runs
+    assert await replay_runs(client, handle, record_as="handover_mid_turn") == result.runs
 
     # The live stream crossed every handover: one story, in order, its latest part carried
     # within a byte budget (the oldest items fell off on the way).
