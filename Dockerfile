@@ -1,4 +1,5 @@
-# The agent worker. Build context: the repository root.
+# The agent worker (and, with `python -m api`, the HTTP API and console). Build context: the
+# repository root.
 FROM python:3.11-slim
 
 WORKDIR /app
@@ -11,6 +12,7 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY client ./client
+COPY api ./api
 COPY scripted_model ./scripted_model
 RUN pip install --no-cache-dir . && mkdir -p /data
 

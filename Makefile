@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install server worker stop clean
+.PHONY: demo test bench install server worker api stop clean
 
 demo:
 	@scripts/demo.sh
@@ -28,6 +28,9 @@ server: $(STAMP)
 
 worker: $(STAMP)
 	@scripts/stack.sh worker
+
+api: $(STAMP)
+	@scripts/stack.sh api
 
 stop:
 	@scripts/stack.sh stop

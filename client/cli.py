@@ -15,29 +15,30 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.connection import TemporalSettings, connect
 from client.render import render_history, render_status
-from client.session import CliError, Refused, Session, UsageError
+from client.session import (
+    STATUSES,
+    CliError,
+    Refused,
+    Session,
+    UsageError,
+    new_conversation_id,
+)
 from client.watch import watch
 from workflows.bounds import DEFAULT_MESSAGE_BYTES, check_message
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
     ConversationStatus,
-    EndRequest,
     RejectRequest,
     SayRequest,
     SignalOutcome,
 )
-
-STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:
@@ -60,7 +61,7 @@ def message_text(given: str, limit: int) -> str:
 
 
 async def cmd_start(s: Session, a: argparse.Namespace) -> int:
-    workflow_id = a.id or f"conv-{uuid.uuid4().hex[:12]}"
+    workflow_id = a.id or new_conversation_id()
     inp = ConversationInput(
         prompt=a.prompt,
         system_prompt=a.system,
@@ -69,18 +70,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         one_shot=a.one_shot,
         max_message_bytes=s.max_message_bytes,
     )
-    try:
-        await s.client.start_workflow(
-            ConversationWorkflow.run,
-            inp,
-            id=workflow_id,
-            task_queue=s.settings.task_queue,
-            static_summary=_clip(inp.prompt, 200),
-            static_details=f"Conversation started from the CLI with `{_clip(inp.prompt, 500)}`",
-            search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
-        )
-    except WorkflowAlreadyStartedError:
-        raise CliError(f"conversation {workflow_id} is already running") from None
+    await s.start(inp, workflow_id)
     if not a.wait:
         print(json.dumps({"workflow_id": workflow_id}) if a.json else workflow_id)
         return 0
@@ -88,11 +78,8 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_say(s: Session, a: argparse.Namespace) -> int:
-    request_id = uuid.uuid4().hex
-    await s.signal(a.id, ConversationWorkflow.say, SayRequest(text=a.message, request_id=request_id))
-    outcome = await s.outcome(a.id, request_id)
-    if outcome is None:
-        raise CliError(f"conversation {a.id} ended before taking the message")
+    outcome = await s.send(a.id, ConversationWorkflow.say,
+                           SayRequest(text=a.message, request_id=uuid.uuid4().hex))
     if not outcome.accepted:
         return _refused(outcome, a.json)
     if not a.wait:
@@ -107,10 +94,7 @@ async def cmd_say(s: Session, a: argparse.Namespace) -> int:
 async def send_and_report(s: Session, a: argparse.Namespace, signal: Any, request: Any) -> int:
     """Send a decision or answer, then report whether the workflow took it; --wait for the turn."""
     before = await s.status(a.id) if a.wait else None
-    await s.signal(a.id, signal, request)
-    outcome = await s.outcome(a.id, request.request_id)
-    if outcome is None:
-        raise CliError(f"conversation {a.id} ended before taking the signal")
+    outcome = await s.send(a.id, signal, request)
     if not outcome.accepted:
         return _refused(outcome, a.json)
     if before is None:
@@ -153,9 +137,7 @@ async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_end(s: Session, a: argparse.Namespace) -> int:
-    request_id = uuid.uuid4().hex
-    await s.signal(a.id, ConversationWorkflow.end, EndRequest(request_id=request_id))
-    outcome = await s.outcome(a.id, request_id)
+    outcome = await s.end(a.id, uuid.uuid4().hex)
     if outcome is None:
         status = await s.status(a.id)
         print(f"{a.id} finished before it took the end (stop reason: {status.stop_reason})")
@@ -189,7 +171,7 @@ async def cmd_watch(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_history(s: Session, a: argparse.Namespace) -> int:
-    records = await s.query(a.id, ConversationWorkflow.history)
+    records = await s.history(a.id)
     if a.json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=2, ensure_ascii=False))
     else:
@@ -198,14 +180,7 @@ async def cmd_history(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_list(s: Session, a: argparse.Namespace) -> int:
-    rows = []
-    async for wf in s.client.list_workflows(list_query(a.status), limit=a.limit):
-        rows.append({
-            "workflow_id": wf.id,
-            "status": shown_status(wf.typed_search_attributes.get(AGENT_STATUS), wf.status),
-            "execution": wf.status.name.lower() if wf.status else None,
-            "started": wf.start_time.isoformat() if wf.start_time else None,
-        })
+    rows = [row.model_dump() for row in await s.conversations(a.status, a.limit)]
     if a.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
@@ -216,39 +191,12 @@ async def cmd_list(s: Session, a: argparse.Namespace) -> int:
     return 0
 
 
-# Closed runs: Temporal's execution status says what became of them. A run that continued as new
-# is not listed: its conversation goes on in the next run.
-_CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
-
-
-def list_query(status: str | None) -> str:
-    query = f'WorkflowType = "{ConversationWorkflow.__name__}" AND ExecutionStatus != "ContinuedAsNew"'
-    if status in _CLOSED:
-        return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
-    if status:
-        return f'{query} AND ExecutionStatus = "Running" AND {AGENT_STATUS.name} = "{status}"'
-    return query
-
-
-def shown_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str | None:
-    """The conversation's status as `status` names it, for a running or a closed run."""
-    if execution is None or execution == WorkflowExecutionStatus.RUNNING:
-        return agent_status
-    if execution in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED):
-        return "completed"
-    return "failed"
-
-
 def _refused(outcome: SignalOutcome, as_json: bool) -> int:
     if as_json:
         print(outcome.model_dump_json())
     else:
         print(f"refused: {outcome.reason}")
     return 1
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 ID_HELP = "the conversation's id (its workflow id)"
@@ -330,6 +278,10 @@ def _os_user() -> str:
         return "unknown"
 
 
+def _say_waiting() -> None:
+    print("waiting for a worker to answer...", file=sys.stderr, flush=True)
+
+
 def _add_wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="return when the turn needs a human or is done, printing the status")
@@ -352,7 +304,8 @@ async def run(argv: list[str]) -> int:
             client = await connect(settings)
         except RuntimeError as err:
             raise CliError(f"cannot reach Temporal at {settings.address}: {err}") from None
-        return await args.func(Session(client, settings, args.timeout, max_message_bytes), args)
+        session = Session(client, settings, args.timeout, max_message_bytes, on_waiting=_say_waiting)
+        return await args.func(session, args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

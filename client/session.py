@@ -1,54 +1,151 @@
-"""One CLI invocation's session with Temporal: queries that wait for a worker (within a deadline),
-signals, and waiting for what became of a signal or a turn."""
+"""The client layer: one typed async module for everything a person or program does with a
+conversation. The CLI (`python -m client`) and the HTTP API (`python -m api`) both use it, so the
+rules (how a conversation starts, how a decision is sent and what counts as taken or refused, how
+long to wait for a worker) are written once.
+
+Two ways to send a human's input, with the same rules:
+- `send` signals and then waits for the outcome the workflow records (the CLI: the server takes a
+  signal even when no worker runs);
+- `update` goes through the workflow's Update twin, whose validator refuses before anything
+  reaches the history (the API: a refusal is an immediate 409, and the state is untouched).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
+import uuid
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.connection import TemporalSettings
 from workflows.bounds import DEFAULT_MESSAGE_BYTES
-from workflows.conversation import ConversationWorkflow
-from workflows.models import SETTLED_STATUSES, ConversationStatus, SignalOutcome
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.models import (
+    SETTLED_STATUSES,
+    AnswerRequest,
+    AuditRecord,
+    ConfirmRequest,
+    ConversationInput,
+    ConversationStatus,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
+    SignalOutcome,
+    StreamEvent,
+)
+from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
 NO_ANSWER_YET = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED,
                            RPCStatusCode.UNAVAILABLE})
 POLL_INTERVAL_S = 0.25
+RECONNECT_DELAY_S = 1.0
+STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
+STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
 
 
 class CliError(Exception):
-    """A failure to report as one line, exiting 1."""
+    """A failure to report as one line (the CLI exits 1)."""
+
+
+class NotFound(CliError):
+    """No such conversation (or no such running one, for what needs it running)."""
+
+
+class NoWorker(CliError):
+    """No worker answered within the deadline."""
 
 
 class UsageError(Exception):
-    """A command line that cannot be sent as it is: exit 2."""
+    """A request that cannot be sent as it is (the CLI exits 2)."""
 
 
 class Refused(Exception):
-    """What the conversation would refuse, refused before sending: exit 1."""
+    """What the conversation refused, or would refuse: nothing changed (the CLI exits 1)."""
+
+
+class ConversationRow(BaseModel):
+    """A conversation as `list` shows it."""
+
+    workflow_id: str
+    status: str | None
+    execution: str | None
+    started: str | None
 
 
 class Session:
-    """One CLI invocation: a client, the settings, and patience for a missing worker."""
+    """A client, the settings, and patience for a missing worker (at most `timeout_s`)."""
 
     def __init__(self, client: Client, settings: TemporalSettings, timeout_s: float,
-                 max_message_bytes: int = DEFAULT_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MESSAGE_BYTES,
+                 on_waiting: Callable[[], None] | None = None):
         self.client = client
         self.settings = settings
         self.timeout_s = timeout_s
         self.max_message_bytes = max_message_bytes  # what `start` asks the conversation to take
+        self._on_waiting = on_waiting  # called once, when a query first finds no worker
         self._told_waiting = False
 
     def handle(self, workflow_id: str) -> WorkflowHandle:
         return self.client.get_workflow_handle_for(ConversationWorkflow.run, workflow_id)
+
+    # ----- starting and listing -----
+
+    async def start(self, inp: ConversationInput, workflow_id: str, source: str = "the CLI",
+                    existing_ok: bool = False) -> bool:
+        """Start a conversation. With `existing_ok`, an id already in use (running or closed) is
+        that conversation, and the call is idempotent: returns whether it started a new one."""
+        try:
+            await self.client.start_workflow(
+                ConversationWorkflow.run,
+                inp,
+                id=workflow_id,
+                task_queue=self.settings.task_queue,
+                static_summary=clip(inp.prompt, 200),
+                static_details=f"Conversation started from {source} with `{clip(inp.prompt, 500)}`",
+                search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
+                id_reuse_policy=(WorkflowIDReusePolicy.REJECT_DUPLICATE if existing_ok
+                                 else WorkflowIDReusePolicy.ALLOW_DUPLICATE),
+            )
+        except WorkflowAlreadyStartedError:
+            if existing_ok:
+                return False
+            raise CliError(f"conversation {workflow_id} is already running") from None
+        return True
+
+    async def conversations(self, status: str | None = None, limit: int = 100
+                            ) -> list[ConversationRow]:
+        rows = []
+        async for wf in self.client.list_workflows(list_query(status), limit=limit):
+            rows.append(ConversationRow(
+                workflow_id=wf.id,
+                status=shown_status(wf.typed_search_attributes.get(AGENT_STATUS), wf.status),
+                execution=wf.status.name.lower() if wf.status else None,
+                started=wf.start_time.isoformat() if wf.start_time else None,
+            ))
+        return rows
+
+    # ----- queries -----
 
     async def query(self, workflow_id: str, query: Any, *args: Any) -> Any:
         """Query, retrying while no worker answers, for at most the session's timeout."""
@@ -59,14 +156,14 @@ class Session:
                 return await handle.query(query, *args, rpc_timeout=QUERY_RPC_TIMEOUT)
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
-                    raise CliError(f"no such conversation: {workflow_id}") from None
+                    raise NotFound(f"no such conversation: {workflow_id}") from None
                 if err.status not in NO_ANSWER_YET:  # refused: authentication, TLS, a bad request
                     raise
-                if not self._told_waiting:
-                    print("waiting for a worker to answer...", file=sys.stderr, flush=True)
-                    self._told_waiting = True
+                if not self._told_waiting and self._on_waiting is not None:
+                    self._on_waiting()
+                self._told_waiting = True
                 if time.monotonic() >= deadline:
-                    raise CliError(
+                    raise NoWorker(
                         f"no worker answered for {self.timeout_s:.0f}s (is `python -m worker` "
                         f"running on task queue {self.settings.task_queue}?)"
                     ) from None
@@ -75,12 +172,34 @@ class Session:
     async def status(self, workflow_id: str) -> ConversationStatus:
         return await self.query(workflow_id, ConversationWorkflow.status)
 
+    async def history(self, workflow_id: str) -> list[AuditRecord]:
+        return await self.query(workflow_id, ConversationWorkflow.history)
+
+    async def pending_schemas(self, workflow_id: str) -> dict[str, dict[str, Any]]:
+        """The argument schema of each call waiting for a decision, by call id."""
+        return await self.query(workflow_id, ConversationWorkflow.pending_schemas)
+
+    async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
+        """Wait until `turn` has started and needs a human, is answered, or the conversation ended."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            status = await self.status(workflow_id)
+            if status.status in ("completed", "failed") or (
+                status.turn >= turn and status.status in SETTLED_STATUSES
+            ):
+                return status
+            if time.monotonic() >= deadline:
+                raise CliError(f"turn {turn} of {workflow_id} still running after {wait_s:.0f}s")
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    # ----- a human's input: by signal, then the recorded outcome -----
+
     async def signal(self, workflow_id: str, signal: Any, arg: Any) -> None:
         try:
             await self.handle(workflow_id).signal(signal, arg)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise CliError(f"no such running conversation: {workflow_id}") from None
+                raise NotFound(f"no such running conversation: {workflow_id}") from None
             raise
 
     async def outcome(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
@@ -99,15 +218,129 @@ class Session:
                                f"{self.timeout_s:.0f}s; it was delivered, but is not yet taken")
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
-        """Wait until `turn` has started and needs a human, is answered, or the conversation ended."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            status = await self.status(workflow_id)
-            if status.status in ("completed", "failed") or (
-                status.turn >= turn and status.status in SETTLED_STATUSES
-            ):
-                return status
-            if time.monotonic() >= deadline:
-                raise CliError(f"turn {turn} of {workflow_id} still running after {wait_s:.0f}s")
-            await asyncio.sleep(POLL_INTERVAL_S)
+    async def send(self, workflow_id: str, signal: Any, request: Any) -> SignalOutcome:
+        """Signal a request (it carries a request id) and wait for its outcome. A refusal is
+        returned as an outcome (`accepted` false); a conversation that closed first is an error."""
+        await self.signal(workflow_id, signal, request)
+        outcome = await self.outcome(workflow_id, request.request_id)
+        if outcome is None:
+            raise CliError(f"conversation {workflow_id} ended before taking the "
+                           f"{'message' if isinstance(request, SayRequest) else 'signal'}")
+        return outcome
+
+    async def end(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
+        """Ask the conversation to end: work in flight is cancelled. None if it closed first."""
+        await self.signal(workflow_id, ConversationWorkflow.end, EndRequest(request_id=request_id))
+        return await self.outcome(workflow_id, request_id)
+
+    # ----- a human's input: by Update, refused before anything reaches the history -----
+
+    async def update(self, workflow_id: str, request: SayRequest | ConfirmRequest | RejectRequest
+                     | AnswerRequest) -> SignalOutcome:
+        """Send a message, a decision or an answer through its Update twin. Raises `Refused` with
+        the conversation's reason, `NotFound`, or `NoWorker` past the session's timeout."""
+        update = _UPDATES[type(request)]
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                outcome = await self.handle(workflow_id).execute_update(
+                    update, request, rpc_timeout=timedelta(seconds=self.timeout_s))
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            raise Refused(getattr(cause, "message", None) or str(cause)) from None
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise NoWorker(f"no worker took the request in {self.timeout_s:.0f}s (is "
+                           f"`python -m worker` running on task queue "
+                           f"{self.settings.task_queue}?); the server may still hand it to the "
+                           "next worker, so check the status before sending it again") from None
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise NotFound(f"no such running conversation: {workflow_id}") from None
+            if err.status == RPCStatusCode.FAILED_PRECONDITION:  # it closed meanwhile
+                raise Refused("the conversation has ended") from None
+            raise
+        if not outcome.accepted:
+            raise Refused(outcome.reason or "refused")
+        return outcome
+
+    # ----- the live stream -----
+
+    async def stream_offset(self, workflow_id: str) -> int:
+        """The offset the next stream event will have."""
+        try:
+            return await WorkflowStreamClient.create(self.client, workflow_id).get_offset()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise NotFound(f"no such conversation: {workflow_id}") from None
+            raise
+
+    def follow(self, workflow_id: str, from_offset: int = 0
+               ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
+        return follow(self.client, workflow_id, from_offset)
+
+
+async def stream_events(client: Client, workflow_id: str, from_offset: int = 0
+                        ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
+    """A conversation's durable events from an offset, live, across continue-as-new, until it
+    completes. RPC errors propagate: the caller resumes from the last offset it saw."""
+    stream = WorkflowStreamClient.create(client, workflow_id)
+    async for item in stream.subscribe(STREAM_TOPICS, from_offset=from_offset,
+                                       result_type=StreamEvent):
+        yield item
+
+
+async def follow(client: Client, workflow_id: str, from_offset: int = 0,
+                 on_interrupted: Callable[[RPCError, int], None] | None = None
+                 ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
+    """`stream_events` that survives a lost connection or a restarting server: it resumes from
+    the next offset after a short pause, so nothing is lost or repeated."""
+    offset = from_offset
+    while True:
+        try:
+            async for item in stream_events(client, workflow_id, offset):
+                offset = item.offset + 1
+                yield item
+            return
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise NotFound(f"no such conversation: {workflow_id}") from None
+            if on_interrupted is not None:
+                on_interrupted(err, offset)
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
+
+def new_conversation_id() -> str:
+    return f"conv-{uuid.uuid4().hex[:12]}"
+
+
+_UPDATES: dict[type, Any] = {
+    SayRequest: ConversationWorkflow.send_message,
+    ConfirmRequest: ConversationWorkflow.decide_confirm,
+    RejectRequest: ConversationWorkflow.decide_reject,
+    AnswerRequest: ConversationWorkflow.give_answer,
+}
+
+# Closed runs: Temporal's execution status says what became of them. A run that continued as new
+# is not listed: its conversation goes on in the next run.
+_CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
+
+
+def list_query(status: str | None) -> str:
+    query = f'WorkflowType = "{ConversationWorkflow.__name__}" AND ExecutionStatus != "ContinuedAsNew"'
+    if status in _CLOSED:
+        return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
+    if status:
+        return f'{query} AND ExecutionStatus = "Running" AND {AGENT_STATUS.name} = "{status}"'
+    return query
+
+
+def shown_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str | None:
+    """The conversation's status as `status` names it, for a running or a closed run."""
+    if execution is None or execution == WorkflowExecutionStatus.RUNNING:
+        return agent_status
+    if execution in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED):
+        return "completed"
+    return "failed"
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

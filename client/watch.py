@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import TextIO
 
 from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
+from client.session import follow
 from workflows.models import StreamEvent
-from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
-
-RECONNECT_DELAY_S = 1.0
 
 
 class Renderer:
@@ -88,15 +84,12 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
     errors. Returns the next offset to read."""
     renderer = renderer or Renderer(workflow_id)
     offset = from_offset
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    while True:
-        try:
-            async for item in stream.subscribe([EVENTS_TOPIC, TOKENS_TOPIC], from_offset=offset,
-                                               result_type=StreamEvent):
-                renderer.render(item.data)
-                offset = item.offset + 1
-            return offset
-        except RPCError as err:
-            print(f"\n[stream interrupted ({err.message}); resuming from offset {offset}]",
-                  file=sys.stderr, flush=True)
-            await asyncio.sleep(RECONNECT_DELAY_S)
+
+    def interrupted(err: RPCError, at: int) -> None:
+        print(f"\n[stream interrupted ({err.message}); resuming from offset {at}]",
+              file=sys.stderr, flush=True)
+
+    async for item in follow(client, workflow_id, from_offset, on_interrupted=interrupted):
+        renderer.render(item.data)
+        offset = item.offset + 1
+    return offset

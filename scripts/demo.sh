@@ -22,6 +22,7 @@ make -s install
 if [ -n "${OFFLINE:-}" ]; then scripts/stack.sh scripted; fi
 scripts/stack.sh server
 scripts/stack.sh worker
+scripts/stack.sh api
 
 ID="demo-$(date +%Y%m%d-%H%M%S)"
 PROMPT="Check the weather in Paris and save it as a note titled 'Paris weather'."
@@ -43,6 +44,7 @@ if [ "$state" = "waiting_for_input" ]; then
 fi
 echo
 echo "See it in the Temporal UI: http://localhost:${UI_PORT:-8233}/namespaces/default/workflows/$ID"
+echo "Or in the web console: http://${AGENT_API_ADDRESS:-127.0.0.1:8000}/#/c/$ID"
 echo "Inspect it:   $PY -m client status $ID --json"
 echo "End it:       $PY -m client end $ID"
 echo "Stop everything: make stop"

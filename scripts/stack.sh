@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Background services for the demo: the embedded Temporal dev server, the worker, and the offline
-# scripted model. Each is fully detached (nohup, no inherited pipes) with a pid file under .run/.
+# Background services for the demo: the embedded Temporal dev server, the worker, the HTTP API
+# with the web console, and the offline scripted model. Each is fully detached (nohup, no
+# inherited pipes) with a pid file under .run/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ mkdir -p "$RUN" .temporal
 TEMPORAL_PORT=${TEMPORAL_PORT:-7233}
 UI_PORT=${UI_PORT:-8233}
 SCRIPTED_PORT=${SCRIPTED_PORT:-8765}
+API_ADDRESS=${AGENT_API_ADDRESS:-127.0.0.1:8000}
+API_PORT=${API_ADDRESS##*:}
 
 listening() { "$PY" -c "import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))" "$1"; }
 
@@ -60,9 +63,16 @@ case "${1:-}" in
     echo $! >"$RUN/worker.pid"
     echo "worker started (pid $(cat "$RUN/worker.pid"), log $RUN/worker.log)"
     ;;
+  api)
+    stop_one api
+    nohup "$PY" -m api >"$RUN/api.log" 2>&1 </dev/null &
+    echo $! >"$RUN/api.pid"
+    wait_port "$API_PORT" 30 api
+    echo "web console and HTTP API on http://$API_ADDRESS/ (docs: http://$API_ADDRESS/docs, log $RUN/api.log)"
+    ;;
   stop)
-    stop_one worker; stop_one scripted; stop_one server
+    stop_one api; stop_one worker; stop_one scripted; stop_one server
     ;;
   *)
-    echo "usage: $0 server|scripted|worker|stop" >&2; exit 2 ;;
+    echo "usage: $0 server|scripted|worker|api|stop" >&2; exit 2 ;;
 esac

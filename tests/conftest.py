@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer
+from tests.api_support import ApiProcess
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from worker.app import build_worker
@@ -84,3 +85,13 @@ async def task_queue(client: Client, activity_settings: ActivitySettings) -> Asy
     async with httpx.AsyncClient(timeout=10) as http:
         async with build_worker(client, queue, activity_settings, http, registry_with_test_tools()):
             yield queue
+
+
+@pytest.fixture(scope="session")
+def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
+    """`python -m api` without tokens (loopback), on the session's dev server and queue."""
+    process = ApiProcess(temporal_address, task_queue).start()
+    try:
+        yield process
+    finally:
+        process.stop()

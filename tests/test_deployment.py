@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from activities.settings import (
@@ -13,6 +14,7 @@ from activities.settings import (
     DEFAULT_GEOCODING_URL,
     ActivitySettings,
 )
+from api.settings import ApiSettings, SettingsError
 from client.connection import TemporalSettings
 from worker.app import workflow_sandbox
 
@@ -29,7 +31,7 @@ def default_of(value: str) -> str:
 
 
 def test_the_stack_has_its_services_with_pinned_images():
-    assert set(SERVICES) == {"postgresql", "temporal", "temporal-ui", "worker"}
+    assert set(SERVICES) == {"postgresql", "temporal", "temporal-ui", "worker", "api"}
     for name in ("postgresql", "temporal", "temporal-ui"):
         image = SERVICES[name]["image"]
         assert re.match(r"^[\w./-]+:\d+(\.\d+)+$", image), f"{name} image not pinned: {image}"
@@ -69,5 +71,22 @@ def test_dockerfile_runs_the_worker_from_the_installed_project():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert dockerfile.startswith("# ") and "FROM python:3.11" in dockerfile
     assert 'CMD ["python", "-m", "worker"]' in dockerfile
-    for package in ("workflows", "activities", "worker", "client"):
+    for package in ("workflows", "activities", "worker", "client", "api"):
         assert f"COPY {package} ./{package}" in dockerfile
+
+
+def test_the_api_is_built_here_and_needs_tokens_off_loopback():
+    api = SERVICES["api"]
+    assert api["build"]["dockerfile"] == "Dockerfile"
+    assert api["command"] == ["python", "-m", "api"]
+    env = api["environment"]
+    assert env["TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert default_of(env["AGENT_TASK_QUEUE"]) == TemporalSettings().task_queue
+    host, port = env["AGENT_API_ADDRESS"].rsplit(":", 1)
+    assert f"127.0.0.1:{port}:{port}" in api["ports"]
+    # It listens on the container's network, so without tokens it refuses to start.
+    with pytest.raises(SettingsError, match="without AGENT_API_TOKENS"):
+        ApiSettings.from_env({"AGENT_API_ADDRESS": env["AGENT_API_ADDRESS"],
+                              "AGENT_API_TOKENS": default_of(env["AGENT_API_TOKENS"])})
+    assert ApiSettings.from_env({"AGENT_API_ADDRESS": env["AGENT_API_ADDRESS"],
+                                 "AGENT_API_TOKENS": "alice:t"}).tokens == {"t": "alice"}

@@ -227,7 +227,7 @@ class ToolRound:
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
             self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
-                                status=outcome.status, ms=ms,
+                                status=outcome.status, ms=ms, text=outcome.observation,
                                 observation_bytes=len(outcome.observation.encode()))
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -89,6 +90,8 @@ class ConversationWorkflow:
         self._state = first_state(self._input, self._limits, notices)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._desk = HumanDesk(self._state, self._limits)
+        if inp.request_id is not None and inp.state is None and inp.carry is None:
+            self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
         self._turns_this_run = 0
@@ -258,6 +261,12 @@ class ConversationWorkflow:
         """The prompt and tools of the model call this conversation waits on, if it has this
         digest: for a worker that holds no copy of the previous prompt (`workflows.delta`)."""
         return self._thinker.pending(digest)
+
+    @workflow.query
+    def pending_schemas(self) -> dict[str, dict[str, Any]]:
+        """The argument schema of each call waiting for a decision, by call id: what a console
+        validates edited args against before sending them (the workflow validates again)."""
+        return self._desk.pending_schemas()
 
     @workflow.query
     def history(self) -> list[AuditRecord]:

@@ -211,6 +211,10 @@ class HumanDesk:
             if p.decision is None
         ]
 
+    def pending_schemas(self) -> dict[str, dict[str, Any]]:
+        return {call_id: p.tool.parameters for call_id, p in self.pending.items()
+                if p.decision is None}
+
     def pending_question(self) -> PendingQuestion | None:
         return self._question if self._answer is None else None
 

@@ -150,6 +150,9 @@ class ConversationInput(BaseModel):
     # context follow the server's suggestion instead)
     continue_as_new_after_events: int = Field(default=HANDOVER_EVENTS, ge=1)
     max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
+    # the first message's request id, recorded as taken (turn 1): a client that retries the
+    # start finds the message already taken, as it would a `say`
+    request_id: str | None = None
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read
 

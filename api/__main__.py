@@ -1,0 +1,32 @@
+"""`python -m api`: the HTTP API and web console on AGENT_API_ADDRESS (default 127.0.0.1:8000)."""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+
+from api.app import create_app
+from api.settings import ApiSettings, SettingsError
+from client.connection import TemporalSettings
+from worker.logging import configure_logging
+
+
+def main() -> int:
+    try:
+        settings = ApiSettings.from_env()
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    configure_logging()
+    app = create_app(settings, TemporalSettings.from_env())
+    print(f"console and API on http://{settings.host}:{settings.port}/ "
+          f"(OpenAPI docs at /docs){' with bearer tokens' if settings.auth_required else ''}",
+          flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                timeout_graceful_shutdown=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

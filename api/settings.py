@@ -1,0 +1,109 @@
+"""The API's settings, read once from the environment at start-up, with a clear error for each
+bad value (`python -m api` exits 2 on it)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_ADDRESS = "127.0.0.1:8000"
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # a message is at most 256 KiB; the rest is JSON around it
+DEFAULT_TEMPORAL_UI = "http://localhost:8233"
+DEFAULT_TIMEOUT_S = 15.0
+ANONYMOUS = "anonymous"  # the principal when the API runs without tokens (loopback only)
+
+
+class SettingsError(ValueError):
+    """An environment variable the API cannot start with."""
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    tokens: dict[str, str] = field(default_factory=dict)  # token -> the principal's name
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    temporal_ui: str = DEFAULT_TEMPORAL_UI
+    timeout_s: float = DEFAULT_TIMEOUT_S  # how long a request waits for a worker
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> ApiSettings:
+        host, port = parse_address(env.get("AGENT_API_ADDRESS") or DEFAULT_ADDRESS)
+        settings = cls(
+            host=host,
+            port=port,
+            tokens=parse_tokens(env.get("AGENT_API_TOKENS", "")),
+            cors_origins=tuple(o.strip().rstrip("/") for o in
+                               env.get("AGENT_API_CORS_ORIGINS", "").split(",") if o.strip()),
+            max_body_bytes=_positive_int(env, "AGENT_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+            temporal_ui=(env.get("AGENT_TEMPORAL_UI_URL") or DEFAULT_TEMPORAL_UI).rstrip("/"),
+            timeout_s=float(_positive_int(env, "AGENT_API_TIMEOUT_S", int(DEFAULT_TIMEOUT_S))),
+        )
+        settings.check_exposure()
+        return settings
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.tokens)
+
+    def check_exposure(self) -> None:
+        """Anyone who reaches an API without tokens can approve writes: loopback only."""
+        if not self.tokens and not is_loopback(self.host):
+            raise SettingsError(
+                f"refusing to listen on {self.host} without AGENT_API_TOKENS: anyone who can "
+                "reach it could approve tool calls. Set AGENT_API_TOKENS (name:token,...) or "
+                "bind to 127.0.0.1")
+
+
+def parse_address(raw: str) -> tuple[str, int]:
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"AGENT_API_ADDRESS must be host:port, not {raw!r}")
+    try:
+        number = int(port)
+    except ValueError:
+        raise SettingsError(f"AGENT_API_ADDRESS has no valid port: {raw!r}") from None
+    if not 0 < number < 65536:
+        raise SettingsError(f"AGENT_API_ADDRESS port must be 1-65535, not {number}")
+    return host.strip("[]"), number
+
+
+def parse_tokens(raw: str) -> dict[str, str]:
+    """`alice:tok1,bob:tok2` → {token: name}."""
+    tokens: dict[str, str] = {}
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        name, sep, token = entry.partition(":")
+        name, token = name.strip(), token.strip()
+        if not sep or not name or not token:
+            raise SettingsError("AGENT_API_TOKENS must be name:token pairs separated by commas "
+                                f"(an entry names {name or 'nobody'!r})")
+        if token in tokens:
+            raise SettingsError(f"AGENT_API_TOKENS gives {tokens[token]!r} and {name!r} the "
+                                "same token")
+        tokens[token] = name
+    return tokens
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise SettingsError(f"{name} must be at least 1")
+    return value

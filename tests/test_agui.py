@@ -1,0 +1,164 @@
+"""AG-UI over SSE (`POST /agui`): every event parsed with the `ag-ui-protocol` package's own
+models. An interrupt and its resume go to two different API processes."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from ag_ui.core import EventType
+from ag_ui.core.events import Event
+from pydantic import TypeAdapter
+
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ApiProcess, sse_events
+from tests.helpers import note_rows, replay, script, tool_call, unique
+
+EVENTS = TypeAdapter(Event)
+
+
+async def run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume=None) -> list:
+    body = {"threadId": thread, "runId": unique("run"), "messages": messages, "state": None,
+            "tools": [], "context": [], "forwardedProps": {}}
+    if resume is not None:
+        body["resume"] = resume
+    r = await http.post("/agui", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = [EVENTS.validate_json(e["data"]) for e in sse_events(r.text)]
+    assert events[0].type == EventType.RUN_STARTED and events[0].thread_id == thread
+    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    return events
+
+
+def of(events: list, kind: EventType) -> list:
+    return [e for e in events if e.type == kind]
+
+
+def user(mid: str, text: str) -> dict:
+    return {"id": mid, "role": "user", "content": text}
+
+
+@pytest.fixture
+async def two_apis(api: ApiProcess, temporal_address: str, task_queue: str):
+    """The session's API and a second API process: a run and its resume may reach either."""
+    second = ApiProcess(temporal_address, task_queue).start()
+    try:
+        async with httpx.AsyncClient(base_url=api.url, timeout=60) as a, \
+                httpx.AsyncClient(base_url=second.url, timeout=60) as b:
+            yield a, b
+    finally:
+        second.stop()
+
+
+async def test_interrupt_on_one_api_resumed_on_another(two_apis, model: ScriptedModelServer,
+                                                       activity_settings, client):
+    first, second = two_apis
+    title = unique("agui-note")
+    trigger = script(model, unique("agui"),
+                     ScriptedReply(content="Let me save that.",
+                                   tool_calls=[tool_call("create_note", {"title": "draft",
+                                                                         "body": "b"})]),
+                     ScriptedReply(content="Saved: {last_tool}"),
+                     ScriptedReply(content="You are welcome."))
+    thread = unique("agui-thread")
+    messages = [user("m1", trigger)]
+
+    events = await run(first, thread, messages)
+    text = "".join(e.delta for e in of(events, EventType.TEXT_MESSAGE_CONTENT))
+    assert text == "Let me save that."
+    assert len(of(events, EventType.TEXT_MESSAGE_START)) == len(of(events, EventType.TEXT_MESSAGE_END))
+    start, = of(events, EventType.TOOL_CALL_START)
+    assert start.tool_call_name == "create_note"
+    args = "".join(e.delta for e in of(events, EventType.TOOL_CALL_ARGS))
+    assert json.loads(args) == {"title": "draft", "body": "b"}
+    assert of(events, EventType.TOOL_CALL_END)[0].tool_call_id == start.tool_call_id
+    finished = events[-1]
+    assert finished.type == EventType.RUN_FINISHED and finished.outcome.type == "interrupt"
+    interrupt, = finished.outcome.interrupts
+    assert interrupt.id == interrupt.tool_call_id == start.tool_call_id
+    assert interrupt.reason == "tool_approval"
+    schema = interrupt.response_schema
+    assert schema["required"] == ["approved"]
+    assert schema["properties"]["args"]["properties"]["title"]["type"] == "string"
+
+    approve = [{"interruptId": interrupt.id, "status": "resolved",
+                "payload": {"approved": True, "args": {"title": title, "body": "via AG-UI"}}}]
+    events = await run(second, thread, messages, resume=approve)
+    assert not of(events, EventType.TOOL_CALL_START)  # announced by the first run
+    result, = of(events, EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == interrupt.id and result.content.startswith("Created note")
+    assert "".join(e.delta for e in of(events, EventType.TEXT_MESSAGE_CONTENT)).startswith("Saved:")
+    assert events[-1].type == EventType.RUN_FINISHED and events[-1].outcome.type == "success"
+    assert events[-1].result["answer"].startswith("Saved: Created note")
+    assert [r[1:] for r in note_rows(activity_settings.data_dir, title)] == [(title, "via AG-UI")]
+    history = (await first.get(f"/conversations/{thread}/history")).json()
+    decision = next(a["decision"] for r in history for a in r["actions"] if a["decision"])
+    assert decision["approver"] == "anonymous"
+
+    again = await run(first, thread, messages, resume=approve)  # the same resume, retried
+    assert again[-1].type == EventType.RUN_ERROR and again[-1].code == "refused"
+    assert "already approved by anonymous" in again[-1].message
+
+    calls = model.count(trigger)
+    retried = await run(second, thread, messages)  # the first run's message, sent again
+    assert retried[-1].type == EventType.RUN_FINISHED and model.count(trigger) == calls
+
+    messages.append(user("m2", "thanks"))
+    events = await run(first, thread, messages)
+    assert events[-1].type == EventType.RUN_FINISHED
+    assert events[-1].result["answer"] == "You are welcome."
+    status = (await first.get(f"/conversations/{thread}")).json()
+    assert status["turn"] == 2 and status["status"] == "idle"
+
+    assert (await first.post(f"/conversations/{thread}/end", json={})).status_code == 200
+    handle = client.get_workflow_handle(thread)
+    await handle.result()
+    await replay(handle, "agui_interrupt_resume")  # a start with a request id, two Update decisions
+
+
+async def test_questions_refusals_and_cancelled_approvals(two_apis, model: ScriptedModelServer):
+    first, second = two_apis
+    trigger = script(model, unique("agui-ask"),
+                     ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Proceed?"})]),
+                     ScriptedReply(tool_calls=[tool_call("delete_note", {"note_id": 99})]),
+                     ScriptedReply(content="Heard: {last_tool}"))
+    thread = unique("agui-thread")
+    messages = [user("q1", trigger)]
+    events = await run(first, thread, messages)
+    question, = events[-1].outcome.interrupts
+    assert question.reason == "input_required" and question.message == "Proceed?"
+    assert question.response_schema["properties"]["answer"] == {"type": "boolean"}
+
+    refused = await run(second, thread, messages, resume=[
+        {"interruptId": question.id, "status": "resolved", "payload": {"answer": "maybe"}}])
+    assert refused[-1].type == EventType.RUN_ERROR and "yes or no" in refused[-1].message
+    malformed = await run(second, thread, messages, resume=[
+        {"interruptId": question.id, "status": "resolved", "payload": {"answer": {"x": 1}}}])
+    assert malformed[-1].type == EventType.RUN_ERROR and malformed[-1].code == "bad_request"
+    busy = await run(second, thread, [*messages, user("q2", "hello?")])
+    assert busy[-1].type == EventType.RUN_ERROR and "resume its interrupts" in busy[-1].message
+
+    events = await run(second, thread, messages, resume=[
+        {"interruptId": question.id, "status": "resolved", "payload": {"answer": True}}])
+    approval, = events[-1].outcome.interrupts
+    assert approval.reason == "tool_approval" and approval.metadata["tool"] == "delete_note"
+    assert approval.metadata["risk"] == "destructive"
+
+    events = await run(first, thread, messages, resume=[
+        {"interruptId": approval.id, "status": "cancelled"}])
+    result, = of(events, EventType.TOOL_CALL_RESULT)
+    assert result.content == "rejected by user: cancelled"
+    assert events[-1].result["answer"] == "Heard: rejected by user: cancelled"
+
+
+async def test_a_new_thread_needs_a_message(api: ApiProcess):
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        events = await run(http, unique("agui-empty"), [])
+        assert events[-1].type == EventType.RUN_ERROR and "user message" in events[-1].message
+        unknown = await run(http, unique("agui-none"), [], resume=[
+            {"interruptId": "call_x", "status": "resolved", "payload": {"approved": True}}])
+        assert unknown[-1].code == "not_found"
+        bad = await http.post("/agui", json={"threadId": "t"})
+        assert bad.status_code == 422
