@@ -1,0 +1,1 @@
+"""The HTTP API and web console (`python -m api`)."""
