@@ -21,6 +21,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import structlog
 from ag_ui.core import (
     BaseEvent,
     Interrupt,
@@ -39,6 +40,7 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
+from temporalio.service import RPCError
 
 from client.session import CliError, NotFound, Refused, Session, UsageError
 from workflows.conversation import ConversationWorkflow
@@ -53,6 +55,7 @@ from workflows.models import (
     StreamEvent,
 )
 
+log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found"}
 WAITING = ("waiting_for_confirmation", "waiting_for_input")
 # Events after which the conversation may have come to wait for a human.
@@ -235,53 +238,44 @@ async def run_agui(session: Session, inp: RunAgentInput, principal: str,
             yield event
     except (Refused, UsageError, CliError) as err:
         yield RunErrorEvent(message=str(err), code=ERROR_CODES.get(type(err), "error"))
+    except RPCError as err:
+        log.warning("agui_run_failed", thread=thread, run=run, error=err.message)
+        yield RunErrorEvent(message=f"Temporal refused the request: {err.message}",
+                            code="temporal_error")
 
 
 async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIterator[BaseEvent]:
     thread, run = inp.thread_id, inp.run_id
     announced: set[str] = set()
-    answer_turn = 1  # the run ends when this turn is answered
-    status = await _status_or_none(session, thread)
+    offset, status = await _position(session, thread)
     if inp.resume:
         if status is None:
             raise NotFound(f"no such conversation: {thread}")
-        offset, answer_turn = await session.stream_offset(thread), status.turn
+        answer_turn = status.turn  # the run ends when this turn is answered
         for n, entry in enumerate(inp.resume):
             request = resume_request(entry, status, principal, f"agui:{run}:{n}")
             await session.update(thread, request)
             announced.add(entry.interrupt_id)
     else:
         message = last_user_text(inp)
+        started = False
         if status is None:
             if message is None:
                 raise UsageError("a new thread starts with a user message")
-            offset = 0
             started = await session.start(
                 ConversationInput(prompt=message[1], request_id=message_request_id(message[0]),
                                   max_message_bytes=session.max_message_bytes),
                 thread, source="AG-UI", existing_ok=True)
             if not started:  # another run started it meanwhile
-                status = await session.status(thread)
-        if status is not None:
-            offset, answer_turn = await session.stream_offset(thread), status.turn
-            if status.status in ("completed", "failed"):
-                raise Refused(f"conversation {thread} has ended ({status.stop_reason})")
-            taken = message is None or await session.query(
-                thread, ConversationWorkflow.signal_outcome,
-                message_request_id(message[0])) is not None
-            if not taken:
-                if status.status in WAITING:
-                    raise Refused(f"conversation {thread} waits for a human: resume its "
-                                  "interrupts before sending a message")
-                outcome = await session.update(thread, SayRequest(
-                    text=message[1], request_id=message_request_id(message[0])))  # type: ignore[index]
-                answer_turn = outcome.turn or status.turn + 1
-            elif status.status in WAITING:
-                yield await _finished_waiting(session, thread, run, status)
+                offset, status = await _position(session, thread)
+        if started or status is None:
+            offset, answer_turn = 0, 1
+        else:
+            taken = await _take_message(session, thread, run, status, message)
+            if isinstance(taken, RunFinishedEvent):
+                yield taken
                 return
-            elif status.status == "idle":  # a retried run whose turn is already answered
-                yield _finished(thread, run, status.final_answer, status.stop_reason)
-                return
+            answer_turn = taken
     translator = Translator(announced)
     async for item in session.follow(thread, offset):
         for event in translator.translate(item.offset, item.data):
@@ -315,8 +309,36 @@ async def _finished_waiting(session: Session, thread: str, run: str,
                                 interrupts=interrupts(status, schemas)))
 
 
-async def _status_or_none(session: Session, thread: str) -> ConversationStatus | None:
+async def _position(session: Session, thread: str) -> tuple[int, ConversationStatus | None]:
+    """The stream's offset, then the status (in this order, so that nothing the status shows as
+    done happened after the offset); (0, None) for a conversation that does not exist."""
     try:
-        return await session.status(thread)
+        offset = await session.stream_offset(thread)
     except NotFound:
-        return None
+        return 0, None
+    return offset, await session.status(thread)
+
+
+async def _take_message(session: Session, thread: str, run: str, status: ConversationStatus,
+                        message: tuple[str, str] | None) -> int | RunFinishedEvent:
+    """Send the run's message unless the conversation took it already (a retried run). Returns
+    the turn that answers it, or the run's end when there is nothing left to stream."""
+    if status.status in ("completed", "failed"):
+        raise Refused(f"conversation {thread} has ended ({status.stop_reason})")
+    taken = None
+    if message is not None:
+        request_id = message_request_id(message[0])
+        taken = await session.query(thread, ConversationWorkflow.signal_outcome, request_id)
+        if taken is None:
+            if status.status in WAITING:
+                raise Refused(f"conversation {thread} waits for a human: resume its "
+                              "interrupts before sending a message")
+            outcome = await session.update(thread, SayRequest(text=message[1],
+                                                              request_id=request_id))
+            return outcome.turn or status.turn + 1
+    turn = taken.turn if taken is not None and taken.turn else status.turn
+    if status.status in WAITING:
+        return await _finished_waiting(session, thread, run, status)
+    if status.status == "idle" and status.turn >= turn:  # answered already
+        return _finished(thread, run, status.final_answer, status.stop_reason)
+    return turn

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -149,11 +149,16 @@ class Session:
 
     async def query(self, workflow_id: str, query: Any, *args: Any) -> Any:
         """Query, retrying while no worker answers, for at most the session's timeout."""
-        deadline = time.monotonic() + self.timeout_s
         handle = self.handle(workflow_id)
+        return await self._answered(workflow_id, lambda: handle.query(
+            query, *args, rpc_timeout=QUERY_RPC_TIMEOUT))
+
+    async def _answered(self, workflow_id: str, ask: Callable[[], Awaitable[Any]]) -> Any:
+        """What a worker answers, asked again while none does, for at most the timeout."""
+        deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                return await handle.query(query, *args, rpc_timeout=QUERY_RPC_TIMEOUT)
+                return await ask()
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise NotFound(f"no such conversation: {workflow_id}") from None
@@ -266,12 +271,8 @@ class Session:
 
     async def stream_offset(self, workflow_id: str) -> int:
         """The offset the next stream event will have."""
-        try:
-            return await WorkflowStreamClient.create(self.client, workflow_id).get_offset()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise NotFound(f"no such conversation: {workflow_id}") from None
-            raise
+        stream = WorkflowStreamClient.create(self.client, workflow_id)
+        return await self._answered(workflow_id, stream.get_offset)
 
     def follow(self, workflow_id: str, from_offset: int = 0
                ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:

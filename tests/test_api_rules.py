@@ -1,0 +1,116 @@
+"""The API's pure rules, without a server: settings, AG-UI resume entries and the translation of
+stream events into AG-UI events."""
+
+from __future__ import annotations
+
+import pytest
+from ag_ui.core import EventType, ResumeEntry
+
+from api.agui import Translator, question_schema, resume_request
+from api.settings import ApiSettings, SettingsError, is_loopback, parse_address, parse_tokens
+from client.session import UsageError
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationStatus,
+    PendingConfirmation,
+    PendingQuestion,
+    RejectRequest,
+    StreamEvent,
+    Usage,
+)
+
+
+def status(**fields) -> ConversationStatus:
+    base = dict(workflow_id="w", status="waiting_for_confirmation", turn=1, steps=1, llm_calls=1,
+                tools_used=[], stop_reason=None, final_answer=None, usage=Usage(), error=None)
+    return ConversationStatus(**{**base, **fields})
+
+
+WAITING = status(pending_confirmations=[PendingConfirmation(call_id="c1", tool="create_note",
+                                                            args={}, risk="sensitive")])
+ASKING = status(status="waiting_for_input",
+                pending_question=PendingQuestion(call_id="q1", kind="multi_choice", message="?",
+                                                 options=["a", "b"]))
+
+
+def entry(interrupt_id: str, payload=None, state: str = "resolved") -> ResumeEntry:
+    return ResumeEntry(interrupt_id=interrupt_id, status=state, payload=payload)
+
+
+def test_settings_parse_and_refuse_what_they_cannot_use():
+    assert parse_address("127.0.0.1:8000") == ("127.0.0.1", 8000)
+    assert parse_address("[::1]:9000") == ("::1", 9000)
+    assert parse_tokens(" alice:a1 , bob:b:2 ") == {"a1": "alice", "b:2": "bob"}
+    for bad in ["alice", ":t", "alice:", "alice:t,bob:t"]:
+        with pytest.raises(SettingsError):
+            parse_tokens(bad)
+    assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+    with pytest.raises(SettingsError, match="without AGENT_API_TOKENS"):
+        ApiSettings.from_env({"AGENT_API_ADDRESS": "0.0.0.0:8000"})
+    with pytest.raises(SettingsError, match="AGENT_API_MAX_BODY_BYTES"):
+        ApiSettings.from_env({"AGENT_API_MAX_BODY_BYTES": "lots"})
+    s = ApiSettings.from_env({"AGENT_API_CORS_ORIGINS": "https://a.example/, https://b.example"})
+    assert s.cors_origins == ("https://a.example", "https://b.example") and not s.auth_required
+
+
+def test_resume_entries_become_the_decision_they_stand_for():
+    approve = resume_request(entry("c1", {"approved": True, "args": {"title": "t"}}), WAITING,
+                             "alice", "r")
+    assert isinstance(approve, ConfirmRequest)
+    assert (approve.call_ids, approve.args, approve.approver) == (["c1"], {"title": "t"}, "alice")
+    no = resume_request(entry("c1", {"approved": False, "reason": "why"}), WAITING, "bob", "r")
+    assert isinstance(no, RejectRequest) and (no.reason, no.approver) == ("why", "bob")
+    cancelled = resume_request(entry("c1", state="cancelled"), WAITING, "bob", "r")
+    assert isinstance(cancelled, RejectRequest) and cancelled.reason == "cancelled"
+    # An id that is not pending goes to the conversation, which says why it refuses it.
+    stale = resume_request(entry("gone", {"approved": True}), WAITING, "alice", "r")
+    assert isinstance(stale, ConfirmRequest) and stale.call_ids == ["gone"]
+    for payload in [None, {"approved": "yes"}, {"approved": True, "args": [1]}]:
+        with pytest.raises(UsageError):
+            resume_request(entry("c1", payload), WAITING, "alice", "r")
+
+    answer = resume_request(entry("q1", {"answer": ["a", "b"]}), ASKING, "alice", "r")
+    assert isinstance(answer, AnswerRequest) and answer.values == ["a", "b"]
+    assert resume_request(entry("q1", True), ASKING, "x", "r").values == ["yes"]
+    assert resume_request(entry("q1", {"answer": "a"}), ASKING, "x", "r").values == ["a"]
+    with pytest.raises(UsageError, match="cannot be cancelled"):
+        resume_request(entry("q1", state="cancelled"), ASKING, "x", "r")
+    with pytest.raises(UsageError):
+        resume_request(entry("q1", {"answer": 3}), ASKING, "x", "r")
+
+
+def test_question_schemas_follow_the_kind():
+    def q(kind, options=()):
+        return question_schema(PendingQuestion(call_id="q", kind=kind, message="?",
+                                               options=list(options)))
+    assert q("input")["properties"]["answer"] == {"type": "string", "minLength": 1}
+    assert q("choice", "ab")["properties"]["answer"]["enum"] == ["a", "b"]
+    assert q("multi_choice", "ab")["properties"]["answer"]["items"]["enum"] == ["a", "b"]
+    assert q("confirm")["properties"]["answer"] == {"type": "boolean"}
+
+
+def test_translation_opens_and_closes_messages_and_announces_calls_once():
+    t = Translator(announced={"old"})
+
+    def kinds(offset, **fields):
+        return [e.type for e in t.translate(offset, StreamEvent(**fields))]
+
+    assert kinds(1, kind="token", text="Hel") == [EventType.TEXT_MESSAGE_START,
+                                                 EventType.TEXT_MESSAGE_CONTENT]
+    assert kinds(2, kind="token", text="lo") == [EventType.TEXT_MESSAGE_CONTENT]
+    assert kinds(3, kind="token", text="") == []
+    assert kinds(4, kind="tool_started", call_id="c", tool="get_weather", args={"a": 1}) == [
+        EventType.TEXT_MESSAGE_END, EventType.TOOL_CALL_START, EventType.TOOL_CALL_ARGS,
+        EventType.TOOL_CALL_END]
+    assert kinds(5, kind="approval_requested", call_id="c", tool="get_weather") == []
+    assert kinds(6, kind="tool_started", call_id="old", tool="x") == []
+    assert kinds(7, kind="tool_finished", call_id="c", status="ok", text="obs") == [
+        EventType.TOOL_CALL_RESULT]
+    assert kinds(8, kind="decision_taken", call_id="d", status="approved") == []
+    assert kinds(9, kind="decision_taken", call_id="d", status="rejected", text="no") == [
+        EventType.TOOL_CALL_RESULT]
+    assert kinds(10, kind="token", text="x") == [EventType.TEXT_MESSAGE_START,
+                                                EventType.TEXT_MESSAGE_CONTENT]
+    assert kinds(11, kind="reset", attempt=2) == [EventType.TEXT_MESSAGE_END]
