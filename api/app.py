@@ -189,7 +189,14 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         if origin and origin.rstrip("/") not in allowed_origins(request):
             return JSONResponse({"detail": f"origin {origin} is not allowed "
                                            "(AGENT_API_CORS_ORIGINS)"}, status_code=403)
-        return await call_next(request)
+        response = await call_next(request)
+        if request.url.path == "/" or request.url.path.startswith("/static/"):
+            # Not framed by another site (a click-jacked Approve), never an old console.js.
+            response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+            response.headers["X-Frame-Options"] = "DENY"
+            response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     def allowed_origins(request: Request) -> set[str]:
         host = request.headers.get("host", "")

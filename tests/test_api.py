@@ -245,6 +245,10 @@ async def test_bodies_are_bounded_and_malformed_json_is_explained(http: httpx.As
                        "ConversationStatus", "SignalOutcome", "AuditRecord", "RunAgentInput"]:
         assert model_name in docs["components"]["schemas"], model_name
     assert (await http.get("/docs")).status_code == 200
+    page = await http.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
 
 
 async def test_tokens_name_the_approver_and_guard_every_route(

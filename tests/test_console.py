@@ -1,0 +1,453 @@
+"""The web console (api/static) in a real browser: Debian's chromium, driven by Playwright.
+
+A person starts a conversation from the console, watches the model's tokens stream in, edits a
+call's arguments (the console refuses an invalid edit before sending anything), approves it, and
+reads who approved what in the audit trail. Other tests: the live stream resumes after the API
+restarts without losing or repeating an event, a question is answered through its form, a refusal
+(409) is shown, and the client-side schema validator. The main test writes the screenshots of
+docs/screenshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import httpx
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, Page, Request, async_playwright, expect
+
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ROOT, ApiProcess, sse_events
+from tests.helpers import note_rows, script, tool_call, unique
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 800}
+WAIT_MS = 30_000
+
+expect.set_options(timeout=WAIT_MS)
+
+
+# ----- the browser -----
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's chromium, installed with apt-get when it is missing (Playwright downloads
+    nothing)."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    apt = shutil.which("apt-get")
+    if apt is None:
+        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install chromium with")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    lock = ["-o", "DPkg::Lock::Timeout=300"]  # the other xdist worker may be installing it too
+    for command in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "chromium"]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0 and not CHROMIUM.exists():
+            pytest.fail(f"{CHROMIUM} is missing and `{' '.join(command)}` failed "
+                        f"({done.returncode}): {(done.stderr or done.stdout)[-2000:]}\n"
+                        "install it by hand: sudo apt-get install -y chromium")
+    if not CHROMIUM.exists():
+        pytest.fail(f"apt-get installed chromium, but {CHROMIUM} is still missing")
+    return CHROMIUM
+
+
+@pytest_asyncio.fixture(scope="module")
+async def browser(chromium: Path) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(chromium), headless=True,
+                                                   args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+class Console:
+    """A page of the console, with what it sent and every script error it raised."""
+
+    def __init__(self, page: Page):
+        self.page = page
+        self.errors: list[str] = []
+        self.posts: list[Request] = []
+        self.streams: list[Request] = []
+        page.on("pageerror", lambda err: self.errors.append(str(err)))
+        page.on("request", self._sent)
+
+    def _sent(self, request: Request) -> None:
+        if request.method == "POST":
+            self.posts.append(request)
+        elif "/events" in request.url:
+            self.streams.append(request)
+
+    def posted(self, cid: str, action: str) -> list[dict]:
+        path = f"/conversations/{quote(cid)}/{action}"
+        return [json.loads(r.post_data or "null") for r in self.posts if r.url.endswith(path)]
+
+    async def start(self, prompt: str) -> str:
+        """Start a conversation from the New conversation box; the console opens it."""
+        await self.page.get_by_test_id("new-prompt").fill(prompt)
+        await self.page.get_by_test_id("start").click()
+        await expect(self.page).to_have_url(re.compile(r"#/c/.+"))
+        await expect(self.page.get_by_test_id("conversation")).to_be_visible()
+        return unquote(self.page.url.split("#/c/", 1)[1])
+
+
+@pytest_asyncio.fixture
+async def console(browser: Browser) -> AsyncIterator[Console]:
+    context = await browser.new_context(viewport=VIEWPORT)
+    try:
+        yield Console(await context.new_page())
+    finally:
+        await context.close()
+
+
+async def call(method: str, url: str, **kwargs) -> httpx.Response:
+    """The API, asynchronously: the tests' worker runs on this event loop, so a blocking call
+    would keep it from answering the API's queries."""
+    async with httpx.AsyncClient(timeout=20) as http:
+        return await http.request(method, url, **kwargs)
+
+
+async def events_until(api_url: str, cid: str, kind: str) -> list[dict[str, str]]:
+    """The conversation's SSE events from the start, up to the first of `kind`."""
+    body = ""
+    async with httpx.AsyncClient(timeout=20) as http:
+        async with http.stream("GET", f"{api_url}/conversations/{quote(cid)}/events") as answer:
+            async for chunk in answer.aiter_text():
+                body += chunk
+                events = sse_events(body)
+                if any(e.get("event") == kind and "id" in e for e in events):
+                    return events
+    raise AssertionError(f"the stream ended before a {kind} event")
+
+
+async def status_of(api_url: str, cid: str) -> dict:
+    return (await call("GET", f"{api_url}/conversations/{quote(cid)}")).json()
+
+
+# ----- the tests -----
+
+async def test_console_streams_edits_validates_and_approves(
+        api: ApiProcess, model: ScriptedModelServer, activity_settings, console: Console):
+    trigger, edited = unique("console"), unique("Edited")
+    thought = "Let me save that as a note for you."
+    script(model, trigger,
+           ScriptedReply(content=thought,
+                         tool_calls=[tool_call("create_note", {"title": "T1", "body": "B1"})]),
+           ScriptedReply(content="Saved the note."))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    await expect(page.get_by_test_id("principal")).to_have_text("signed in as anonymous")
+    cid = await console.start(f"Please keep a note for me ({trigger}).")
+    chat = page.get_by_test_id("chat")
+
+    # The first message, and the model's streamed tokens of step 1.
+    await expect(chat.get_by_test_id("user-message")).to_have_text(
+        f"Please keep a note for me ({trigger}).")
+    await expect(chat.get_by_test_id("assistant-text").first).to_have_text(thought)
+    tool = chat.get_by_test_id("tool-card")
+    await expect(tool.get_by_test_id("tool-name")).to_have_text("create_note")
+    await expect(tool).to_have_attribute("data-status", "awaiting")
+
+    # The approval card, prefilled from the pending confirmation.
+    card = page.get_by_test_id("approval-card")
+    await expect(card).to_have_count(1)
+    await expect(card.get_by_test_id("approval-tool")).to_have_text("create_note")
+    await expect(card.get_by_test_id("approval-args")).to_contain_text('"title": "T1"')
+    call_id = await card.get_attribute("data-call-id")
+    await expect(page.get_by_test_id("status")).to_have_attribute("data-status",
+                                                                  "waiting_for_confirmation")
+    config = (await call("GET", f"{api.url}/config")).json()
+    await expect(page.get_by_test_id("temporal-link")).to_have_attribute(
+        "href", f"{config['temporal_ui']}/namespaces/{config['namespace']}/workflows/{quote(cid)}")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=SCREENSHOTS / "approval.png")
+
+    # The "Needs you" inbox lists it while it waits; it opens the conversation again.
+    await page.get_by_test_id("home").click()
+    waiting = page.get_by_test_id("inbox").locator(f'[data-id="{cid}"]')
+    await expect(waiting).to_be_visible()
+    await expect(waiting).to_contain_text("waits for approval")
+    await expect(page.get_by_test_id("home-inbox").locator(f'[data-id="{cid}"]')).to_contain_text(
+        "create_note")
+    await page.screenshot(path=SCREENSHOTS / "inbox.png")
+    await waiting.click()
+    await expect(page.get_by_test_id("conversation")).to_have_attribute("data-id", cid)
+    card = page.get_by_test_id("approval-card")
+
+    # Invalid edits are refused in the page, against the tool's schema: nothing is sent.
+    await card.get_by_test_id("edit-args").click()
+    editor, error = card.get_by_test_id("args-editor"), card.get_by_test_id("args-error")
+    await expect(editor).to_have_value(re.compile(r'"title": "T1"'))
+    for bad, why in (({"title": 42, "body": "B1"}, "title: must be string, not integer"),
+                     ({"title": "", "body": "B1"}, "title: must be at least 1 character long"),
+                     ({"title": "x"}, "body: is required"),
+                     ('{"title": ', "not valid JSON")):
+        await editor.fill(bad if isinstance(bad, str) else json.dumps(bad))
+        await card.get_by_test_id("approve").click()
+        await expect(error).to_be_visible()
+        await expect(error).to_contain_text(why)
+    assert console.posted(cid, "confirm") == []
+    still = await status_of(api.url, cid)
+    assert still["status"] == "waiting_for_confirmation"
+    assert still["pending_confirmations"][0]["args"] == {"title": "T1", "body": "B1"}
+
+    # A valid edit, approved: the edited call runs and the model answers.
+    await editor.fill(json.dumps({"title": edited, "body": "B1"}, indent=2))
+    await expect(error).to_be_hidden()  # checked again as it is typed
+    await card.get_by_test_id("approve").click()
+    await expect(chat.get_by_test_id("final-answer")).to_have_text("Saved the note.")
+    await expect(page.get_by_test_id("approval-card")).to_have_count(0)
+    assert console.posted(cid, "confirm") == [
+        {"call_ids": [call_id], "args": {"title": edited, "body": "B1"}}]
+    await expect(tool).to_have_attribute("data-status", "ok")
+    await expect(tool.get_by_test_id("tool-args")).to_contain_text(edited)
+    await expect(tool.get_by_test_id("approver")).to_have_text("anonymous")
+    await expect(tool.get_by_test_id("tool-ms")).to_contain_text(re.compile(r"\d+ ms"))
+    await expect(tool.get_by_test_id("tool-bytes")).to_contain_text(re.compile(r"\d+ B"))
+    rows = note_rows(activity_settings.data_dir, edited)
+    assert len(rows) == 1 and rows[0][2] == "B1"
+
+    # The audit trail says who approved what.
+    await page.get_by_test_id("tab-audit").click()
+    action = page.get_by_test_id("audit").locator('[data-testid="audit-action"][data-tool="create_note"]')
+    await expect(action.get_by_test_id("audit-approver")).to_have_text("anonymous")
+    await expect(action).to_contain_text(edited)
+    await expect(action.get_by_test_id("audit-decision")).to_contain_text("approved by anonymous")
+    assert console.errors == []
+
+
+async def test_console_stream_resumes_after_the_api_restarts(
+        api: ApiProcess, temporal_address: str, task_queue: str, model: ScriptedModelServer,
+        console: Console):
+    """The console's API dies while the conversation waits, and the call is approved elsewhere
+    meanwhile, so the turn finishes unseen. The console says it is reconnecting, resumes after
+    the last offset it saw (Last-Event-ID), and shows every event it missed, once."""
+    trigger = unique("console-resume")
+    script(model, trigger,
+           ScriptedReply(content="I need your approval for this.",
+                         tool_calls=[tool_call("create_note", {"title": unique("R"), "body": "B"})]),
+           ScriptedReply(content="Done while you were away."))
+    own = await asyncio.to_thread(ApiProcess(temporal_address, task_queue).start)
+    try:
+        page = console.page
+        await page.goto(f"{own.url}/")
+        cid = await console.start(f"Note this down ({trigger}).")
+        card = page.get_by_test_id("approval-card")
+        await expect(card).to_be_visible()
+        call_id = await card.get_attribute("data-call-id")
+        state = page.get_by_test_id("stream-state")
+        await expect(state).to_have_attribute("data-state", "live")
+
+        own.proc.kill()  # the console's API dies mid-stream
+        await asyncio.to_thread(own.proc.wait)
+        await expect(state).to_have_attribute("data-state", "reconnecting")
+        await expect(state).to_have_text("reconnecting…")
+        approved = await call("POST", f"{api.url}/conversations/{quote(cid)}/confirm",
+                              json={"call_ids": [call_id]})
+        assert approved.status_code == 200, approved.text
+        for _ in range(300):  # the turn finishes while the console is away
+            if (await status_of(api.url, cid))["status"] == "idle":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the turn did not finish")
+        await asyncio.to_thread(own.start)
+        await expect(state).to_have_attribute("data-state", "live")
+
+        chat = page.get_by_test_id("chat")
+        await expect(chat.get_by_test_id("final-answer")).to_have_text("Done while you were away.")
+        # Nothing lost, nothing twice.
+        await expect(chat.get_by_test_id("user-message")).to_have_count(1)
+        await expect(chat.get_by_test_id("assistant-text")).to_have_text(
+            ["I need your approval for this."])
+        tool = chat.get_by_test_id("tool-card")
+        await expect(tool).to_have_count(1)
+        await expect(tool).to_have_attribute("data-status", "ok")
+        await expect(tool.get_by_test_id("approver")).to_have_text("anonymous")
+        await expect(chat.get_by_test_id("turn-end")).to_have_count(1)
+        await expect(page.get_by_test_id("approval-card")).to_have_count(0)
+        # Every attempt resumed after the last event seen: the one before the decision.
+        events = await events_until(api.url, cid, "turn_finished")
+        decided = next(int(e["id"]) for e in events if e["event"] == "decision_taken")
+        assert {r.headers.get("last-event-id") for r in console.streams[1:]} == {str(decided - 1)}
+        assert console.errors == []
+    finally:
+        await asyncio.to_thread(own.stop)
+
+
+async def test_console_answers_questions_and_shows_a_refusal(
+        api: ApiProcess, model: ScriptedModelServer, console: Console):
+    """Each kind of question answered through its form; then a call decided elsewhere while the
+    page still shows it: approving it is refused (409), and the page says so."""
+    trigger = unique("console-ask")
+    script(model, trigger,
+           ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "Your name?"})]),
+           ScriptedReply(tool_calls=[tool_call("ask_choice", {
+               "message": "Which colour?", "options": ["red", "green", "blue"]})]),
+           ScriptedReply(tool_calls=[tool_call("ask_multi_choice", {
+               "message": "Which days?", "options": ["mon", "tue", "wed"]})]),
+           ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Shall I save it?"})]),
+           ScriptedReply(content="Noted.",
+                         tool_calls=[tool_call("create_note", {"title": unique("Q"), "body": "x"})]),
+           ScriptedReply(content="All done."))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Ask me things ({trigger}).")
+    form = page.get_by_test_id("answer-form")
+
+    async def question(kind: str, text: str) -> None:
+        await expect(form).to_have_attribute("data-kind", kind)
+        await expect(form.get_by_test_id("question-text")).to_have_text(text)
+
+    await question("input", "Your name?")
+    await form.get_by_test_id("answer-submit").click()  # empty: refused in the page
+    await expect(form.get_by_test_id("refusal")).to_contain_text("Write an answer first.")
+    await form.get_by_test_id("answer-input").fill("Ada")
+    await form.get_by_test_id("answer-submit").click()
+    await question("choice", "Which colour?")
+    await expect(form.get_by_test_id("answer-option")).to_have_count(3)
+    await form.get_by_label("green").check()
+    await form.get_by_test_id("answer-submit").click()
+    await question("multi_choice", "Which days?")
+    await form.get_by_label("mon").check()
+    await form.get_by_label("wed").check()
+    await form.get_by_test_id("answer-submit").click()
+    await question("confirm", "Shall I save it?")
+    await form.get_by_test_id("answer-yes").click()
+    card = page.get_by_test_id("approval-card")
+    await expect(card).to_be_visible()
+    await expect(form).to_have_count(0)
+    assert console.posted(cid, "answer") == [
+        {"values": ["Ada"]}, {"values": ["green"]}, {"values": ["mon", "wed"]}, {"values": ["yes"]}]
+    await expect(page.get_by_test_id("chat").get_by_test_id("answer")).to_have_count(4)
+
+    # Someone else rejects the call while this page still offers it (its status reads are held
+    # at the stale answer): the page's approval is refused, visibly.
+    stale = await status_of(api.url, cid)
+    call_id = stale["pending_confirmations"][0]["call_id"]
+    await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=stale))
+    rejected = await call("POST", f"{api.url}/conversations/{quote(cid)}/reject",
+                          json={"call_ids": [call_id], "reason": "not now"})
+    assert rejected.status_code == 200, rejected.text
+    await card.get_by_test_id("approve").click()
+    refusal = card.get_by_test_id("refusal")
+    await expect(refusal).to_be_visible()
+    await expect(refusal).to_contain_text("Refused:")
+    await page.unroute(f"**/conversations/{quote(cid)}")
+    chat = page.get_by_test_id("chat")
+    await expect(chat.get_by_test_id("tool-card").filter(has_text="create_note")).to_have_attribute(
+        "data-status", "rejected")
+    await expect(chat.get_by_test_id("final-answer")).to_have_text("All done.")
+    await expect(page.get_by_test_id("status")).to_have_attribute("data-status", "idle")
+    # No longer pending, but the refusal stays on screen until dismissed.
+    await expect(card).to_have_class(re.compile(r"\bretired\b"))
+    await expect(refusal).to_contain_text("Refused:")
+    assert console.errors == []
+
+
+async def test_console_with_tokens(temporal_address: str, task_queue: str,
+                                   model: ScriptedModelServer, console: Console):
+    """An API with tokens: the console asks for one, keeps it, sends it on every request (the
+    stream too), and records its name as the approver. Then a follow-up message, and the end."""
+    trigger = unique("console-token")
+    script(model, trigger,
+           ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("K"), "body": "k"})]),
+           ScriptedReply(content="First answer."),
+           ScriptedReply(content="Second answer."))
+    token = unique("tok")
+    own = await asyncio.to_thread(
+        ApiProcess(temporal_address, task_queue, AGENT_API_TOKENS=f"alice:{token}").start)
+    try:
+        page = console.page
+        await page.goto(f"{own.url}/")
+        box = page.get_by_test_id("token-box")
+        await expect(box).to_be_visible()
+        await expect(page.get_by_test_id("principal")).to_have_text("not signed in")
+        await page.get_by_test_id("token-input").fill("wrong")
+        await page.get_by_test_id("token-save").click()
+        await expect(page.get_by_test_id("token-why")).to_contain_text("refused")
+        await page.get_by_test_id("token-input").fill(token)
+        await page.get_by_test_id("token-save").click()
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
+        await expect(box).to_be_hidden()
+
+        cid = await console.start(f"Note it ({trigger}).")
+        await page.reload()  # the token is kept
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
+        await page.get_by_test_id("approval-card").get_by_test_id("approve").click()
+        chat = page.get_by_test_id("chat")
+        await expect(chat.get_by_test_id("final-answer")).to_have_text("First answer.")
+        await expect(chat.get_by_test_id("approver")).to_have_text("alice")
+
+        await page.get_by_test_id("message-input").fill("And once more?")
+        await page.get_by_test_id("send").click()
+        await expect(chat.get_by_test_id("final-answer")).to_have_text(
+            ["First answer.", "Second answer."])
+        await expect(chat.get_by_test_id("user-message")).to_have_text(
+            [f"Note it ({trigger}).", "And once more?"])
+
+        await page.get_by_test_id("end").click()
+        await page.get_by_test_id("end").click()  # the second click confirms
+        await expect(page.get_by_test_id("stream-state")).to_have_attribute("data-state", "ended")
+        await expect(page.get_by_test_id("status")).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("message-input")).to_be_disabled()
+        assert console.streams
+        assert {r.headers.get("authorization") for r in console.streams} == {f"Bearer {token}"}
+        assert console.errors == []
+    finally:
+        await asyncio.to_thread(own.stop)
+
+
+VALIDATION_CASES = [
+    # (schema, value, the errors expected, as substrings; [] for valid)
+    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}},
+      "required": ["n"], "additionalProperties": False}, {"n": 3}, []),
+    ({"type": "object", "properties": {"n": {"type": "integer"}}}, {"n": 2.5},
+     ["n: must be integer, not number"]),
+    ({"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}, {"n": 0},
+     ["n: must be ≥ 1"]),
+    ({"type": "object", "properties": {"n": {"type": "number", "maximum": 1}}}, {"n": 2},
+     ["n: must be ≤ 1"]),
+    ({"type": "object", "properties": {}, "additionalProperties": False}, {"x": 1},
+     ["x: is not an argument"]),
+    ({"type": "object", "required": ["a", "b"]}, {"a": None}, ["b: is required"]),
+    ({"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}, {"s": "abcd"},
+     ["s: must be at most 3"]),
+    ({"type": "object", "properties": {"s": {"enum": ["a", "b"]}}}, {"s": "c"},
+     ['s: must be one of "a", "b"']),
+    ({"type": "object", "properties": {"l": {"type": "array", "items": {"type": "boolean"}}}},
+     {"l": [True, "no"]}, ["l[1]: must be boolean, not string"]),
+    ({"type": "object", "properties": {"v": {"type": "null"}}}, {"v": 0},
+     ["v: must be null, not integer"]),
+    ({"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}},
+     {"v": None}, []),
+    ({"type": "object", "properties": {"o": {"type": "object", "properties": {
+        "deep": {"type": "string", "minLength": 2}}}}}, {"o": {"deep": "x"}},
+     ["o.deep: must be at least 2 characters long"]),
+    ({"type": "object", "properties": {"s": {"$ref": "#/$defs/S"}}, "$defs": {"S": {"type": "string"}}},
+     {"s": 1}, ["s: must be string, not integer"]),
+]
+
+
+async def test_console_validator(api: ApiProcess, console: Console):
+    await console.page.goto(f"{api.url}/")
+    for schema, value, expected in VALIDATION_CASES:
+        errors = await console.page.evaluate("([s, v]) => window.agentConsole.validate(s, v)",
+                                             [schema, value])
+        assert len(errors) == len(expected), (schema, value, errors)
+        for got, want in zip(errors, expected, strict=True):
+            assert want in got, (schema, value, errors)
+    assert console.errors == []
