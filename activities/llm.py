@@ -83,6 +83,7 @@ class LLMActivities:
     def __init__(self, settings: ActivitySettings, client: openai.AsyncOpenAI | None = None,
                  temporal: Client | None = None, cache: ContextCache | None = None):
         self._default_model = settings.openai_model
+        self._prices = settings.prices.for_endpoint(settings.openai_base_url)
         # Local endpoints (Ollama, vLLM) need no key, but the SDK insists on one.
         self._client = client or openai.AsyncOpenAI(
             api_key=settings.openai_api_key or "unset",
@@ -180,12 +181,14 @@ class LLMActivities:
             reply = await _classified(heartbeating(stream_completion(
                 self._client, model, messages, tools, tool_choice, on_text,
             )))
+        reply.usage = self._prices.priced(reply.model or model, reply.usage)
         log.info(
             "llm reply",
             model=model,
             tool_calls=len(reply.message.tool_calls or []),
             finish_reason=reply.finish_reason,
             total_tokens=reply.usage.total_tokens,
+            cost_usd=reply.usage.cost_usd,
         )
         return reply
 
@@ -201,10 +204,19 @@ class LLMActivities:
         usage = completion.usage
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
-        return SummaryReply(text=text, usage=Usage(
-            prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0,
-            total_tokens=usage.total_tokens or 0,
-        ) if usage is not None else Usage())
+        return SummaryReply(text=text, usage=self._prices.priced(
+            completion.model or model, counted(usage) if usage is not None else Usage()))
+
+
+def counted(usage: Any) -> Usage:
+    """The endpoint's usage, with its cached prompt tokens where it reports them."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        prompt_tokens=usage.prompt_tokens or 0,
+        completion_tokens=usage.completion_tokens or 0,
+        total_tokens=usage.total_tokens or 0,
+        cached_tokens=getattr(details, "cached_tokens", None) or 0,
+    )
 
 
 async def _classified(call: Awaitable[T]) -> T:
@@ -265,11 +277,7 @@ class ReplyAssembler:
         if chunk.model:
             self._model = chunk.model
         if chunk.usage is not None:
-            self._usage = Usage(
-                prompt_tokens=chunk.usage.prompt_tokens or 0,
-                completion_tokens=chunk.usage.completion_tokens or 0,
-                total_tokens=chunk.usage.total_tokens or 0,
-            )
+            self._usage = counted(chunk.usage)
         if not chunk.choices:
             return ""
         choice = chunk.choices[0]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
+from activities.pricing import Prices
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
@@ -29,6 +30,7 @@ class ActivitySettings:
     # AGENT_CONTEXT_CACHE_MB: what the worker may hold of conversations' last prompts and tool
     # lists, so that model calls carry deltas (a miss refetches the prompt; nothing is lost).
     context_cache_bytes: int = DEFAULT_CONTEXT_CACHE_BYTES
+    prices: Prices = field(default_factory=Prices)  # AGENT_PRICES over genai-prices
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -45,6 +47,8 @@ class ActivitySettings:
             context_cache_bytes=megabytes("AGENT_CONTEXT_CACHE_MB",
                                           env.get("AGENT_CONTEXT_CACHE_MB", ""),
                                           cls.context_cache_bytes),
+            prices=Prices.load(env.get("OPENAI_BASE_URL") or None,
+                               Path(env["AGENT_PRICES"]) if env.get("AGENT_PRICES") else None),
         )
 
 

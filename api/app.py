@@ -75,6 +75,9 @@ class StartBody(Body):
     one_shot: bool = Field(default=False, description="complete after the first answer")
     model: str | None = Field(default=None, description="default: the worker's OPENAI_MODEL")
     max_steps: int = Field(default=10, ge=1, description="LLM rounds per turn")
+    max_cost_usd: float | None = Field(default=None, gt=0,
+                                       description="stop a turn once the conversation has cost "
+                                                   "this many dollars")
     system_prompt: str | None = None
 
 
@@ -235,7 +238,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         cid = body.id or new_conversation_id()
         inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
                                 model=body.model, max_steps=body.max_steps,
-                                one_shot=body.one_shot, max_message_bytes=s.max_message_bytes)
+                                one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
+                                max_cost_usd=body.max_cost_usd)
         started = await s.start(inp, cid, source="the HTTP API", existing_ok=True)
         current = await s.status(cid)
         return current if started else JSONResponse(current.model_dump(mode="json"), 200)

@@ -69,6 +69,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         max_steps=a.max_steps,
         one_shot=a.one_shot,
         max_message_bytes=s.max_message_bytes,
+        max_cost_usd=a.max_cost_usd,
     )
     await s.start(inp, workflow_id)
     if not a.wait:
@@ -227,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
+    p.add_argument("--max-cost-usd", type=float, default=None,
+                   help="stop a turn once the conversation has cost this many dollars")
     _add_wait(p)
 
     p = command("say", cmd_say, "send the next user message")
@@ -295,6 +298,8 @@ async def run(argv: list[str]) -> int:
     try:
         if getattr(args, "max_steps", 1) < 1:
             raise UsageError("--max-steps must be at least 1")
+        if (getattr(args, "max_cost_usd", None) or 1) <= 0:
+            raise UsageError("--max-cost-usd must be more than 0")
         max_message_bytes = _max_message_bytes(os.environ)
         for field in ("prompt", "message"):  # checked before anything is sent
             if hasattr(args, field):

@@ -6,6 +6,7 @@ import json
 import shlex
 
 from workflows.models import AuditRecord, ConversationStatus
+from workflows.stopping import dollars
 
 
 def render_status(s: ConversationStatus) -> str:
@@ -25,8 +26,10 @@ def render_status(s: ConversationStatus) -> str:
     if s.queued_messages:
         lines.append(f"queued messages: {s.queued_messages}")
     u = s.usage
+    cached = f", {u.cached_tokens} of them cached" if u.cached_tokens else ""
     lines.append(
-        f"usage: {u.total_tokens} tokens ({u.prompt_tokens} prompt + {u.completion_tokens} completion)"
+        f"usage: {u.total_tokens} tokens ({u.prompt_tokens} prompt{cached} + "
+        f"{u.completion_tokens} completion), cost: {dollars(u.cost_usd, u.cost_note)}"
     )
     c = s.context
     if c is not None and (c.prompt_tokens or c.folded_turns):
@@ -89,3 +92,4 @@ def render_history(records: list[AuditRecord]) -> str:
         if r.stop_reason:
             lines.append(f"  stop: {r.stop_reason}")
     return "\n".join(lines)
+

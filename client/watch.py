@@ -10,6 +10,7 @@ from temporalio.service import RPCError
 
 from client.session import follow
 from workflows.models import StreamEvent
+from workflows.stopping import dollars
 
 
 class Renderer:
@@ -63,7 +64,9 @@ class Renderer:
                 return f"[step {e.step}] {e.text}"
             case "turn_finished":
                 answer = f"\nanswer: {e.text}" if e.text else ""
-                return f"── turn {e.turn} finished: {e.stop_reason}{answer}"
+                spent = (f" ({e.tokens:,} tokens, {dollars(e.cost_usd)})"
+                         if e.tokens is not None else "")
+                return f"── turn {e.turn} finished: {e.stop_reason}{spent}{answer}"
         return None
 
     def _write(self, text: str, inline: bool = False) -> None:

@@ -209,13 +209,16 @@ def tool_call_payloads(step: int, reply: ScriptedReply) -> list[dict[str, Any]]:
 
 def usage(
     messages: list[dict[str, Any]], tools: list[Any] | None, reply: ScriptedReply
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """A rough, deterministic token count (about 4 characters per token)."""
     prompt = math.ceil(len(json.dumps(messages) + json.dumps(tools or [])) / 4)
     completion_text = (reply.content or "") + "".join(c.arguments_text() for c in reply.tool_calls)
     completion = max(1, math.ceil(len(completion_text) / 4))
+    # Like an endpoint with prefix caching: the messages before the last were seen before.
+    cached = math.ceil(len(json.dumps(messages[:-1])) / 4) if len(messages) > 1 else 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
     }

@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.narrator import Narrator
     from workflows.state import TurnState
-    from workflows.stopping import is_looping, over_budget
+    from workflows.stopping import dollars, is_looping, over_budget
     from workflows.thinking import Thinker
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
@@ -303,7 +303,8 @@ class ConversationWorkflow:
             await self._think_and_act()
         turn = self._state.current
         turn.in_progress = False
-        self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer)
+        self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
+                            tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd)
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
             turn=turn.number, steps_taken=turn.steps, llm_calls=turn.llm_calls,
             tools_used=turn.tools_used[:MAX_TOOLS_LISTED], stop_reason=turn.stop_reason,
@@ -334,7 +335,7 @@ class ConversationWorkflow:
             if state.end_requested:
                 turn.stop_reason = "ended"
                 return
-            if over_budget(state.usage, self._input.max_total_tokens):
+            if self._over_budget():
                 self._stop("budget_exceeded", self._budget_error())
                 return
             if self._should_continue_as_new(at_turn_boundary=False):
@@ -351,9 +352,7 @@ class ConversationWorkflow:
             turn.steps = step
             message, refused = self._thinker.usable(reply.message, step)
             decision = decisions.decide_after_reply(message, offered, turn.forced_reason)
-            if isinstance(decision, decisions.RunTools) and over_budget(
-                state.usage, self._input.max_total_tokens
-            ):
+            if isinstance(decision, decisions.RunTools) and self._over_budget():
                 decision = decisions.FinalAnswer(message.content or "", "budget_exceeded")
             if isinstance(decision, decisions.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
@@ -397,8 +396,16 @@ class ConversationWorkflow:
         elif not answer.text.strip():
             turn.error = "the model returned an empty reply"
 
+    def _over_budget(self) -> bool:
+        return over_budget(self._state.usage, self._input.max_total_tokens,
+                           self._input.max_cost_usd)
+
     def _budget_error(self) -> str:
-        return f"the conversation used its token budget ({self._input.max_total_tokens} tokens)"
+        inp, usage = self._input, self._state.usage
+        if inp.max_total_tokens is not None and usage.total_tokens >= inp.max_total_tokens:
+            return f"the conversation used its token budget ({inp.max_total_tokens} tokens)"
+        return (f"the conversation used its cost budget ({dollars(usage.cost_usd)} of "
+                f"{dollars(inp.max_cost_usd)})")
 
     def _stop(self, reason: StopReason, error: str) -> None:
         turn = self._state.current

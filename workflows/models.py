@@ -68,12 +68,21 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the endpoint served from its cache
+    # In dollars (genai-prices, or AGENT_PRICES); None once any call's price is unknown.
+    cost_usd: float | None = 0.0
+    cost_note: str | None = None  # why the cost is unknown
 
     def __add__(self, other: Usage) -> Usage:
+        cost = (None if self.cost_usd is None or other.cost_usd is None
+                else round(self.cost_usd + other.cost_usd, 10))
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=cost,
+            cost_note=self.cost_note or other.cost_note,
         )
 
 
@@ -143,6 +152,7 @@ class ConversationInput(BaseModel):
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     llm: LLMOptions = Field(default_factory=LLMOptions)
     max_total_tokens: int | None = Field(default=None, gt=0)  # per conversation
+    max_cost_usd: float | None = Field(default=None, gt=0)  # per conversation, children included
     context_budget_tokens: int | None = Field(default=24_000, gt=0)  # prompt size before compaction
     max_observation_bytes: int = Field(default=16_384, ge=256)  # capped at MAX_OBSERVATION_BYTES
     continue_as_new_after_turns: int = Field(default=50, ge=1)
@@ -373,6 +383,8 @@ class StreamEvent(BaseModel):
     options: list[str] = []
     question_kind: QuestionKind | None = None
     stop_reason: StopReason | None = None
+    tokens: int | None = None  # turn_finished: the turn's tokens and dollars
+    cost_usd: float | None = None
 
 
 class TurnSummary(BaseModel):

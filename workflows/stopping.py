@@ -57,5 +57,18 @@ def is_looping(records: list[CallRecord]) -> bool:
     return len(records) >= 2 and records[-1] == records[-2]
 
 
-def over_budget(usage: Usage, max_total_tokens: int | None) -> bool:
-    return max_total_tokens is not None and usage.total_tokens >= max_total_tokens
+def over_budget(usage: Usage, max_total_tokens: int | None,
+                max_cost_usd: float | None = None) -> bool:
+    """Tokens or dollars used up. An unknown cost (an unpriced model) cannot exceed a budget:
+    the usage's `cost_note` says why it is unknown."""
+    if max_total_tokens is not None and usage.total_tokens >= max_total_tokens:
+        return True
+    return (max_cost_usd is not None and usage.cost_usd is not None
+            and usage.cost_usd >= max_cost_usd)
+
+
+def dollars(cost: float | None, note: str | None = None) -> str:
+    """A cost as people budget it (`$0.000197`), or why it is unknown."""
+    if cost is None:
+        return f"unknown ({note})" if note else "unknown"
+    return f"${cost:.10f}".rstrip("0").rstrip(".") if cost else "$0"

@@ -1,0 +1,101 @@
+"""What a model call costs in dollars: `genai-prices` (the maintained price database pydantic-ai
+also uses), under a price-override file for private or local models (`AGENT_PRICES`). A local
+Ollama costs 0. An unknown model costs `None`, with a note saying so: never a made-up number.
+
+The override file:
+
+    {"models": {"my-vllm-model": {"input_per_mtok": 0.2, "output_per_mtok": 0.6,
+                                  "cached_input_per_mtok": 0.1}}}
+
+prices per million tokens; a missing cached price is the input price.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, Field, ValidationError
+
+from workflows.models import Usage
+
+OLLAMA_PORT = 11434
+
+
+class ModelPrice(BaseModel):
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+
+    def cost(self, usage: Usage) -> float:
+        cached = min(usage.cached_tokens, usage.prompt_tokens)
+        cached_price = (self.input_per_mtok if self.cached_input_per_mtok is None
+                        else self.cached_input_per_mtok)
+        return ((usage.prompt_tokens - cached) * self.input_per_mtok
+                + cached * cached_price + usage.completion_tokens * self.output_per_mtok) / 1e6
+
+
+class PriceFile(BaseModel):
+    models: dict[str, ModelPrice] = {}
+
+
+class PricesError(ValueError):
+    """An AGENT_PRICES file the worker cannot use."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Prices a call's usage; `base_url` is the model endpoint (OPENAI_BASE_URL)."""
+
+    base_url: str | None = None
+    overrides: dict[str, ModelPrice] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, base_url: str | None, path: Path | None) -> Prices:
+        if path is None:
+            return cls(base_url)
+        try:
+            parsed = PriceFile.model_validate(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError, ValidationError) as err:
+            raise PricesError(f"AGENT_PRICES={path} cannot be used: {err}") from None
+        return cls(base_url, parsed.models)
+
+    def for_endpoint(self, base_url: str | None) -> Prices:
+        return Prices(base_url, self.overrides)
+
+    def priced(self, model: str, usage: Usage) -> Usage:
+        """The usage with its cost (or None and a note)."""
+        cost, note = self.cost(model, usage)
+        return usage.model_copy(update={"cost_usd": cost, "cost_note": note})
+
+    def cost(self, model: str, usage: Usage) -> tuple[float | None, str | None]:
+        if model in self.overrides:
+            return round(self.overrides[model].cost(usage), 10), None
+        if self._is_ollama():
+            return 0.0, None
+        import genai_prices  # imported on first use: its price data takes a moment to load
+
+        counted = genai_prices.Usage(input_tokens=usage.prompt_tokens,
+                                     output_tokens=usage.completion_tokens,
+                                     cache_read_tokens=min(usage.cached_tokens,
+                                                           usage.prompt_tokens))
+        for where in ({"provider_api_url": self.base_url} if self.base_url else None, {}):
+            if where is None:
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    price = genai_prices.calc_price(counted, model, **where)
+            except LookupError:
+                continue
+            return round(float(price.total_price), 10), None
+        return None, f"no price known for model {model!r} (add it to the AGENT_PRICES file)"
+
+    def _is_ollama(self) -> bool:
+        if not self.base_url:
+            return False
+        url = urlparse(self.base_url)
+        return url.port == OLLAMA_PORT or "ollama" in (url.hostname or "")

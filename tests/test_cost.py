@@ -1,0 +1,105 @@
+"""What a conversation costs in dollars: genai-prices for known models, AGENT_PRICES for private
+ones, 0 for a local Ollama, null (with a note) for an unknown model, and the cost budget."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import genai_prices
+import pytest
+from temporalio.client import Client
+
+from activities.llm import counted
+from activities.pricing import ModelPrice, Prices, PricesError
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import script, settled, start, tool_call, unique
+from workflows.conversation import ConversationWorkflow
+from workflows.models import Usage
+from workflows.stopping import dollars
+
+
+def catalog_price(model: str, u: Usage) -> float:
+    return float(genai_prices.calc_price(
+        genai_prices.Usage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
+                           cache_read_tokens=u.cached_tokens), model).total_price)
+
+
+def test_prices_come_from_genai_prices_overrides_or_nowhere(tmp_path):
+    usage = Usage(prompt_tokens=12_000, completion_tokens=800, total_tokens=12_800,
+                  cached_tokens=4_000)
+    cost, note = Prices().cost("gpt-4o-mini", usage)
+    assert cost == pytest.approx(catalog_price("gpt-4o-mini", usage)) and note is None
+    assert Prices().cost("gpt-4o-mini", usage.model_copy(update={"cached_tokens": 0}))[0] > cost
+    # An endpoint genai-prices does not know (a local server) still prices a known model name.
+    assert Prices("http://127.0.0.1:9/v1").cost("gpt-4o-mini", usage)[0] == cost
+    cost, note = Prices().cost("my-private-model", usage)
+    assert cost is None and "my-private-model" in note and "AGENT_PRICES" in note
+    assert Prices("http://localhost:11434/v1").cost("qwen2.5:7b", usage) == (0.0, None)
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"models": {"my-private-model": {
+        "input_per_mtok": 1.0, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.5}}}))
+    loaded = Prices.load(None, prices)
+    assert loaded.cost("my-private-model", usage) == (
+        pytest.approx((8_000 * 1.0 + 4_000 * 0.5 + 800 * 2.0) / 1e6), None)
+    assert ModelPrice(input_per_mtok=1, output_per_mtok=1).cost(usage) == pytest.approx(0.0128)
+    prices.write_text('{"models": {"x": {"input_per_mtok": -1, "output_per_mtok": 0}}}')
+    with pytest.raises(PricesError, match="AGENT_PRICES"):
+        Prices.load(None, prices)
+
+
+def test_costs_add_up_and_an_unknown_one_stays_unknown():
+    a = Usage(total_tokens=1, cost_usd=0.25)
+    assert (a + a).cost_usd == 0.5
+    unknown = Usage(total_tokens=1, cost_usd=None, cost_note="no price known for model 'x'")
+    total = a + unknown + a
+    assert total.cost_usd is None and total.cost_note == unknown.cost_note
+    assert total.total_tokens == 3
+    assert dollars(0.000123) == "$0.000123" and dollars(0.0) == "$0" and dollars(1.5) == "$1.5"
+    assert dollars(None, "why") == "unknown (why)"
+    reported = SimpleNamespace(prompt_tokens=100, completion_tokens=5, total_tokens=105,
+                               prompt_tokens_details=SimpleNamespace(cached_tokens=60))
+    assert counted(reported).cached_tokens == 60
+    assert counted(SimpleNamespace(prompt_tokens=1, completion_tokens=1, total_tokens=2)) \
+        .cached_tokens == 0
+
+
+async def test_a_known_model_is_priced_per_step_turn_and_conversation(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(model, unique("cost"),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+                     ScriptedReply(content="Mild."))
+    handle = await start(client, task_queue, trigger, model="gpt-4o-mini")
+    status = await settled(handle)
+    records = await handle.query(ConversationWorkflow.history)
+    steps = [r.tokens for r in records]
+    assert len(steps) == 2 and all(s.cached_tokens > 0 for s in steps[1:])
+    for step in steps:
+        assert step.cost_usd == pytest.approx(catalog_price("gpt-4o-mini", step))
+    assert status.usage.cost_usd == pytest.approx(sum(s.cost_usd for s in steps))
+    assert status.usage.cost_usd > 0 and status.usage.cost_note is None
+    assert status.turns[-1].usage.cost_usd == pytest.approx(status.usage.cost_usd)
+
+
+async def test_an_unknown_model_costs_null_with_a_note(client: Client, task_queue: str,
+                                                      model: ScriptedModelServer):
+    trigger = script(model, unique("cost-unknown"), ScriptedReply(content="hi"))
+    handle = await start(client, task_queue, trigger, model="house-model-7b")
+    status = await settled(handle)
+    assert status.usage.cost_usd is None
+    assert "house-model-7b" in status.usage.cost_note
+    assert status.usage.total_tokens > 0
+
+
+async def test_the_cost_budget_stops_the_turn(client: Client, task_queue: str,
+                                             model: ScriptedModelServer):
+    trigger = script(model, unique("cost-budget"),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Rome"})]),
+                     ScriptedReply(content="never reached"))
+    handle = await start(client, task_queue, trigger, model="gpt-4o-mini", max_cost_usd=1e-7)
+    status = await settled(handle)
+    assert status.stop_reason == "budget_exceeded"
+    assert "cost budget" in status.error and "$0.0000001" in status.error
+    assert status.llm_calls == 1  # the first step's cost already passed the budget
