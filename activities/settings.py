@@ -8,6 +8,7 @@ from pathlib import Path
 
 from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
 from activities.pricing import Prices
+from activities.profiles import Profiles
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
@@ -31,6 +32,7 @@ class ActivitySettings:
     # lists, so that model calls carry deltas (a miss refetches the prompt; nothing is lost).
     context_cache_bytes: int = DEFAULT_CONTEXT_CACHE_BYTES
     prices: Prices = field(default_factory=Prices)  # AGENT_PRICES over genai-prices
+    profiles: Profiles = field(default_factory=Profiles)  # AGENT_PROFILES: subagents
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -49,6 +51,8 @@ class ActivitySettings:
                                           cls.context_cache_bytes),
             prices=Prices.load(env.get("OPENAI_BASE_URL") or None,
                                Path(env["AGENT_PRICES"]) if env.get("AGENT_PRICES") else None),
+            profiles=Profiles.load(Path(env["AGENT_PROFILES"]) if env.get("AGENT_PROFILES")
+                                   else None),
         )
 
 

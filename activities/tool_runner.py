@@ -17,7 +17,7 @@ from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from workflows.approvals import execution_refusal
 from workflows.bounds import truncate_observation
-from workflows.models import ToolCatalog, ToolInvocation, ToolOutcome
+from workflows.models import ToolCatalog, ToolInvocation, ToolListRequest, ToolOutcome
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox
@@ -38,17 +38,27 @@ class ToolActivities:
         self._mcp = mcp
 
     @activity.defn(name="list_tools")
-    async def list_tools(self) -> ToolCatalog:
-        native = self._registry.definitions()
+    async def list_tools(self, request: ToolListRequest | None = None) -> ToolCatalog:
+        """Every tool (native, MCP, and a tool per agent profile); for a subagent, those its
+        profile allows, with the profile's system prompt."""
         allowed = self._settings.auto_approvable
         floor = None if allowed is None else sorted(allowed)
-        if self._mcp is None:
-            return ToolCatalog(tools=native, auto_approvable=floor)
-        discovery = await heartbeating(self._mcp.discover())
-        for error in discovery.errors:
-            log.warning("tool source unavailable", error=error)
-        return ToolCatalog(tools=native + discovery.tools, errors=discovery.errors,
-                           auto_approvable=floor)
+        profiles = self._settings.profiles
+        if request is not None and request.profile not in profiles.agents:
+            return ToolCatalog(tools=[], auto_approvable=floor,
+                               errors=[f"no agent profile {request.profile!r} on this worker"])
+        tools, errors = self._registry.definitions(), []
+        if self._mcp is not None:
+            discovery = await heartbeating(self._mcp.discover())
+            for error in discovery.errors:
+                log.warning("tool source unavailable", error=error)
+            tools, errors = tools + discovery.tools, discovery.errors
+        tools = tools + profiles.tools()
+        if request is None:
+            return ToolCatalog(tools=tools, errors=errors, auto_approvable=floor)
+        return ToolCatalog(tools=profiles.allowed(request.profile, tools), errors=errors,
+                           auto_approvable=floor,
+                           system_prompt=profiles.agents[request.profile].system_prompt)
 
     @activity.defn(dynamic=True)
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:

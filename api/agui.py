@@ -119,7 +119,8 @@ def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -
             message=f"{p.tool}({json.dumps(p.args, ensure_ascii=False)}) is {p.risk} and waits "
                     "for approval",
             response_schema=confirmation_schema(schemas.get(p.call_id)),
-            metadata={"tool": p.tool, "args": p.args, "risk": p.risk},
+            metadata={"tool": p.tool, "args": p.args, "risk": p.risk,
+                      "conversation_id": p.conversation_id or status.workflow_id},
         )
         for p in status.pending_confirmations
     ]
@@ -128,7 +129,8 @@ def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -
         found.append(Interrupt(
             id=q.call_id, reason="input_required", message=q.message,
             response_schema=question_schema(q),
-            metadata={"kind": q.kind, "options": q.options},
+            metadata={"kind": q.kind, "options": q.options,
+                      "conversation_id": q.conversation_id or status.workflow_id},
         ))
     return found
 
@@ -254,7 +256,7 @@ async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIte
         answer_turn = status.turn  # the run ends when this turn is answered
         for n, entry in enumerate(inp.resume):
             request = resume_request(entry, status, principal, f"agui:{run}:{n}")
-            await session.update(thread, request)
+            await session.decide(thread, request, by_update=True)
             announced.add(entry.interrupt_id)
     else:
         message = last_user_text(inp)

@@ -283,22 +283,25 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         """Approve pending call(s), optionally one with edited args. The approver recorded is
         the token's name."""
         call_ids, all_ = body.targets()
-        return await s.update(cid, ConfirmRequest(request_id=_request_id(), call_ids=call_ids,
-                                                  all=all_, args=body.args, approver=who))
+        return await s.decide(cid, ConfirmRequest(request_id=_request_id(), call_ids=call_ids,
+                                                  all=all_, args=body.args, approver=who),
+                              by_update=True)
 
     @app.post("/conversations/{cid}/reject", response_model=SignalOutcome, tags=["input"],
               responses={409: {"description": "refused: the reason"}})
     async def reject(cid: str, body: RejectBody, s: Conversations, who: Principal) -> Any:
         """Reject pending call(s); the model reads `rejected by user: <reason>`."""
         call_ids, all_ = body.targets()
-        return await s.update(cid, RejectRequest(request_id=_request_id(), call_ids=call_ids,
-                                                 all=all_, reason=body.reason, approver=who))
+        return await s.decide(cid, RejectRequest(request_id=_request_id(), call_ids=call_ids,
+                                                 all=all_, reason=body.reason, approver=who),
+                              by_update=True)
 
     @app.post("/conversations/{cid}/answer", response_model=SignalOutcome, tags=["input"],
               responses={409: {"description": "refused: the reason"}})
     async def answer(cid: str, body: AnswerBody, s: Conversations, _: Principal) -> Any:
         """Answer the pending question."""
-        return await s.update(cid, AnswerRequest(request_id=_request_id(), values=body.values))
+        return await s.decide(cid, AnswerRequest(request_id=_request_id(), values=body.values),
+                              by_update=True)
 
     @app.post("/conversations/{cid}/end", response_model=SignalOutcome, tags=["input"])
     async def end(cid: str, s: Conversations, _: Principal, body: EndBody | None = None) -> Any:

@@ -92,10 +92,11 @@ async def cmd_say(s: Session, a: argparse.Namespace) -> int:
     return print_status(await s.wait_settled(a.id, outcome.turn or 0, a.wait_timeout), a.json)
 
 
-async def send_and_report(s: Session, a: argparse.Namespace, signal: Any, request: Any) -> int:
-    """Send a decision or answer, then report whether the workflow took it; --wait for the turn."""
+async def send_and_report(s: Session, a: argparse.Namespace, request: Any) -> int:
+    """Send a decision or answer (to the subagent that owns the call, if it is one's), then
+    report whether it was taken; --wait for the turn."""
     before = await s.status(a.id) if a.wait else None
-    outcome = await s.send(a.id, signal, request)
+    outcome = await s.decide(a.id, request, by_update=False)
     if not outcome.accepted:
         return _refused(outcome, a.json)
     if before is None:
@@ -122,19 +123,19 @@ async def cmd_confirm(s: Session, a: argparse.Namespace) -> int:
             raise UsageError("--args must be a JSON object")
     request = ConfirmRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_, args=args,
                              approver=a.approver)
-    return await send_and_report(s, a, ConversationWorkflow.confirm, request)
+    return await send_and_report(s, a, request)
 
 
 async def cmd_reject(s: Session, a: argparse.Namespace) -> int:
     call_ids, all_ = _targets(a)
     request = RejectRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_,
                             reason=a.reason, approver=a.approver)
-    return await send_and_report(s, a, ConversationWorkflow.reject, request)
+    return await send_and_report(s, a, request)
 
 
 async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
     request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values)
-    return await send_and_report(s, a, ConversationWorkflow.answer, request)
+    return await send_and_report(s, a, request)
 
 
 async def cmd_end(s: Session, a: argparse.Namespace) -> int:

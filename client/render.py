@@ -37,9 +37,12 @@ def render_status(s: ConversationStatus) -> str:
         dropped = f" ({c.dropped_turns} dropped without one)" if c.dropped_turns else ""
         lines.append(f"context: last prompt {c.prompt_tokens:,} of {c.budget_tokens:,} tokens"
                      f"{folded}{dropped}")
+    for c in s.children:
+        lines.append(f"subagent {c.profile}: {c.status} ({c.workflow_id})")
     for p in s.pending_confirmations:
         args = json.dumps(p.args, ensure_ascii=False)
-        lines.append(f"waiting for approval: {p.tool}({args}) [{p.risk}], call {p.call_id}")
+        whose = f" in subagent {p.conversation_id}" if p.conversation_id else ""
+        lines.append(f"waiting for approval{whose}: {p.tool}({args}) [{p.risk}], call {p.call_id}")
         lines.append(f"  approve: python -m client confirm {wid} {p.call_id}")
         lines.append(f"  edit:    python -m client confirm {wid} {p.call_id} --args {shlex.quote(args)}")
         lines.append(f'  reject:  python -m client reject {wid} {p.call_id} --reason "..."')
@@ -47,7 +50,8 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"  or all at once: python -m client confirm {wid} --all")
     q = s.pending_question
     if q is not None:
-        lines.append(f"question ({q.kind}): {q.message}")
+        whose = f" from subagent {q.conversation_id}" if q.conversation_id else ""
+        lines.append(f"question ({q.kind}){whose}: {q.message}")
         if q.options:
             lines.append("  options: " + " | ".join(q.options))
         hint = {"input": '"your answer"', "choice": '"one option"',

@@ -238,6 +238,37 @@ class Session:
         await self.signal(workflow_id, ConversationWorkflow.end, EndRequest(request_id=request_id))
         return await self.outcome(workflow_id, request_id)
 
+    # ----- a decision or an answer, sent to the conversation that owns the call -----
+
+    async def decide(self, workflow_id: str, request: ConfirmRequest | RejectRequest
+                     | AnswerRequest, by_update: bool) -> SignalOutcome:
+        """Send a decision or answer, by Update (`Refused` on a refusal) or by signal (the
+        outcome says). A subagent's call or question goes to the child conversation that owns
+        it, where the decision is recorded, so `confirm PARENT CALL_ID` reaches it."""
+        outcomes = []
+        for target, part in await self._owners(workflow_id, request):
+            if by_update:
+                outcomes.append(await self.update(target, part))
+            else:
+                outcomes.append(await self.send(target, _SIGNALS[type(part)], part))
+        return next((o for o in outcomes if not o.accepted), outcomes[0])
+
+    async def _owners(self, workflow_id: str, request: Any) -> list[tuple[str, Any]]:
+        """The request split by the conversations that own what it names."""
+        status = await self.status(workflow_id)
+        if isinstance(request, AnswerRequest):
+            q = status.pending_question
+            return [(q.conversation_id if q and q.conversation_id else workflow_id, request)]
+        owner = {p.call_id: p.conversation_id or workflow_id for p in status.pending_confirmations}
+        groups: dict[str, list[str]] = {}
+        if request.all:
+            groups = {o: [] for o in owner.values()} or {workflow_id: []}
+        for call_id in request.call_ids:
+            groups.setdefault(owner.get(call_id, workflow_id), []).append(call_id)
+        return [(target, request.model_copy(update={
+            "call_ids": ids, "request_id": request.request_id if n == 0 else
+            f"{request.request_id}-{n}"})) for n, (target, ids) in enumerate(groups.items())]
+
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
     async def update(self, workflow_id: str, request: SayRequest | ConfirmRequest | RejectRequest
@@ -313,6 +344,11 @@ def new_conversation_id() -> str:
     return f"conv-{uuid.uuid4().hex[:12]}"
 
 
+_SIGNALS: dict[type, Any] = {
+    ConfirmRequest: ConversationWorkflow.confirm,
+    RejectRequest: ConversationWorkflow.reject,
+    AnswerRequest: ConversationWorkflow.answer,
+}
 _UPDATES: dict[type, Any] = {
     SayRequest: ConversationWorkflow.send_message,
     ConfirmRequest: ConversationWorkflow.decide_confirm,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import TextIO
 
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from client.session import follow
+from client.session import NotFound, follow
 from workflows.models import StreamEvent
 from workflows.stopping import dollars
+
+CHILD_APPEARS_TRIES = 50
 
 
 class Renderer:
@@ -20,14 +23,20 @@ class Renderer:
         self._wid = workflow_id
         self._out = out
         self._streaming = False  # a line of tokens is open
+        self._agent: str | None = None  # whose tokens it holds
 
-    def render(self, e: StreamEvent) -> None:
+    def render(self, e: StreamEvent, agent: str | None = None) -> None:
+        """Render an event; a subagent's (`agent`: its profile) is marked with its name."""
+        mark = f"[{agent}] " if agent else ""
         if e.kind == "token":
-            self._write(e.text or "", inline=True)
+            if self._streaming and self._agent != agent:
+                self._write("")
+            self._write(("" if self._streaming else mark) + (e.text or ""), inline=True)
+            self._agent = agent
             return
         line = self._line(e)
         if line is not None:
-            self._write(line)
+            self._write("\n".join(mark + part for part in line.split("\n")))
 
     def _line(self, e: StreamEvent) -> str | None:
         wid = self._wid
@@ -58,6 +67,8 @@ class Renderer:
                         f"   answer: python -m client answer {wid} ...")
             case "answered":
                 return f"✓ answered: {e.text}"
+            case "child_started":
+                return f"⇢ {e.tool} agent started: {e.text} (its events follow, marked [{e.tool}])"
             case "summary_started":
                 return f"[step {e.step}] the context is full: summarizing {e.text}…"
             case "summary_finished":
@@ -83,16 +94,57 @@ class Renderer:
 
 async def watch(client: Client, workflow_id: str, from_offset: int = 0,
                 renderer: Renderer | None = None) -> int:
-    """Render the stream until the conversation completes; reconnect from the last offset on
-    errors. Returns the next offset to read."""
+    """Render the stream until the conversation completes, with each subagent's events inline,
+    marked with its profile; reconnect from the last offset on errors. Returns the next offset
+    to read of the conversation's own stream."""
     renderer = renderer or Renderer(workflow_id)
-    offset = from_offset
+    # (agent, event, offset): event None when that stream ended, an error when the parent's failed
+    items: asyncio.Queue[tuple[str | None, StreamEvent | BaseException | None, int]] = \
+        asyncio.Queue()
+    followers: list[asyncio.Task[None]] = []
 
     def interrupted(err: RPCError, at: int) -> None:
         print(f"\n[stream interrupted ({err.message}); resuming from offset {at}]",
               file=sys.stderr, flush=True)
 
-    async for item in follow(client, workflow_id, from_offset, on_interrupted=interrupted):
-        renderer.render(item.data)
-        offset = item.offset + 1
-    return offset
+    async def pump(wid: str, start: int, agent: str | None) -> None:
+        # A subagent's start is announced in the same workflow task that starts it, so its
+        # workflow may not exist yet for a moment.
+        for _ in range(CHILD_APPEARS_TRIES if agent else 1):
+            try:
+                async for item in follow(client, wid, start, on_interrupted=interrupted):
+                    await items.put((agent, item.data, item.offset))
+                break
+            except NotFound as err:
+                if agent is None:
+                    await items.put((None, err, -1))
+                    return
+                await asyncio.sleep(0.2)
+            except Exception as err:  # noqa: BLE001 - a subagent's stream just ends; the parent's is raised
+                if agent is None:
+                    await items.put((None, err, -1))
+                    return
+                break
+        await items.put((agent, None, -1))
+
+    followers.append(asyncio.create_task(pump(workflow_id, from_offset, None)))
+    offset, open_streams = from_offset, 1
+    try:
+        while open_streams:
+            agent, event, at = await items.get()
+            if event is None:  # a stream ended: its conversation completed
+                open_streams -= 1
+                continue
+            if isinstance(event, BaseException):
+                raise event
+            if agent is None:
+                offset = at + 1
+            if event.kind == "child_started" and event.text:
+                name = f"{agent}/{event.tool}" if agent else event.tool
+                followers.append(asyncio.create_task(pump(event.text, 0, name)))
+                open_streams += 1
+            renderer.render(event, agent)
+        return offset
+    finally:
+        for task in followers:
+            task.cancel()

@@ -12,6 +12,7 @@ if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   export OPENAI_BASE_URL="http://127.0.0.1:$SCRIPTED_PORT/v1"
   export OPENAI_API_KEY=offline-scripted
   export OPENAI_MODEL=scripted
+  export AGENT_PRICES="${AGENT_PRICES:-scripted_model/prices.json}"  # the offline model costs $0
   export OPEN_METEO_GEOCODING_URL="http://127.0.0.1:$SCRIPTED_PORT/v1/search"
   export OPEN_METEO_FORECAST_URL="http://127.0.0.1:$SCRIPTED_PORT/v1/forecast"
 else

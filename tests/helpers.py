@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import time
@@ -40,7 +41,20 @@ async def replay(handle: WorkflowHandle, record_as: str) -> None:
     history = await handle.fetch_history()
     await REPLAYER.replay_workflow(history)
     if os.environ.get("RECORD_HISTORIES"):
-        (HISTORIES / f"{record_as}.json").write_text(history.to_json())
+        keep_history(history, HISTORIES / f"{record_as}.json")
+
+
+def keep_history(history: WorkflowHistory, path: Path) -> None:
+    """Write a history with its workflow id, which a subagent's id is derived from."""
+    (path).write_text(json.dumps({"workflowId": history.workflow_id,
+                                  **json.loads(history.to_json())}))
+
+
+def kept_history(path: Path) -> WorkflowHistory:
+    """A recorded history; files recorded before ids were kept replay under their name."""
+    data = json.loads(path.read_text())
+    workflow_id = data.pop("workflowId", path.stem)
+    return WorkflowHistory.from_json(workflow_id, data)
 
 
 async def run_histories(client: Client, handle: WorkflowHandle) -> list[WorkflowHistory]:
@@ -64,7 +78,7 @@ async def replay_runs(client: Client, handle: WorkflowHandle, record_as: str) ->
         await REPLAYER.replay_workflow(history)
     if os.environ.get("RECORD_HISTORIES"):
         for run in sorted({1, 2, len(histories)} & set(range(1, len(histories) + 1))):
-            (HISTORIES / f"{record_as}.run{run}.json").write_text(histories[run - 1].to_json())
+            keep_history(histories[run - 1], HISTORIES / f"{record_as}.run{run}.json")
     return len(histories)
 
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.conftest import SECRET_KEY
-from tests.helpers import HISTORIES, REPLAYER, replay, script, settled, start, tool_call, unique
+from tests.helpers import (
+    HISTORIES,
+    REPLAYER,
+    kept_history,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest
 
@@ -191,6 +201,6 @@ async def test_recorded_histories_of_earlier_versions_still_replay():
     files = sorted(HISTORIES.rglob("*.json"))
     assert files, "no recorded histories; run the suite once with RECORD_HISTORIES=1"
     for path in files:
-        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        history = kept_history(path)
         result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{path.relative_to(HISTORIES)}: {result.replay_failure}"

@@ -19,22 +19,34 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    ChildWorkflowError,
     TimeoutError,
 )
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows import approvals, decisions
-    from workflows.bounds import MAX_TOOLS_USED, truncate_observation
+    from workflows.bounds import (
+        MAX_CHILDREN,
+        MAX_TOOLS_USED,
+        clip,
+        keep_last,
+        truncate_observation,
+    )
     from workflows.desk import HumanDesk
     from workflows.models import (
+        AgentSpec,
         AuditAction,
         ChatMessage,
+        ChildReport,
         ConversationInput,
+        ConversationStatus,
         Decision,
         Question,
         ToolCall,
         ToolInvocation,
         ToolOutcome,
+        Usage,
     )
     from workflows.narrator import Narrator
     from workflows.questions import question_from_args
@@ -55,6 +67,7 @@ class Pace:
 FAST = Pace(tool_heartbeat=timedelta(seconds=5), first_retry=timedelta(milliseconds=200))
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
+CONVERSATION_WORKFLOW = "ConversationWorkflow"  # a subagent is a conversation too
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
 MAX_APPROVAL_ROUNDS = 2  # a call the worker finds riskier than approved is asked about once more
 TRUNCATED_HINT = (
@@ -246,6 +259,8 @@ class ToolRound:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
             turn.tools_used.append(tool.name)
+        if tool.agent is not None:
+            return await self._delegate(item, tool.agent, args)
         attempts = tool.max_attempts if tool.retry_safe else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
@@ -276,6 +291,60 @@ class ToolRound:
                 observation=decisions.tool_failure_observation(tool, reason, attempts),
             )
 
+    async def _delegate(self, item: decisions.ReadyCall, spec: AgentSpec, args: dict
+                        ) -> ToolOutcome:
+        """Run a subagent: a one-shot child conversation with its profile's prompt, tools and
+        limits. Its steps stay in its own history; its answer is the observation, and its
+        usage is added to this conversation's."""
+        inp, turn = self._input, self._state.current
+        depth = inp.depth + 1
+        if depth > inp.max_depth:
+            return ToolOutcome(status="error", observation=(
+                f"Error: not delegated: {item.tool.name} would run at depth {depth}, past the "
+                f"limit of {inp.max_depth}. Do the task yourself, or answer without it."))
+        child_id = f"{workflow.info().workflow_id}/{item.call.id}"
+        turn.children = keep_last([*turn.children,
+                                   ChildReport(workflow_id=child_id, profile=spec.profile,
+                                               status="running")], MAX_CHILDREN)
+        self._narrator.emit("child_started", call_id=item.call.id, tool=spec.profile,
+                            text=child_id)
+        task = str(args.get("task", ""))
+        child = ConversationInput(
+            prompt=task, one_shot=True, profile=spec.profile, model=spec.model or inp.model,
+            max_steps=spec.max_steps, max_total_tokens=spec.max_total_tokens,
+            max_cost_usd=_tighter(spec.max_cost_usd, _left(inp.max_cost_usd, self._state.usage)),
+            depth=depth, max_depth=inp.max_depth, approval=inp.approval, llm=inp.llm,
+            decision_timeout_s=inp.decision_timeout_s,
+            max_observation_bytes=inp.max_observation_bytes,
+        )
+        try:
+            result = await workflow.execute_child_workflow(
+                CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=clip(f"agent {spec.profile}: {task}", 200),
+            )
+        except ChildWorkflowError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            self._child_done(child_id, "failed")
+            return ToolOutcome(status="error", observation=(
+                f"Error: the {spec.profile} agent failed: {failure_reason(err.cause or err)}"))
+        self._child_done(child_id, result.status)
+        self._state.usage = self._state.usage + result.usage
+        turn.usage = turn.usage + result.usage
+        if result.stop_reason == "answered" and result.final_answer:
+            return ToolOutcome(observation=result.final_answer)
+        partial = f" Its last words: {result.final_answer}" if result.final_answer else ""
+        return ToolOutcome(status="error", observation=(
+            f"Error: the {spec.profile} agent stopped ({result.stop_reason}): "
+            f"{result.error or 'it gave no answer'}.{partial}"))
+
+    def _child_done(self, child_id: str, status: str) -> None:
+        for child in self._state.current.children:
+            if child.workflow_id == child_id:
+                child.status, child.pending_confirmations, child.pending_question = status, [], None
+        self._sync_status()
+
     async def _ask(self, call_id: str, question: Question) -> str | None:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
         async with self._desk.question_lock:
@@ -298,6 +367,17 @@ class ToolRound:
         if self._state.end_requested:
             return "no answer: the conversation was ended"
         return "no answer: the question timed out"
+
+
+def _left(budget: float | None, used: Usage) -> float | None:
+    """What is left of a cost budget (None: no budget, or an unknown cost)."""
+    if budget is None or used.cost_usd is None:
+        return None
+    return max(budget - used.cost_usd, 1e-9)
+
+
+def _tighter(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _rejected(decision: Decision) -> ToolOutcome:

@@ -51,6 +51,7 @@ MAX_TURN_DECISIONS = 32
 MAX_TURN_SUMMARIES = 20
 MAX_TOOLS_USED = 64  # tool names a turn lists as used
 MAX_TOOLS_LISTED = 8  # of those, kept in the turn's summary
+MAX_CHILDREN = 16  # subagents a turn lists
 MAX_NOTICES = 8
 MAX_TOOL_NAME_BYTES = 64  # OpenAI's own limit on function names
 

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.approvals import Refusal
     from workflows.bounds import (
+        MAX_CALLS_PER_REPLY,
         MAX_ERROR_BYTES,
         MAX_TOOLS_LISTED,
         MAX_TURN_SUMMARIES,
@@ -47,6 +48,8 @@ with workflow.unsafe.imports_passed_through():
         AuditAction,
         AuditRecord,
         ChatMessage,
+        ChildRef,
+        ChildReport,
         ConfirmRequest,
         ConversationInput,
         ConversationStatus,
@@ -70,6 +73,8 @@ AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
+CHILD_STATUS_SIGNAL = "child_status"
+SETTLED_CHILD = frozenset({"completed", "failed"})
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
 # Runs with this marker send model calls as deltas (`workflows.delta`) and, as a step then adds
 # little history, hand over to a fresh run for the history's size only well past the server's
@@ -98,6 +103,8 @@ class ConversationWorkflow:
         self._turn_task: asyncio.Future[None] | None = None
         self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
         self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._reported: ChildReport | None = None  # a subagent's last report to its parent
+        self._reports: list[asyncio.Future[None]] = []
         self._pace = FAST if self._delta_context else Pace()
         self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
                                 self._pace, delta_context=self._delta_context)
@@ -151,6 +158,8 @@ class ConversationWorkflow:
                 break
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._reports:  # a subagent's last reports to its parent are sent
+            await asyncio.gather(*self._reports, return_exceptions=True)
 
     # ----- signals, updates and queries -----
 
@@ -169,6 +178,19 @@ class ConversationWorkflow:
                                             self._phase == "completed")
         if reason is not None:
             raise ValueError(reason)
+
+    @workflow.signal(name=CHILD_STATUS_SIGNAL)
+    def child_status(self, report: ChildReport) -> None:
+        """A subagent's status and what it waits for, so that this conversation shows them."""
+        for child in self._state.current.children:
+            if child.workflow_id == report.workflow_id and child.status not in SETTLED_CHILD:
+                bound = lambda p: p.model_copy(update={"conversation_id": report.workflow_id})  # noqa: E731
+                child.status = report.status
+                child.pending_confirmations = [bound(p) for p in
+                                               report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
+                child.pending_question = (bound(report.pending_question)
+                                          if report.pending_question else None)
+                self._sync_status()
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
@@ -240,11 +262,16 @@ class ConversationWorkflow:
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
             tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
             final_answer=turn.final_answer,
-            pending_confirmations=self._desk.pending_confirmations(),
-            pending_question=self._desk.pending_question(), usage=state.usage,
+            pending_confirmations=[*self._desk.pending_confirmations(),
+                                   *(p for c in turn.children for p in c.pending_confirmations)],
+            pending_question=self._desk.pending_question() or next(
+                (c.pending_question for c in turn.children if c.pending_question), None),
+            usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),
             turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
+            children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
+                      for c in turn.children],
         )
 
     @workflow.query
@@ -276,7 +303,8 @@ class ConversationWorkflow:
     # ----- tools -----
 
     async def _load_tools(self) -> None:
-        refusal = await discover_tools(self._state, self._limits, self._input.approval)
+        refusal = await discover_tools(self._state, self._limits, self._input.approval,
+                                       self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")
@@ -430,6 +458,8 @@ class ConversationWorkflow:
         """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._reports:  # a subagent's last reports to its parent are sent
+            await asyncio.gather(*self._reports, return_exceptions=True)
         workflow.logger.info(
             "continuing as new after %d events", workflow.info().get_current_history_length()
         )
@@ -440,7 +470,8 @@ class ConversationWorkflow:
 
     def _current_status(self) -> Status:
         if self._phase == "running":
-            return self._desk.waiting_status() or "running"
+            return self._desk.waiting_status() or _children_waiting(
+                self._state.current.children) or "running"
         return self._phase
 
     def _set_phase(self, phase: Status) -> None:
@@ -448,8 +479,10 @@ class ConversationWorkflow:
         self._sync_status()
 
     def _sync_status(self) -> None:
-        """Publish the status to the `AgentStatus` search attribute and the UI, when it changed."""
+        """Publish the status to the `AgentStatus` search attribute and the UI, when it changed
+        (and, for a subagent, tell its parent what it waits for)."""
         status = self._current_status()
+        self._report_to_parent(status)
         if status == self._published:
             return
         self._published = status
@@ -459,6 +492,30 @@ class ConversationWorkflow:
             self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
                                         turn.stop_reason, turn.error)
         )
+
+
+    def _report_to_parent(self, status: Status) -> None:
+        parent = workflow.info().parent
+        if parent is None or self._input.profile is None:
+            return
+        report = ChildReport(workflow_id=workflow.info().workflow_id, profile=self._input.profile,
+                             status=status,
+                             pending_confirmations=self._desk.pending_confirmations(),
+                             pending_question=self._desk.pending_question())
+        if status in SETTLED_CHILD or report == (self._reported or ChildReport(
+                workflow_id=report.workflow_id, profile=report.profile, status="running")):
+            return  # the parent learns the end from the child's result
+        self._reported = report
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
+
+
+def _children_waiting(children: list[ChildReport]) -> Status | None:
+    statuses = {c.status for c in children}
+    for waiting in ("waiting_for_confirmation", "waiting_for_input"):
+        if waiting in statuses:
+            return waiting  # type: ignore[return-value]
+    return None
 
 
 def _raise_refusal(plan: object) -> None:

@@ -13,9 +13,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from workflows.acting import failure_reason, raise_if_cancelled
     from workflows.approvals import policy_refusal
-    from workflows.bounds import Limits
+    from workflows.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
     from workflows.edge import admitted_tools
-    from workflows.models import ApprovalPolicy, ToolCatalog
+    from workflows.models import ApprovalPolicy, ToolCatalog, ToolListRequest
     from workflows.questions import ASK_TOOLS
     from workflows.state import ConversationState
 
@@ -23,18 +23,21 @@ LIST_TOOLS_ACTIVITY = "list_tools"
 
 
 async def discover_tools(state: ConversationState, limits: Limits,
-                         policy: ApprovalPolicy) -> str | None:
-    """Fill the state's catalog. Returns why the conversation must be refused, if its approval
-    policy asks for more than the worker allows (the worker holds that floor); a discovery that
-    fails leaves the ask_* tools and a notice, and the conversation goes on."""
+                         policy: ApprovalPolicy, profile: str | None = None) -> str | None:
+    """Fill the state's catalog (a subagent's: its profile's tools, and its system prompt).
+    Returns why the conversation must be refused, if its approval policy asks for more than the
+    worker allows (the worker holds that floor); a discovery that fails leaves the ask_* tools
+    and a notice, and the conversation goes on."""
     state.catalog = {t.name: t for t in ASK_TOOLS}
+    args = [] if profile is None else [ToolListRequest(profile=profile)]  # the same command as ever
     try:
         catalog = await workflow.execute_activity(
             LIST_TOOLS_ACTIVITY,
+            args=args,
             result_type=ToolCatalog,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
-            summary="list tools",
+            summary="list tools" if profile is None else f"list tools of agent {profile}",
         )
     except ActivityError as err:
         raise_if_cancelled(err)
@@ -46,4 +49,7 @@ async def discover_tools(state: ConversationState, limits: Limits,
         workflow.logger.warning("tool source unavailable: %s", notice)
         state.notice(notice)
     state.catalog.update({t.name: t for t in kept})
+    if catalog.system_prompt is not None:
+        state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,
+                                                 "system prompt")
     return policy_refusal(policy, state.catalog.values(), catalog.auto_approvable)

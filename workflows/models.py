@@ -86,6 +86,17 @@ class Usage(BaseModel):
         )
 
 
+class AgentSpec(BaseModel):
+    """What a parent needs to start a subagent: the profile's name and its limits. Its system
+    prompt and tools come from the worker, by name, when the child lists its tools."""
+
+    profile: str
+    model: str | None = None
+    max_steps: int = Field(default=6, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_total_tokens: int | None = Field(default=None, gt=0)
+
+
 class ToolDefinition(BaseModel):
     """What the workflow knows of a tool: enough to describe, validate, gate and schedule it."""
 
@@ -99,6 +110,8 @@ class ToolDefinition(BaseModel):
     max_attempts: int = 3
     # Set for the ask_* tools, whose execution is a question to the human, not an activity.
     asks: QuestionKind | None = None
+    # Set for a subagent (`agent__<profile>`): a call runs a child conversation.
+    agent: AgentSpec | None = None
 
     @property
     def retry_safe(self) -> bool:
@@ -123,6 +136,14 @@ class ToolCatalog(BaseModel):
     errors: list[str] = []
     # The non-safe tools this worker lets a conversation's policy approve; None: any.
     auto_approvable: list[str] | None = None
+    system_prompt: str | None = None  # a subagent's, from its profile
+
+
+class ToolListRequest(BaseModel):
+    """`list_tools` for a subagent: the tools of its profile (a top-level conversation sends
+    nothing, and gets every tool and every profile)."""
+
+    profile: str
 
 
 class LLMOptions(BaseModel):
@@ -160,6 +181,9 @@ class ConversationInput(BaseModel):
     # context follow the server's suggestion instead)
     continue_as_new_after_events: int = Field(default=HANDOVER_EVENTS, ge=1)
     max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
+    profile: str | None = None  # set for a subagent: the profile it runs as
+    depth: int = Field(default=0, ge=0)  # 0 for a top-level conversation, 1 for its children...
+    max_depth: int = Field(default=2, ge=0)  # delegation deeper than this is refused
     # the first message's request id, recorded as taken (turn 1): a client that retries the
     # start finds the message already taken, as it would a `say`
     request_id: str | None = None
@@ -325,6 +349,7 @@ class PendingConfirmation(BaseModel):
     tool: str
     args: dict[str, Any]
     risk: Risk
+    conversation_id: str | None = None  # a subagent's call: the child conversation that owns it
 
 
 class PendingQuestion(BaseModel):
@@ -332,6 +357,22 @@ class PendingQuestion(BaseModel):
     kind: QuestionKind
     message: str
     options: list[str] = []
+    conversation_id: str | None = None  # a subagent's question: the child that asks it
+
+
+class ChildRef(BaseModel):
+    """A subagent of this conversation, as `status` lists it."""
+
+    workflow_id: str
+    profile: str
+    status: str
+
+
+class ChildReport(ChildRef):
+    """What a subagent tells its parent when its status or what it waits for changes."""
+
+    pending_confirmations: list[PendingConfirmation] = []
+    pending_question: PendingQuestion | None = None
 
 
 class AuditAction(BaseModel):
@@ -366,7 +407,7 @@ class StreamEvent(BaseModel):
     kind: Literal[
         "turn_started", "llm_started", "token", "reset", "tool_started", "tool_finished",
         "approval_requested", "decision_taken", "decision_refused", "question_asked", "answered",
-        "turn_finished", "summary_started", "summary_finished",
+        "turn_finished", "summary_started", "summary_finished", "child_started",
     ]
     turn: int = 0
     step: int = 0
@@ -430,6 +471,7 @@ class ConversationStatus(BaseModel):
     turns: list[TurnSummary] = []  # the latest finished turns
     runs: int = 1  # workflow runs so far (continue-as-new starts a new one)
     context: ContextUse | None = None
+    children: list[ChildRef] = []  # subagents of the current turn
 
 
 # The conversation's own state builds on the models above.

@@ -11,6 +11,7 @@ from workflows.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
 from workflows.models import (
     AuditRecord,
     ChatMessage,
+    ChildReport,
     Decision,
     SignalOutcome,
     StopReason,
@@ -36,6 +37,7 @@ class TurnState(BaseModel):
     forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
     call_records: list[CallRecord] = []  # the latest two, for loop detection
     decisions: list[Decision] = []
+    children: list[ChildReport] = []  # subagents started this turn, and what they wait for
 
 
 class ContextState(BaseModel):

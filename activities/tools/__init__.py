@@ -1,7 +1,13 @@
 """Native tools, one file per family."""
 
 from activities.tools.notes import NOTES_TOOLS
-from activities.tools.registry import NeedsInput, ToolContext, ToolError, ToolRegistry, ToolSpec
+from activities.tools.registry import (
+    NeedsInput,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    ToolSpec,
+)
 from activities.tools.weather import WEATHER
 
 

@@ -1,0 +1,294 @@
+"""Subagents: agent profiles become tools, and each call runs a child conversation. Its approvals
+surface in the parent and are decided through it, its steps stay out of the parent's history,
+its cost rolls up, and it stops with its parent."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from activities.profiles import AgentProfile, Profiles
+from client.watch import Renderer, watch
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ROOT, ApiProcess
+from tests.devserver import worker_env
+from tests.fake_tools import registry_with_test_tools
+from tests.helpers import (
+    note_rows,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
+from tests.test_durability import WorkerProcess
+from worker.app import build_worker
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.models import ConfirmRequest, EndRequest
+
+PROFILES = {
+    "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",
+                               tools=["get_weather"], max_steps=6),
+    "writer": AgentProfile(description="Writes notes", system_prompt="You write notes.",
+                           tools=["create_note", "ask_confirm"], max_steps=4),
+    "deep": AgentProfile(description="Delegates to itself", system_prompt="You delegate.",
+                         tools=["deep"], max_steps=3),
+}
+
+
+@pytest_asyncio.fixture(scope="module")
+async def agents_queue(client: Client, activity_settings) -> str:
+    """A worker whose AGENT_PROFILES are the profiles above."""
+    queue = unique("agents")
+    settings = dataclasses.replace(activity_settings, profiles=Profiles(PROFILES))
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, settings, http, registry_with_test_tools()):
+            yield queue
+
+
+def delegate(profile: str, task: str, call_id: str | None = None):
+    return tool_call(f"agent__{profile}", {"task": task}) if call_id is None else \
+        tool_call(f"agent__{profile}", {"task": task}).model_copy(update={"id": call_id})
+
+
+async def parent_history(client: Client, workflow_id: str):
+    return (await client.get_workflow_handle(workflow_id).fetch_history()).events
+
+
+async def test_two_profiles_in_parallel_with_the_cost_rolled_up(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    research = script(model, unique("research"),
+                      ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})],
+                                    delay_s=0.5),
+                      ScriptedReply(content="Paris is mild: {last_tool}", delay_s=0.5))
+    notes = script(model, unique("notes"), ScriptedReply(content="Nothing to write.",
+                                                         delay_s=1.0))
+    parent = script(model, unique("parent"),
+                    ScriptedReply(tool_calls=[delegate("researcher", f"{research}: Paris?", "c1"),
+                                              delegate("writer", f"{notes}: draft", "c2")]),
+                    ScriptedReply(content="Both said: {last_tool}"))
+    handle = await start(client, agents_queue, parent, model="gpt-4o-mini")
+    shown = io.StringIO()
+    watcher = asyncio.create_task(watch(client, handle.id, renderer=Renderer(handle.id, shown)))
+    status = await settled(handle, timeout_s=60)
+    assert status.stop_reason == "answered", status
+    assert status.final_answer == "Both said: Nothing to write."
+    assert {(c.profile, c.status) for c in status.children} == {("researcher", "completed"),
+                                                                ("writer", "completed")}
+    ids = {c.profile: c.workflow_id for c in status.children}
+    assert ids == {"researcher": f"{handle.id}/c1", "writer": f"{handle.id}/c2"}
+    tool_messages = [m for m in await handle.query(ConversationWorkflow.messages)
+                     if m.role == "tool"]
+    assert tool_messages[0].content.startswith("Paris is mild: Paris, France")
+
+    # Concurrent: each child started before the other finished.
+    a, b = [await client.get_workflow_handle(ids[p]).describe() for p in ("researcher", "writer")]
+    assert a.start_time < b.close_time and b.start_time < a.close_time
+    assert a.parent_id == handle.id and b.parent_id == handle.id  # what the Temporal UI shows
+
+    # The parent's usage is its own steps and both children's, priced the same way.
+    own = sum((r.tokens for r in await handle.query(ConversationWorkflow.history)),
+              start=type(status.usage)())
+    kids = [await client.get_workflow_handle(ids[p]).query(ConversationWorkflow.status)
+            for p in ("researcher", "writer")]
+    assert status.usage.total_tokens == own.total_tokens + sum(k.usage.total_tokens for k in kids)
+    assert status.usage.cost_usd == pytest.approx(
+        own.cost_usd + sum(k.usage.cost_usd for k in kids))
+    assert kids[0].llm_calls == 2 and status.llm_calls == 2  # steps are counted where they ran
+
+    # The parent's history holds the children's starts and results, not their steps.
+    events = await parent_history(client, handle.id)
+    types = [e.event_type for e in events]
+    assert types.count(EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED) == 2
+    assert types.count(EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED) == 2
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert "get_weather" not in scheduled
+
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await asyncio.wait_for(watcher, 30)
+    text = shown.getvalue()
+    assert "⇢ researcher agent started" in text and "[researcher] → get_weather(location=Paris)" in text
+    assert "[writer] ── turn 1 finished: answered" in text
+    await replay(handle, "subagents_parallel")
+
+
+async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_it(
+        client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings,
+        temporal_address: str):
+    title = unique("child-note")
+    child = script(model, unique("child-write"),
+                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": title,
+                                                                       "body": "b"})]),
+                   ScriptedReply(content="Saved: {last_tool}"))
+    parent = script(model, unique("parent-write"),
+                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: save it", "w1")]),
+                    ScriptedReply(content="Writer said: {last_tool}"))
+    handle = await start(client, agents_queue, parent)
+    waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
+    child_id = f"{handle.id}/w1"
+    [pending] = waiting.pending_confirmations
+    assert (pending.tool, pending.conversation_id) == ("create_note", child_id)
+    assert [(c.workflow_id, c.profile, c.status) for c in waiting.children] == [
+        (child_id, "writer", "waiting_for_confirmation")]
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting_for_confirmation"
+
+    # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
+    env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "client", "confirm", handle.id, pending.call_id,
+                         "--as", "alice"],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    status = await settled(handle, timeout_s=30)
+    assert status.final_answer.startswith("Writer said: Saved: Created note")
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
+    kid = client.get_workflow_handle(child_id)
+    [decision] = [a.decision for r in await kid.query(ConversationWorkflow.history)
+                  for a in r.actions if a.decision]
+    assert (decision.approver, decision.approved) == ("alice", True)
+    assert not status.pending_confirmations and status.children[0].status == "completed"
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, "subagent_approval_parent")  # with the child's status reports
+    await replay(kid, "subagent_approval_child")  # a subagent reporting to its parent
+
+
+async def test_a_child_rejected_and_answered_through_the_api(
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess):
+    child = script(model, unique("child-reject"),
+                   ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Write it?"})]),
+                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": "no",
+                                                                       "body": "b"})]),
+                   ScriptedReply(content="Gave up: {last_tool}"))
+    parent = script(model, unique("parent-reject"),
+                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: try", "r1")]),
+                    ScriptedReply(content="{last_tool}"))
+    handle = await start(client, agents_queue, parent)
+    asking = await reaches(handle, "waiting_for_input", timeout_s=30)
+    assert asking.pending_question.conversation_id == f"{handle.id}/r1"
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        r = await http.post(f"/conversations/{handle.id}/answer", json={"values": ["yes"]})
+        assert r.status_code == 200, r.text
+        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
+        call_id = waiting.pending_confirmations[0].call_id
+        r = await http.post(f"/conversations/{handle.id}/reject",
+                            json={"call_ids": [call_id], "reason": "not now"})
+        assert r.status_code == 200, r.text
+        again = await http.post(f"/conversations/{handle.id}/reject",
+                                json={"call_ids": [call_id], "reason": "twice"})
+        assert again.status_code == 409  # the child refuses a decided call
+    status = await settled(handle, timeout_s=30)
+    assert status.final_answer == "Gave up: rejected by user: not now"
+
+
+async def test_the_parents_history_does_not_grow_with_the_childs_steps(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    sizes = []
+    for steps in (1, 5):
+        child = script(model, unique(f"child-{steps}"),
+                       *[ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
+                         for city in ["Oslo", "Rome", "Lima", "Kyiv"][:steps - 1]],
+                       ScriptedReply(content="done"))
+        parent = script(model, unique(f"parent-{steps}"),
+                        ScriptedReply(tool_calls=[delegate("researcher", f"{child}: go", "h1")]),
+                        ScriptedReply(content="{last_tool}"))
+        handle = await start(client, agents_queue, parent, one_shot=True)
+        status = await settled(handle, timeout_s=60)
+        assert status.final_answer == "done"
+        kid = await client.get_workflow_handle(f"{handle.id}/h1").query(ConversationWorkflow.status)
+        assert kid.steps == steps
+        events = await parent_history(client, handle.id)
+        sizes.append((len(events), sum(e.ByteSize() for e in events)))
+    (n1, b1), (n5, b5) = sizes
+    assert n1 == n5 and abs(b1 - b5) < 512, sizes
+
+
+async def test_cancelling_the_parent_cancels_its_children(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    child = script(model, unique("child-cancel"),
+                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": "x", "body": "b"})]),
+                   ScriptedReply(content="never"))
+    parent = script(model, unique("parent-cancel"),
+                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: wait", "k1")]),
+                    ScriptedReply(content="never"))
+    handle = await start(client, agents_queue, parent)
+    await reaches(handle, "waiting_for_confirmation", timeout_s=30)
+    await handle.cancel()
+    kid = client.get_workflow_handle(f"{handle.id}/k1")
+    for h in (handle, kid):
+        for _ in range(100):
+            if (await h.describe()).status != WorkflowExecutionStatus.RUNNING:
+                break
+            await asyncio.sleep(0.2)
+        assert (await h.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert (await kid.query(ConversationWorkflow.status)).stop_reason == "cancelled"
+
+
+async def test_delegation_deeper_than_the_limit_is_refused(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    third = script(model, unique("depth3"), ScriptedReply(content="unreachable"))
+    second = script(model, unique("depth2"),
+                    ScriptedReply(tool_calls=[delegate("deep", f"{third}: go", "d3")]),
+                    ScriptedReply(content="second: {last_tool}"))
+    first = script(model, unique("depth1"),
+                   ScriptedReply(tool_calls=[delegate("deep", f"{second}: go", "d2")]),
+                   ScriptedReply(content="first: {last_tool}"))
+    parent = script(model, unique("depth0"),
+                    ScriptedReply(tool_calls=[delegate("deep", f"{first}: go", "d1")]),
+                    ScriptedReply(content="top: {last_tool}"))
+    handle = await start(client, agents_queue, parent, one_shot=True)
+    status = await settled(handle, timeout_s=60)
+    assert status.final_answer.startswith("top: first: second: Error: not delegated")
+    assert "past the limit of 2" in status.final_answer
+    assert model.count(third) == 0
+
+
+async def test_worker_killed_while_a_child_waits_writes_the_note_once(
+        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps({"agents": {"writer": {
+        "description": "Writes notes", "system_prompt": "You write notes.",
+        "tools": ["create_note"], "max_steps": 4}}}))
+    queue = unique("agents-kill")
+    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                                      AGENT_PROFILES=str(profiles)), tmp_path)
+    title = unique("kill-child-note")
+    child = script(model, unique("kill-child"),
+                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": title,
+                                                                       "body": "once"})]),
+                   ScriptedReply(content="{last_tool}"))
+    parent = script(model, unique("kill-parent"),
+                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: save", "s1")]),
+                    ScriptedReply(content="{last_tool}"))
+    worker.start()
+    try:
+        handle = await start(client, queue, parent)
+        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
+        [pending] = waiting.pending_confirmations
+        worker.kill()
+        # With no worker running, the decision goes straight to the child that owns the call.
+        await client.get_workflow_handle(pending.conversation_id).signal(
+            ConversationWorkflow.confirm, ConfirmRequest(call_ids=[pending.call_id],
+                                                         request_id="offline", approver="bob"))
+        worker.start()
+        status = await reaches(handle, "idle", timeout_s=90)
+        assert status.final_answer.startswith("Created note #"), status
+        assert len(note_rows(tmp_path / "data", title)) == 1
+    finally:
+        worker.stop()
