@@ -227,17 +227,27 @@ async def test_cancelling_the_parent_cancels_its_children(
     parent = script(model, unique("parent-cancel"),
                     ScriptedReply(tool_calls=[delegate("writer", f"{child}: wait", "k1")]),
                     ScriptedReply(content="never"))
+    async def closed(h) -> WorkflowExecutionStatus:
+        for _ in range(100):
+            if (described := await h.describe()).status != WorkflowExecutionStatus.RUNNING:
+                return described.status
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"{h.id} still running")
+
     handle = await start(client, agents_queue, parent)
     await reaches(handle, "waiting_for_confirmation", timeout_s=30)
     await handle.cancel()
     kid = client.get_workflow_handle(f"{handle.id}/k1")
-    for h in (handle, kid):
-        for _ in range(100):
-            if (await h.describe()).status != WorkflowExecutionStatus.RUNNING:
-                break
-            await asyncio.sleep(0.2)
-        assert (await h.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert await closed(handle) == await closed(kid) == WorkflowExecutionStatus.CANCELED
     assert (await kid.query(ConversationWorkflow.status)).stop_reason == "cancelled"
+
+    # Ending the parent interrupts its turn, and with it the child.
+    handle = await start(client, agents_queue, parent)
+    await reaches(handle, "waiting_for_confirmation", timeout_s=30)
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    kid = client.get_workflow_handle(f"{handle.id}/k1")
+    assert await closed(kid) == WorkflowExecutionStatus.CANCELED
+    assert (await settled(handle)).stop_reason == "ended"
 
 
 async def test_delegation_deeper_than_the_limit_is_refused(
