@@ -70,11 +70,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.thinking import Thinker
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
+SETTLED_CHILD = frozenset({"completed", "failed"})
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
-CHILD_STATUS_SIGNAL = "child_status"
-SETTLED_CHILD = frozenset({"completed", "failed"})
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
 # Runs with this marker send model calls as deltas (`workflows.delta`) and, as a step then adds
 # little history, hand over to a fresh run for the history's size only well past the server's
@@ -156,9 +156,14 @@ class ConversationWorkflow:
                 continue
             if self._input.one_shot or state.current.stop_reason == "ended":
                 break
+        await self._wind_up()
+
+    async def _wind_up(self) -> None:
+        """Before the run ends: close the stream, finish every handler, and (a subagent) send
+        its last reports to its parent."""
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._reports:  # a subagent's last reports to its parent are sent
+        if self._reports:
             await asyncio.gather(*self._reports, return_exceptions=True)
 
     # ----- signals, updates and queries -----
@@ -184,12 +189,13 @@ class ConversationWorkflow:
         """A subagent's status and what it waits for, so that this conversation shows them."""
         for child in self._state.current.children:
             if child.workflow_id == report.workflow_id and child.status not in SETTLED_CHILD:
-                bound = lambda p: p.model_copy(update={"conversation_id": report.workflow_id})  # noqa: E731
+                owner = {"conversation_id": report.workflow_id}
                 child.status = report.status
-                child.pending_confirmations = [bound(p) for p in
-                                               report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
-                child.pending_question = (bound(report.pending_question)
-                                          if report.pending_question else None)
+                child.pending_confirmations = [
+                    p.model_copy(update=owner)
+                    for p in report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
+                question = report.pending_question
+                child.pending_question = question and question.model_copy(update=owner)
                 self._sync_status()
 
     @workflow.signal
@@ -456,10 +462,7 @@ class ConversationWorkflow:
 
     async def _continue_as_new(self) -> None:
         """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
-        self._narrator.close()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._reports:  # a subagent's last reports to its parent are sent
-            await asyncio.gather(*self._reports, return_exceptions=True)
+        await self._wind_up()
         workflow.logger.info(
             "continuing as new after %d events", workflow.info().get_current_history_length()
         )
