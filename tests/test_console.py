@@ -11,11 +11,13 @@ docs/screenshots.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -44,20 +46,24 @@ expect.set_options(timeout=WAIT_MS)
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """Debian's chromium, installed with apt-get when it is missing (Playwright downloads
-    nothing)."""
+    nothing). One xdist worker installs it; the other waits on the lock, then finds it."""
     if CHROMIUM.exists():
         return CHROMIUM
     apt = shutil.which("apt-get")
     if apt is None:
         pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install chromium with")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=300"]  # the other xdist worker may be installing it too
-    for command in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "chromium"]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0 and not CHROMIUM.exists():
-            pytest.fail(f"{CHROMIUM} is missing and `{' '.join(command)}` failed "
-                        f"({done.returncode}): {(done.stderr or done.stdout)[-2000:]}\n"
-                        "install it by hand: sudo apt-get install -y chromium")
+    lock = ["-o", "DPkg::Lock::Timeout=300"]  # apt run by something else on the machine
+    with open(Path(tempfile.gettempdir()) / "react-agent-chromium.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for command in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "chromium"]):
+            if CHROMIUM.exists():
+                break
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0 and not CHROMIUM.exists():
+                pytest.fail(f"{CHROMIUM} is missing and `{' '.join(command)}` failed "
+                            f"({done.returncode}): {(done.stderr or done.stdout)[-2000:]}\n"
+                            "install it by hand: sudo apt-get install -y chromium")
     if not CHROMIUM.exists():
         pytest.fail(f"apt-get installed chromium, but {CHROMIUM} is still missing")
     return CHROMIUM
@@ -384,7 +390,7 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
         await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
         await expect(box).to_be_hidden()
 
-        cid = await console.start(f"Note it ({trigger}).")
+        await console.start(f"Note it ({trigger}).")
         await page.reload()  # the token is kept
         await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
         await page.get_by_test_id("approval-card").get_by_test_id("approve").click()
