@@ -16,6 +16,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.profiles import AgentProfile, Profiles
@@ -146,6 +147,8 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
         (child_id, "writer", "waiting_for_confirmation")]
     described = await handle.describe()
     assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting_for_confirmation"
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert f"confirm {handle.id} {pending.call_id}" in metadata.current_details  # the UI says how
 
     # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
     env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}

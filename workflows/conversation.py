@@ -493,7 +493,7 @@ class ConversationWorkflow:
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
         workflow.set_current_details(
             self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
-                                        turn.stop_reason, turn.error)
+                                        turn.stop_reason, turn.error, turn.children)
         )
 
 

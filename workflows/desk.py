@@ -9,6 +9,7 @@ the state untouched and is recorded, so the CLI can report it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from workflows.bounds import (
 )
 from workflows.models import (
     AnswerRequest,
+    ChildReport,
     ConfirmRequest,
     Decision,
     PendingConfirmation,
@@ -219,7 +221,8 @@ class HumanDesk:
         return self._question if self._answer is None else None
 
     def details_markdown(
-        self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None
+        self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None,
+        children: Sequence[ChildReport] = (),
     ) -> str:
         lines = [f"**Status:** {status} (turn {turn})"]
         if stop_reason:
@@ -240,6 +243,15 @@ class HumanDesk:
                 f"**Question ({question.kind}):** {question.message}{options}\n\n"
                 f"Answer: `python -m client answer {wid} ...`"
             )
+        for child in children:
+            for p in child.pending_confirmations:
+                lines.append(f"**Subagent `{child.profile}` waits for approval:** `{p.tool}` "
+                             f"call `{p.call_id}` in `{child.workflow_id}`\n\n"
+                             f"Approve: `python -m client confirm {wid} {p.call_id}`")
+            if child.pending_question is not None:
+                lines.append(f"**Subagent `{child.profile}` asks:** "
+                             f"{child.pending_question.message}\n\n"
+                             f"Answer: `python -m client answer {wid} ...`")
         if status == "idle":
             lines.append(f"Reply: `python -m client say {wid} \"...\"` · "
                          f"Finish: `python -m client end {wid}`")
