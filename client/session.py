@@ -181,8 +181,13 @@ class Session:
         return await self.query(workflow_id, ConversationWorkflow.history)
 
     async def pending_schemas(self, workflow_id: str) -> dict[str, dict[str, Any]]:
-        """The argument schema of each call waiting for a decision, by call id."""
-        return await self.query(workflow_id, ConversationWorkflow.pending_schemas)
+        """The argument schema of each call waiting for a decision, by call id (its subagents'
+        calls included)."""
+        schemas = await self.query(workflow_id, ConversationWorkflow.pending_schemas)
+        status = await self.status(workflow_id)
+        for child in {p.conversation_id for p in status.pending_confirmations if p.conversation_id}:
+            schemas.update(await self.pending_schemas(child))
+        return schemas
 
     async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
         """Wait until `turn` has started and needs a human, is answered, or the conversation ended."""

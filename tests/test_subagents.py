@@ -190,6 +190,8 @@ async def test_a_child_rejected_and_answered_through_the_api(
         assert r.status_code == 200, r.text
         waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
         call_id = waiting.pending_confirmations[0].call_id
+        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
+        assert schemas[call_id]["required"] == ["title", "body"]  # the child's call, by its parent
         r = await http.post(f"/conversations/{handle.id}/reject",
                             json={"call_ids": [call_id], "reason": "not now"})
         assert r.status_code == 200, r.text
