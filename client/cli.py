@@ -189,7 +189,8 @@ async def cmd_list(s: Session, a: argparse.Namespace) -> int:
         print("no conversations" + (f" with status {a.status}" if a.status else ""))
     else:
         for row in rows:
-            print(f"{row['workflow_id']:<40} {row['status'] or '-':<26} {row['started']}")
+            print(f"{row['workflow_id']:<40} {row['status'] or '-':<26} {row['started']}  "
+                  f"{row['prompt'] or ''}")
     return 0
 
 

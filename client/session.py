@@ -60,6 +60,7 @@ NO_ANSWER_YET = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEE
                            RPCStatusCode.UNAVAILABLE})
 POLL_INTERVAL_S = 0.25
 RECONNECT_DELAY_S = 1.0
+LIST_LABEL, LIST_LABEL_CHARS = "prompt", 120  # the memo a conversation is listed by
 STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
 STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
 
@@ -88,6 +89,7 @@ class ConversationRow(BaseModel):
     """A conversation as `list` shows it."""
 
     workflow_id: str
+    prompt: str | None = None  # its first message, clipped: what it is about
     status: str | None
     execution: str | None
     started: str | None
@@ -124,6 +126,7 @@ class Session:
                 static_summary=clip(inp.prompt, 200),
                 static_details=f"Conversation started from {source} with `{clip(inp.prompt, 500)}`",
                 search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
+                memo={LIST_LABEL: clip(inp.prompt, LIST_LABEL_CHARS)},
                 id_reuse_policy=(WorkflowIDReusePolicy.REJECT_DUPLICATE if existing_ok
                                  else WorkflowIDReusePolicy.ALLOW_DUPLICATE),
             )
@@ -137,8 +140,10 @@ class Session:
                             ) -> list[ConversationRow]:
         rows = []
         async for wf in self.client.list_workflows(list_query(status), limit=limit):
+            memo = await wf.memo()
             rows.append(ConversationRow(
                 workflow_id=wf.id,
+                prompt=memo.get(LIST_LABEL) if isinstance(memo.get(LIST_LABEL), str) else None,
                 status=shown_status(wf.typed_search_attributes.get(AGENT_STATUS), wf.status),
                 execution=wf.status.name.lower() if wf.status else None,
                 started=wf.start_time.isoformat() if wf.start_time else None,

@@ -66,6 +66,7 @@ async def test_start_is_idempotent_by_id_and_lists_the_conversation(
 
     listed = (await http.get("/conversations", params={"status": "idle"})).json()
     assert cid in [row["workflow_id"] for row in listed]
+    assert next(r for r in listed if r["workflow_id"] == cid)["prompt"] == trigger
     assert all(row["status"] == "idle" for row in listed)
     bad = await http.get("/conversations", params={"status": "napping"})
     assert bad.status_code == 422

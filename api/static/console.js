@@ -473,6 +473,7 @@
         'aria-current': selected ? 'page' : null,
       },
       h('span', { class: 'conv-id', title: row.workflow_id }, row.workflow_id),
+      row.prompt ? h('span', { class: 'conv-prompt', title: row.prompt }, row.prompt) : null,
       h('span', { class: 'conv-meta' },
         statusBadge(row.status),
         h('time', { datetime: row.started || '', title: row.started || '' }, when(row.started)))));
@@ -585,6 +586,7 @@
       h('div', { class: 'home-card-head' },
         h('strong', null, row.workflow_id), statusBadge(row.status),
         h('time', { datetime: row.started || '' }, when(row.started))),
+      row.prompt ? h('div', { class: 'conv-prompt', title: row.prompt }, row.prompt) : null,
       h('div', { class: 'home-detail' }, ...this.describe(this.details.get(row.workflow_id))));
     }
   }
