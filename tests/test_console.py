@@ -256,6 +256,10 @@ async def test_console_stream_resumes_after_the_api_restarts(
         call_id = await card.get_attribute("data-call-id")
         state = page.get_by_test_id("stream-state")
         await expect(state).to_have_attribute("data-state", "live")
+        # The stream has brought the console up to the approval request (the card above comes
+        # from the status, which may run ahead of the stream on a loaded machine).
+        await expect(page.get_by_test_id("chat").get_by_test_id("tool-card")).to_have_attribute(
+            "data-status", "awaiting")
 
         own.proc.kill()  # the console's API dies mid-stream
         await asyncio.to_thread(own.proc.wait)
