@@ -72,6 +72,16 @@ async def wait_until_gone(pid: int) -> None:
     raise AssertionError(f"process {pid} is still alive")
 
 
+async def wait_until_noticed(toolbox: McpToolbox, server: str) -> None:
+    """Until the toolbox has seen the server hang up (the end of its stdout)."""
+    for _ in range(250):
+        connection = toolbox._connections.get(server)
+        if connection is None or not connection.alive:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the toolbox never noticed that {server} hung up")
+
+
 @pytest.fixture(scope="module")
 def http_ports() -> Iterator[dict[str, int]]:
     """One HTTP server per transport, each on its own port."""
@@ -204,6 +214,7 @@ async def test_crashed_or_hung_server_is_replaced_on_the_next_call(
         # A server that dies between calls is noticed, and replaced without a failed call.
         os.kill(int(third), signal.SIGKILL)
         await wait_until_gone(int(third))
+        await wait_until_noticed(toolbox, "unruly")  # its pipe's end can lag under load
         fourth = await toolbox.call("unruly__pid", {})
         assert fourth.status == "ok"
         assert len({first, second, third, fourth.observation}) == 4
