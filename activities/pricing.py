@@ -54,14 +54,15 @@ class Prices:
     overrides: dict[str, ModelPrice] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, base_url: str | None, path: Path | None) -> Prices:
+    def load(cls, path: Path | None) -> Prices:
+        """The overrides of an AGENT_PRICES file; the endpoint is bound by `for_endpoint`."""
         if path is None:
-            return cls(base_url)
+            return cls()
         try:
             parsed = PriceFile.model_validate(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError, ValidationError) as err:
             raise PricesError(f"AGENT_PRICES={path} cannot be used: {err}") from None
-        return cls(base_url, parsed.models)
+        return cls(overrides=parsed.models)
 
     def for_endpoint(self, base_url: str | None) -> Prices:
         return Prices(base_url, self.overrides)
@@ -82,9 +83,9 @@ class Prices:
                                      output_tokens=usage.completion_tokens,
                                      cache_read_tokens=min(usage.cached_tokens,
                                                            usage.prompt_tokens))
-        for where in ({"provider_api_url": self.base_url} if self.base_url else None, {}):
-            if where is None:
-                continue
+        # The endpoint's provider first; a local or unknown endpoint: by the model's name alone.
+        wheres = [{"provider_api_url": self.base_url}] if self.base_url else []
+        for where in [*wheres, {}]:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -49,8 +49,7 @@ class ActivitySettings:
             context_cache_bytes=megabytes("AGENT_CONTEXT_CACHE_MB",
                                           env.get("AGENT_CONTEXT_CACHE_MB", ""),
                                           cls.context_cache_bytes),
-            prices=Prices.load(env.get("OPENAI_BASE_URL") or None,
-                               Path(env["AGENT_PRICES"]) if env.get("AGENT_PRICES") else None),
+            prices=Prices.load(Path(env["AGENT_PRICES"]) if env.get("AGENT_PRICES") else None),
             profiles=Profiles.load(Path(env["AGENT_PROFILES"]) if env.get("AGENT_PROFILES")
                                    else None),
         )

@@ -45,6 +45,8 @@ from temporalio.service import RPCError
 from client.session import CliError, NotFound, Refused, Session, UsageError
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
+    CLOSED_STATUSES,
+    WAITING_STATUSES,
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
@@ -57,10 +59,10 @@ from workflows.models import (
 
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found"}
-WAITING = ("waiting_for_confirmation", "waiting_for_input")
 # Events after which the conversation may have come to wait for a human.
 MAY_WAIT = frozenset({"approval_requested", "question_asked", "decision_taken", "answered",
                       "decision_refused"})
+
 
 def last_user_text(inp: RunAgentInput) -> tuple[str, str] | None:
     """The last user message of the run's input: (its id, its text)."""
@@ -183,7 +185,6 @@ class Translator:
         self._announced = announced  # tool calls whose START/ARGS/END an earlier run sent
         self._message: str | None = None  # the open text message
         self._last_message: str | None = None
-        self._count = 0
 
     def close_text(self) -> list[BaseEvent]:
         if self._message is None:
@@ -288,7 +289,7 @@ async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIte
             return
         if kind in MAY_WAIT:
             status = await session.status(thread)
-            if status.status in WAITING:
+            if status.status in WAITING_STATUSES:
                 for event in translator.close_text():
                     yield event
                 yield await _finished_waiting(session, thread, run, status)
@@ -305,7 +306,7 @@ def _finished(thread: str, run: str, answer: str | None, stop_reason: str | None
 
 async def _finished_waiting(session: Session, thread: str, run: str,
                             status: ConversationStatus) -> RunFinishedEvent:
-    schemas = await session.pending_schemas(thread) if status.pending_confirmations else {}
+    schemas = await session.pending_schemas(thread, status) if status.pending_confirmations else {}
     return RunFinishedEvent(thread_id=thread, run_id=run,
                             outcome=RunFinishedInterruptOutcome(
                                 interrupts=interrupts(status, schemas)))
@@ -325,21 +326,21 @@ async def _take_message(session: Session, thread: str, run: str, status: Convers
                         message: tuple[str, str] | None) -> int | RunFinishedEvent:
     """Send the run's message unless the conversation took it already (a retried run). Returns
     the turn that answers it, or the run's end when there is nothing left to stream."""
-    if status.status in ("completed", "failed"):
+    if status.status in CLOSED_STATUSES:
         raise Refused(f"conversation {thread} has ended ({status.stop_reason})")
     taken = None
     if message is not None:
         request_id = message_request_id(message[0])
         taken = await session.query(thread, ConversationWorkflow.signal_outcome, request_id)
         if taken is None:
-            if status.status in WAITING:
+            if status.status in WAITING_STATUSES:
                 raise Refused(f"conversation {thread} waits for a human: resume its "
                               "interrupts before sending a message")
             outcome = await session.update(thread, SayRequest(text=message[1],
                                                               request_id=request_id))
             return outcome.turn or status.turn + 1
     turn = taken.turn if taken is not None and taken.turn else status.turn
-    if status.status in WAITING:
+    if status.status in WAITING_STATUSES:
         return await _finished_waiting(session, thread, run, status)
     if status.status == "idle" and status.turn >= turn:  # answered already
         return _finished(thread, run, status.final_answer, status.stop_reason)

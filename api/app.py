@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import structlog
 from ag_ui.core import RunAgentInput
@@ -32,7 +32,6 @@ from api.agui import run_agui
 from api.settings import ANONYMOUS, ApiSettings
 from client.connection import TemporalSettings, connect
 from client.session import (
-    STATUSES,
     CliError,
     ConversationRow,
     NotFound,
@@ -41,6 +40,7 @@ from client.session import (
     Session,
     UsageError,
     new_conversation_id,
+    targets,
 )
 from workflows.bounds import check_message
 from workflows.models import (
@@ -52,13 +52,11 @@ from workflows.models import (
     RejectRequest,
     SayRequest,
     SignalOutcome,
+    Status,
 )
 
 log = structlog.get_logger("api")
 STATIC = Path(__file__).parent / "static"
-ConversationStatusName = Literal["running", "waiting_for_confirmation", "waiting_for_input", "idle",
-                                 "completed", "failed"]
-assert list(ConversationStatusName.__args__) == STATUSES  # type: ignore[attr-defined]
 
 
 # ----- bodies -----
@@ -90,9 +88,7 @@ class Targets(Body):
     all: bool = Field(default=False, description="every call waiting for a decision")
 
     def targets(self) -> tuple[list[str], bool]:
-        if bool(self.call_ids) == self.all:
-            raise UsageError("name the call ids to decide, or all")
-        return self.call_ids, self.all
+        return targets(self.call_ids, self.all, "all")
 
 
 class ConfirmBody(Targets):
@@ -246,7 +242,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
 
     @app.get("/conversations", response_model=list[ConversationRow], tags=["conversations"])
     async def conversations(s: Conversations, _: Principal,
-                            status: ConversationStatusName | None = None,
+                            status: Status | None = None,
                             limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
         """Conversations, newest first, optionally those in one status."""
         return await s.conversations(status, limit)

@@ -26,6 +26,7 @@ from client.session import (
     Session,
     UsageError,
     new_conversation_id,
+    targets,
 )
 from client.watch import watch
 from workflows.bounds import DEFAULT_MESSAGE_BYTES, check_message
@@ -106,9 +107,7 @@ async def send_and_report(s: Session, a: argparse.Namespace, request: Any) -> in
 
 
 def _targets(a: argparse.Namespace) -> tuple[list[str], bool]:
-    if bool(a.call_ids) == bool(a.all):
-        raise UsageError("name the call ids to decide, or --all")
-    return a.call_ids, a.all
+    return targets(a.call_ids, a.all, "--all")
 
 
 async def cmd_confirm(s: Session, a: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -50,6 +50,7 @@ from workflows.models import (
     RejectRequest,
     SayRequest,
     SignalOutcome,
+    Status,
     StreamEvent,
 )
 from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
@@ -61,7 +62,7 @@ NO_ANSWER_YET = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEE
 POLL_INTERVAL_S = 0.25
 RECONNECT_DELAY_S = 1.0
 LIST_LABEL, LIST_LABEL_CHARS = "prompt", 120  # the memo a conversation is listed by
-STATUSES = ["running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"]
+STATUSES: list[str] = list(get_args(Status))
 STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
 
 
@@ -185,11 +186,12 @@ class Session:
     async def history(self, workflow_id: str) -> list[AuditRecord]:
         return await self.query(workflow_id, ConversationWorkflow.history)
 
-    async def pending_schemas(self, workflow_id: str) -> dict[str, dict[str, Any]]:
+    async def pending_schemas(self, workflow_id: str, status: ConversationStatus | None = None
+                              ) -> dict[str, dict[str, Any]]:
         """The argument schema of each call waiting for a decision, by call id (its subagents'
-        calls included)."""
+        calls included); `status`, when the caller holds it already, names the subagents."""
         schemas = await self.query(workflow_id, ConversationWorkflow.pending_schemas)
-        status = await self.status(workflow_id)
+        status = status or await self.status(workflow_id)
         for child in {p.conversation_id for p in status.pending_confirmations if p.conversation_id}:
             schemas.update(await self.pending_schemas(child))
         return schemas
@@ -320,25 +322,18 @@ class Session:
         return follow(self.client, workflow_id, from_offset)
 
 
-async def stream_events(client: Client, workflow_id: str, from_offset: int = 0
-                        ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
-    """A conversation's durable events from an offset, live, across continue-as-new, until it
-    completes. RPC errors propagate: the caller resumes from the last offset it saw."""
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    async for item in stream.subscribe(STREAM_TOPICS, from_offset=from_offset,
-                                       result_type=StreamEvent):
-        yield item
-
-
 async def follow(client: Client, workflow_id: str, from_offset: int = 0,
                  on_interrupted: Callable[[RPCError, int], None] | None = None
                  ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
-    """`stream_events` that survives a lost connection or a restarting server: it resumes from
-    the next offset after a short pause, so nothing is lost or repeated."""
+    """A conversation's durable events from an offset, live, across continue-as-new, until it
+    completes. A lost connection or a restarting server is survived: it resumes from the next
+    offset after a short pause, so nothing is lost or repeated."""
+    stream = WorkflowStreamClient.create(client, workflow_id)
     offset = from_offset
     while True:
         try:
-            async for item in stream_events(client, workflow_id, offset):
+            async for item in stream.subscribe(STREAM_TOPICS, from_offset=offset,
+                                               result_type=StreamEvent):
                 offset = item.offset + 1
                 yield item
             return
@@ -348,6 +343,13 @@ async def follow(client: Client, workflow_id: str, from_offset: int = 0,
             if on_interrupted is not None:
                 on_interrupted(err, offset)
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+
+def targets(call_ids: list[str], all_: bool, all_name: str) -> tuple[list[str], bool]:
+    """A decision names its calls, or all of them (`all_name`: how the caller spells it)."""
+    if bool(call_ids) == all_:
+        raise UsageError(f"name the call ids to decide, or {all_name}")
+    return call_ids, all_
 
 
 def new_conversation_id() -> str:

@@ -110,17 +110,16 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
     async def pump(wid: str, start: int, agent: str | None) -> None:
         # A subagent's start is announced in the same workflow task that starts it, so its
         # workflow may not exist yet for a moment.
-        for _ in range(CHILD_APPEARS_TRIES if agent else 1):
+        tries = CHILD_APPEARS_TRIES if agent else 1
+        for attempt in range(1, tries + 1):
             try:
                 async for item in follow(client, wid, start, on_interrupted=interrupted):
                     await items.put((agent, item.data, item.offset))
                 break
-            except NotFound as err:
-                if agent is None:
-                    await items.put((None, err, -1))
-                    return
-                await asyncio.sleep(0.2)
             except Exception as err:  # noqa: BLE001 - a subagent's stream just ends; the parent's is raised
+                if isinstance(err, NotFound) and attempt < tries:
+                    await asyncio.sleep(0.2)
+                    continue
                 if agent is None:
                     await items.put((None, err, -1))
                     return

@@ -46,7 +46,7 @@ async def replay(handle: WorkflowHandle, record_as: str) -> None:
 
 def keep_history(history: WorkflowHistory, path: Path) -> None:
     """Write a history with its workflow id, which a subagent's id is derived from."""
-    (path).write_text(json.dumps({"workflowId": history.workflow_id,
+    path.write_text(json.dumps({"workflowId": history.workflow_id,
                                   **json.loads(history.to_json())}))
 
 

@@ -40,13 +40,13 @@ def test_prices_come_from_genai_prices_overrides_or_nowhere(tmp_path):
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"models": {"my-private-model": {
         "input_per_mtok": 1.0, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.5}}}))
-    loaded = Prices.load(None, prices)
+    loaded = Prices.load(prices)
     assert loaded.cost("my-private-model", usage) == (
         pytest.approx((8_000 * 1.0 + 4_000 * 0.5 + 800 * 2.0) / 1e6), None)
     assert ModelPrice(input_per_mtok=1, output_per_mtok=1).cost(usage) == pytest.approx(0.0128)
     prices.write_text('{"models": {"x": {"input_per_mtok": -1, "output_per_mtok": 0}}}')
     with pytest.raises(PricesError, match="AGENT_PRICES"):
-        Prices.load(None, prices)
+        Prices.load(prices)
 
 
 def test_costs_add_up_and_an_unknown_one_stays_unknown():

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.profiles import AgentProfile, Profiles
 from client.watch import Renderer, watch
-from scripted_model import ScriptedModelServer, ScriptedReply
+from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -60,9 +60,18 @@ async def agents_queue(client: Client, activity_settings) -> str:
             yield queue
 
 
-def delegate(profile: str, task: str, call_id: str | None = None):
-    return tool_call(f"agent__{profile}", {"task": task}) if call_id is None else \
-        tool_call(f"agent__{profile}", {"task": task}).model_copy(update={"id": call_id})
+def delegate(profile: str, task: str, call_id: str) -> ScriptedToolCall:
+    return ScriptedToolCall(name=f"agent__{profile}", arguments={"task": task}, id=call_id)
+
+
+def delegating(model: ScriptedModelServer, name: str, profile: str, call_id: str,
+               child_replies: list[ScriptedReply], parent_answer: str = "{last_tool}") -> str:
+    """Script a child (its trigger is in its task) and a parent that delegates to it once, then
+    answers; returns the parent's trigger."""
+    child = script(model, unique(f"{name}-child"), *child_replies)
+    return script(model, unique(f"{name}-parent"),
+                  ScriptedReply(tool_calls=[delegate(profile, f"{child}: go", call_id)]),
+                  ScriptedReply(content=parent_answer))
 
 
 async def parent_history(client: Client, workflow_id: str):
@@ -131,13 +140,9 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
         client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings,
         temporal_address: str):
     title = unique("child-note")
-    child = script(model, unique("child-write"),
-                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": title,
-                                                                       "body": "b"})]),
-                   ScriptedReply(content="Saved: {last_tool}"))
-    parent = script(model, unique("parent-write"),
-                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: save it", "w1")]),
-                    ScriptedReply(content="Writer said: {last_tool}"))
+    parent = delegating(model, "write", "writer", "w1", [
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
+        ScriptedReply(content="Saved: {last_tool}")], "Writer said: {last_tool}")
     handle = await start(client, agents_queue, parent)
     waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
     child_id = f"{handle.id}/w1"
@@ -174,14 +179,10 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
 
 async def test_a_child_rejected_and_answered_through_the_api(
         client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess):
-    child = script(model, unique("child-reject"),
-                   ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Write it?"})]),
-                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": "no",
-                                                                       "body": "b"})]),
-                   ScriptedReply(content="Gave up: {last_tool}"))
-    parent = script(model, unique("parent-reject"),
-                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: try", "r1")]),
-                    ScriptedReply(content="{last_tool}"))
+    parent = delegating(model, "reject", "writer", "r1", [
+        ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Write it?"})]),
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": "no", "body": "b"})]),
+        ScriptedReply(content="Gave up: {last_tool}")])
     handle = await start(client, agents_queue, parent)
     asking = await reaches(handle, "waiting_for_input", timeout_s=30)
     assert asking.pending_question.conversation_id == f"{handle.id}/r1"
@@ -206,13 +207,10 @@ async def test_the_parents_history_does_not_grow_with_the_childs_steps(
         client: Client, agents_queue: str, model: ScriptedModelServer):
     sizes = []
     for steps in (1, 5):
-        child = script(model, unique(f"child-{steps}"),
-                       *[ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
-                         for city in ["Oslo", "Rome", "Lima", "Kyiv"][:steps - 1]],
-                       ScriptedReply(content="done"))
-        parent = script(model, unique(f"parent-{steps}"),
-                        ScriptedReply(tool_calls=[delegate("researcher", f"{child}: go", "h1")]),
-                        ScriptedReply(content="{last_tool}"))
+        parent = delegating(model, f"steps-{steps}", "researcher", "h1", [
+            *[ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
+              for city in ["Oslo", "Rome", "Lima", "Kyiv"][:steps - 1]],
+            ScriptedReply(content="done")])
         handle = await start(client, agents_queue, parent, one_shot=True)
         status = await settled(handle, timeout_s=60)
         assert status.final_answer == "done"
@@ -226,12 +224,9 @@ async def test_the_parents_history_does_not_grow_with_the_childs_steps(
 
 async def test_cancelling_the_parent_cancels_its_children(
         client: Client, agents_queue: str, model: ScriptedModelServer):
-    child = script(model, unique("child-cancel"),
-                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": "x", "body": "b"})]),
-                   ScriptedReply(content="never"))
-    parent = script(model, unique("parent-cancel"),
-                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: wait", "k1")]),
-                    ScriptedReply(content="never"))
+    parent = delegating(model, "cancel", "writer", "k1", [
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": "x", "body": "b"})]),
+        ScriptedReply(content="never")], "never")
     async def closed(h) -> WorkflowExecutionStatus:
         for _ in range(100):
             if (described := await h.describe()).status != WorkflowExecutionStatus.RUNNING:
@@ -284,13 +279,9 @@ async def test_worker_killed_while_a_child_waits_writes_the_note_once(
     worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
                                       AGENT_PROFILES=str(profiles)), tmp_path)
     title = unique("kill-child-note")
-    child = script(model, unique("kill-child"),
-                   ScriptedReply(tool_calls=[tool_call("create_note", {"title": title,
-                                                                       "body": "once"})]),
-                   ScriptedReply(content="{last_tool}"))
-    parent = script(model, unique("kill-parent"),
-                    ScriptedReply(tool_calls=[delegate("writer", f"{child}: save", "s1")]),
-                    ScriptedReply(content="{last_tool}"))
+    parent = delegating(model, "kill", "writer", "s1", [
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "once"})]),
+        ScriptedReply(content="{last_tool}")])
     worker.start()
     try:
         handle = await start(client, queue, parent)

@@ -43,7 +43,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.edge import first_state, settled_input
     from workflows.handover import carried, next_input
     from workflows.models import (
+        CLOSED_STATUSES,
         PENDING_PROMPT_QUERY,
+        WAITING_STATUSES,
         AnswerRequest,
         AuditAction,
         AuditRecord,
@@ -66,12 +68,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.narrator import Narrator
     from workflows.state import TurnState
-    from workflows.stopping import dollars, is_looping, over_budget
+    from workflows.stopping import is_looping, over_budget
     from workflows.thinking import Thinker
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
-SETTLED_CHILD = frozenset({"completed", "failed"})
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
@@ -188,7 +189,7 @@ class ConversationWorkflow:
     def child_status(self, report: ChildReport) -> None:
         """A subagent's status and what it waits for, so that this conversation shows them."""
         for child in self._state.current.children:
-            if child.workflow_id == report.workflow_id and child.status not in SETTLED_CHILD:
+            if child.workflow_id == report.workflow_id and child.status not in CLOSED_STATUSES:
                 owner = {"conversation_id": report.workflow_id}
                 child.status = report.status
                 child.pending_confirmations = [
@@ -369,8 +370,8 @@ class ConversationWorkflow:
             if state.end_requested:
                 turn.stop_reason = "ended"
                 return
-            if self._over_budget():
-                self._stop("budget_exceeded", self._budget_error())
+            if spent := self._over_budget():
+                self._stop("budget_exceeded", spent)
                 return
             if self._should_continue_as_new(at_turn_boundary=False):
                 await self._continue_as_new()
@@ -422,7 +423,7 @@ class ConversationWorkflow:
         turn.final_answer = answer.text
         turn.stop_reason = answer.stop_reason  # type: ignore[assignment]
         if answer.stop_reason == "budget_exceeded":
-            turn.error = self._budget_error()
+            turn.error = self._over_budget()
         elif not answer.text.strip() and message.tool_calls:
             turn.error = "the model called tools when asked for a final answer without them"
         elif finish_reason == "length":
@@ -430,16 +431,10 @@ class ConversationWorkflow:
         elif not answer.text.strip():
             turn.error = "the model returned an empty reply"
 
-    def _over_budget(self) -> bool:
+    def _over_budget(self) -> str | None:
+        """Why the conversation's budget is used up, or None."""
         return over_budget(self._state.usage, self._input.max_total_tokens,
                            self._input.max_cost_usd)
-
-    def _budget_error(self) -> str:
-        inp, usage = self._input, self._state.usage
-        if inp.max_total_tokens is not None and usage.total_tokens >= inp.max_total_tokens:
-            return f"the conversation used its token budget ({inp.max_total_tokens} tokens)"
-        return (f"the conversation used its cost budget ({dollars(usage.cost_usd)} of "
-                f"{dollars(inp.max_cost_usd)})")
 
     def _stop(self, reason: StopReason, error: str) -> None:
         turn = self._state.current
@@ -505,7 +500,7 @@ class ConversationWorkflow:
                              status=status,
                              pending_confirmations=self._desk.pending_confirmations(),
                              pending_question=self._desk.pending_question())
-        if status in SETTLED_CHILD or report == (self._reported or ChildReport(
+        if status in CLOSED_STATUSES or report == (self._reported or ChildReport(
                 workflow_id=report.workflow_id, profile=report.profile, status="running")):
             return  # the parent learns the end from the child's result
         self._reported = report
@@ -515,10 +510,7 @@ class ConversationWorkflow:
 
 def _children_waiting(children: list[ChildReport]) -> Status | None:
     statuses = {c.status for c in children}
-    for waiting in ("waiting_for_confirmation", "waiting_for_input"):
-        if waiting in statuses:
-            return waiting  # type: ignore[return-value]
-    return None
+    return next((waiting for waiting in WAITING_STATUSES if waiting in statuses), None)
 
 
 def _raise_refusal(plan: object) -> None:

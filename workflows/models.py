@@ -33,6 +33,9 @@ StopReason = Literal[
 SETTLED_STATUSES: frozenset[str] = frozenset(
     {"waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"}
 )
+# Waiting for a human, a confirmation first; and closed for good.
+WAITING_STATUSES: tuple[Status, ...] = ("waiting_for_confirmation", "waiting_for_input")
+CLOSED_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 
 
 class FunctionCall(BaseModel):

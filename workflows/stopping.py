@@ -58,13 +58,15 @@ def is_looping(records: list[CallRecord]) -> bool:
 
 
 def over_budget(usage: Usage, max_total_tokens: int | None,
-                max_cost_usd: float | None = None) -> bool:
-    """Tokens or dollars used up. An unknown cost (an unpriced model) cannot exceed a budget:
-    the usage's `cost_note` says why it is unknown."""
+                max_cost_usd: float | None = None) -> str | None:
+    """Why the tokens or dollars are used up, or None. An unknown cost (an unpriced model)
+    cannot exceed a budget: the usage's `cost_note` says why it is unknown."""
     if max_total_tokens is not None and usage.total_tokens >= max_total_tokens:
-        return True
-    return (max_cost_usd is not None and usage.cost_usd is not None
-            and usage.cost_usd >= max_cost_usd)
+        return f"the conversation used its token budget ({max_total_tokens} tokens)"
+    if max_cost_usd is not None and usage.cost_usd is not None and usage.cost_usd >= max_cost_usd:
+        return (f"the conversation used its cost budget ({dollars(usage.cost_usd)} of "
+                f"{dollars(max_cost_usd)})")
+    return None
 
 
 def dollars(cost: float | None, note: str | None = None) -> str:
