@@ -1,5 +1,5 @@
 """What a worker keeps between a conversation's model calls, so that a call can carry a delta
-(`workflows.delta`): each conversation's last prompt, and the tool lists seen by digest. Bounded
+(`workflows.rules.delta`): each conversation's last prompt, and the tool lists seen by digest. Bounded
 by an estimate of the bytes held; the least recently used goes first. Losing an entry costs one
 fetch of the prompt from the conversation, never a wrong prompt: entries are found by digest."""
 
@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_MAX_BYTES = 256 * 2**20
-MESSAGE_OVERHEAD_BYTES = 160  # a wire message's keys, role, ids and its hash, roughly
+MESSAGE_OVERHEAD_BYTES = 160  # a wire message's keys, role and ids, roughly
 
 
 @dataclass(frozen=True)
 class CachedPrompt:
     digest: str
     wire: list[dict[str, Any]]  # the messages as the endpoint receives them
-    hashes: list[str]
     size: int
 
 
@@ -54,12 +53,11 @@ class ContextCache:
         self._prompts.move_to_end(conversation)
         return entry
 
-    def keep_prompt(self, conversation: str, digest: str, wire: list[dict[str, Any]],
-                    hashes: list[str]) -> None:
+    def keep_prompt(self, conversation: str, digest: str, wire: list[dict[str, Any]]) -> None:
         old = self._prompts.pop(conversation, None)
         if old is not None:
             self._bytes -= old.size
-        entry = CachedPrompt(digest=digest, wire=wire, hashes=hashes, size=wire_size(wire))
+        entry = CachedPrompt(digest=digest, wire=wire, size=wire_size(wire))
         self._prompts[conversation] = entry
         self._bytes += entry.size
         self._evict()

@@ -18,7 +18,6 @@ from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
-from workflows import delta
 from workflows.models import (
     PENDING_PROMPT_QUERY,
     ChatMessage,
@@ -33,7 +32,8 @@ from workflows.models import (
     ToolCall,
     Usage,
 )
-from workflows.narrator import TOKENS_TOPIC
+from workflows.reporting import TOKENS_TOPIC
+from workflows.rules import delta
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -76,7 +76,7 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
 
 
 class ContextMiss(Exception):
-    """The worker cannot rebuild the prompt a delta request names (`workflows.delta`)."""
+    """The worker cannot rebuild the prompt a delta request names (`workflows.rules.delta`)."""
 
 
 class LLMActivities:
@@ -114,12 +114,11 @@ class LLMActivities:
     async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict]]:
         """The prompt's messages as the endpoint receives them, and its tools."""
         conversation = activity.info().workflow_id
-        wire = hashes = None
+        wire = None
         previous = self.cache.prompt(conversation, request.base) if request.base else None
         if request.base is None or previous is not None:
             try:
-                wire, hashes = delta.rebuild(previous.wire if previous else [],
-                                             previous.hashes if previous else [], request.parts)
+                wire = delta.rebuild(previous.wire if previous else [], request.parts)
             except delta.Mismatch as err:
                 raise ContextMiss(f"the parts do not fit the prompt they name: {err}") from None
         tools: list[dict[str, Any]] | None = []
@@ -131,16 +130,17 @@ class LLMActivities:
         if wire is None or tools is None:
             pending = await self._fetch(request.digest)
             wire = [m.to_openai() for m in pending.messages]
-            hashes = [delta.message_hash(m) for m in wire]
             tools = pending.tools if request.tools_digest is not None else []
             source = "fetched"
-        if delta.prompt_digest(hashes) != request.digest:
+        # Hashed again from what will be sent, not taken from the cache: a cached message that
+        # changed in place must fail the check, not reach the model.
+        if delta.prompt_digest([delta.message_hash(m) for m in wire]) != request.digest:
             raise ContextMiss(f"the rebuilt prompt ({source}) does not match its digest")
         if request.tools_digest is not None:
             if delta.tools_digest(tools) != request.tools_digest:
                 raise ContextMiss("the tool list does not match its digest")
             self.cache.keep_tools(request.tools_digest, tools)
-        self.cache.keep_prompt(conversation, request.digest, wire, hashes)
+        self.cache.keep_prompt(conversation, request.digest, wire)
         self.cache.rebuilt[source] += 1
         if source == "fetched":  # worth seeing (a restart, another worker, an eviction)
             log.info("prompt fetched from the conversation", messages=len(wire),
@@ -204,12 +204,18 @@ class LLMActivities:
         usage = completion.usage
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
-        return SummaryReply(text=text, usage=self._prices.priced(
-            completion.model or model, counted(usage) if usage is not None else Usage()))
+        return SummaryReply(text=text, usage=self._prices.priced(completion.model or model,
+                                                                 counted(usage)))
+
+
+# A call the endpoint reported no usage for: its tokens and cost are unknown, never 0.
+UNMETERED = Usage(cost_usd=None, cost_note="the endpoint reported no usage", unmetered_calls=1)
 
 
 def counted(usage: Any) -> Usage:
     """The endpoint's usage, with its cached prompt tokens where it reports them."""
+    if usage is None:
+        return UNMETERED.model_copy()
     details = getattr(usage, "prompt_tokens_details", None)
     return Usage(
         prompt_tokens=usage.prompt_tokens or 0,
@@ -270,7 +276,7 @@ class ReplyAssembler:
         self._text: list[str] = []
         self._calls: dict[int, dict[str, str]] = {}
         self._finish_reason: str | None = None
-        self._usage = Usage()
+        self._usage = UNMETERED.model_copy()  # until a chunk carries the usage
 
     def add(self, chunk: Any) -> str:
         """Take one chunk; return its text delta, if any."""

@@ -68,9 +68,13 @@ class Prices:
         return Prices(base_url, self.overrides)
 
     def priced(self, model: str, usage: Usage) -> Usage:
-        """The usage with its cost (or None and a note)."""
+        """The usage with its cost (or None and a note). A call with no usage reported stays
+        of unknown cost: pricing its zero tokens would say it cost nothing."""
+        if usage.unmetered_calls:
+            return usage
         cost, note = self.cost(model, usage)
-        return usage.model_copy(update={"cost_usd": cost, "cost_note": note})
+        return usage.model_copy(update={"cost_usd": cost, "cost_note": note,
+                                        "unpriced_calls": int(cost is None)})
 
     def cost(self, model: str, usage: Usage) -> tuple[float | None, str | None]:
         if model in self.overrides:

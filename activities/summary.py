@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workflows.models import ChatMessage, SummaryRequest
-from workflows.prompts import SUMMARIZER_PROMPT
+from workflows.rules.prompts import SUMMARIZER_PROMPT
 
 WORDS_PER_TOKEN = 0.75
 

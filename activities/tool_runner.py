@@ -15,9 +15,15 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
-from workflows.approvals import execution_refusal
-from workflows.bounds import truncate_observation
-from workflows.models import ToolCatalog, ToolInvocation, ToolListRequest, ToolOutcome
+from workflows.models import (
+    Risk,
+    ToolCatalog,
+    ToolInvocation,
+    ToolListRequest,
+    ToolOutcome,
+)
+from workflows.rules.bounds import truncate_observation
+from workflows.rules.gate import execution_refusal
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox
@@ -65,11 +71,17 @@ class ToolActivities:
         name = activity.info().activity_type
         invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
         spec = self._registry.get(name)
-        risk = spec.risk if spec is not None else (
-            await self._mcp.current_risk(name) if self._mcp is not None else None)
-        refusal = None if risk is None else execution_refusal(
-            name, risk, invocation, self._settings.auto_approvable)
+        if spec is None and self._mcp is None:
+            raise ApplicationError(
+                f"this worker has no tool named {name!r}", type="UnknownTool", non_retryable=True
+            )
+        known = spec.risk if spec is not None else await self._mcp.current_risk(name)
+        # No server lists it right now (one may be flapping): it could be anything, so the worst.
+        risk: Risk = known or "destructive"
+        refusal = execution_refusal(name, risk, invocation, self._settings.auto_approvable)
         if refusal is not None:  # the gate, checked again where the call would run
+            if known is None:
+                refusal = f"no server lists {name} now, so it counts as destructive: {refusal}"
             log.warning("tool refused at execution", reason=refusal, risk=risk)
             return ToolOutcome(status="needs_approval", observation=f"Error: not run: {refusal}",
                                risk=risk)
@@ -78,10 +90,6 @@ class ToolActivities:
             log.info("mcp tool done", status=outcome.status,
                      observation_bytes=len(outcome.observation.encode()))
             return bounded(outcome, invocation.max_observation_bytes)
-        if spec is None:
-            raise ApplicationError(
-                f"this worker has no tool named {name!r}", type="UnknownTool", non_retryable=True
-            )
         try:
             parsed = spec.args_model.model_validate(invocation.arguments)
         except ValidationError as exc:
@@ -108,7 +116,7 @@ class ToolActivities:
 
 
 def bounded(outcome: ToolOutcome, max_bytes: int) -> ToolOutcome:
-    """Cut an observation to `max_bytes` (UTF-8) with a clear marker, recording the full size."""
+    """Cut an observation to `max_bytes` (of JSON) with a clear marker, recording the full size."""
     observation, full = truncate_observation(outcome.observation, max_bytes)
     if full is None:
         return outcome

@@ -116,11 +116,11 @@ def question_schema(q: PendingQuestion) -> dict[str, Any]:
 
 def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -> list[Interrupt]:
     found = [
-        Interrupt(
-            id=p.call_id, reason="tool_approval", tool_call_id=p.call_id,
+        Interrupt(  # a subagent's call is named by its ref, so that two never share an id
+            id=p.ref or p.call_id, reason="tool_approval", tool_call_id=p.ref or p.call_id,
             message=f"{p.tool}({json.dumps(p.args, ensure_ascii=False)}) is {p.risk} and waits "
                     "for approval",
-            response_schema=confirmation_schema(schemas.get(p.call_id)),
+            response_schema=confirmation_schema(schemas.get(p.ref or p.call_id)),
             metadata={"tool": p.tool, "args": p.args, "risk": p.risk,
                       "conversation_id": p.conversation_id or status.workflow_id},
         )
@@ -129,7 +129,7 @@ def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -
     q = status.pending_question
     if q is not None:
         found.append(Interrupt(
-            id=q.call_id, reason="input_required", message=q.message,
+            id=q.ref or q.call_id, reason="input_required", message=q.message,
             response_schema=question_schema(q),
             metadata={"kind": q.kind, "options": q.options,
                       "conversation_id": q.conversation_id or status.workflow_id},
@@ -143,7 +143,7 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
     interrupt is sent as a confirm, so that the conversation says why it refuses it (already
     decided, by whom, or unknown)."""
     q = status.pending_question
-    if q is not None and entry.interrupt_id == q.call_id:
+    if q is not None and entry.interrupt_id == (q.ref or q.call_id):
         if entry.status == "cancelled":
             raise UsageError("a question cannot be cancelled: answer it, or end the conversation")
         payload = entry.payload

@@ -42,7 +42,6 @@ from client.session import (
     new_conversation_id,
     targets,
 )
-from workflows.bounds import check_message
 from workflows.models import (
     AnswerRequest,
     AuditRecord,
@@ -54,6 +53,7 @@ from workflows.models import (
     SignalOutcome,
     Status,
 )
+from workflows.rules.bounds import check_message
 
 log = structlog.get_logger("api")
 STATIC = Path(__file__).parent / "static"
@@ -84,8 +84,11 @@ class MessageBody(Body):
 
 
 class Targets(Body):
-    call_ids: list[str] = Field(default=[], description="the pending calls to decide")
+    call_ids: list[str] = Field(default=[], description="the pending calls to decide, by ref "
+                                "(a call id, or a subagent's `call_0/call_0`)")
     all: bool = Field(default=False, description="every call waiting for a decision")
+    seen: dict[str, str] = Field(default={}, description="call ref -> the `args_hash` of the "
+                                 "arguments shown to the human: other arguments are refused")
 
     def targets(self) -> tuple[list[str], bool]:
         return targets(self.call_ids, self.all, "all")
@@ -280,8 +283,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         the token's name."""
         call_ids, all_ = body.targets()
         return await s.decide(cid, ConfirmRequest(request_id=_request_id(), call_ids=call_ids,
-                                                  all=all_, args=body.args, approver=who),
-                              by_update=True)
+                                                  all=all_, args=body.args, approver=who,
+                                                  seen=body.seen), by_update=True)
 
     @app.post("/conversations/{cid}/reject", response_model=SignalOutcome, tags=["input"],
               responses={409: {"description": "refused: the reason"}})
@@ -289,8 +292,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         """Reject pending call(s); the model reads `rejected by user: <reason>`."""
         call_ids, all_ = body.targets()
         return await s.decide(cid, RejectRequest(request_id=_request_id(), call_ids=call_ids,
-                                                 all=all_, reason=body.reason, approver=who),
-                              by_update=True)
+                                                 all=all_, reason=body.reason, approver=who,
+                                                 seen=body.seen), by_update=True)
 
     @app.post("/conversations/{cid}/answer", response_model=SignalOutcome, tags=["input"],
               responses={409: {"description": "refused: the reason"}})

@@ -16,8 +16,8 @@ from activities.llm import stream_completion
 from activities.settings import ActivitySettings
 from activities.tools import ToolContext, default_registry
 from workflows.models import LLMReply
-from workflows.prompts import DEFAULT_SYSTEM_PROMPT
-from workflows.questions import ASK_TOOLS
+from workflows.rules.prompts import DEFAULT_SYSTEM_PROMPT
+from workflows.rules.questions import ASK_TOOLS
 
 
 class Agent:

@@ -29,7 +29,6 @@ from client.session import (
     targets,
 )
 from client.watch import watch
-from workflows.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     AnswerRequest,
@@ -40,6 +39,7 @@ from workflows.models import (
     SayRequest,
     SignalOutcome,
 )
+from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:

@@ -6,7 +6,7 @@ import json
 import shlex
 
 from workflows.models import AuditRecord, ConversationStatus
-from workflows.stopping import dollars
+from workflows.rules.stopping import dollars
 
 
 def render_status(s: ConversationStatus) -> str:
@@ -42,10 +42,11 @@ def render_status(s: ConversationStatus) -> str:
     for p in s.pending_confirmations:
         args = json.dumps(p.args, ensure_ascii=False)
         whose = f" in subagent {p.conversation_id}" if p.conversation_id else ""
-        lines.append(f"waiting for approval{whose}: {p.tool}({args}) [{p.risk}], call {p.call_id}")
-        lines.append(f"  approve: python -m client confirm {wid} {p.call_id}")
-        lines.append(f"  edit:    python -m client confirm {wid} {p.call_id} --args {shlex.quote(args)}")
-        lines.append(f'  reject:  python -m client reject {wid} {p.call_id} --reason "..."')
+        ref = p.ref or p.call_id  # a subagent's call by its path: call ids can repeat across them
+        lines.append(f"waiting for approval{whose}: {p.tool}({args}) [{p.risk}], call {ref}")
+        lines.append(f"  approve: python -m client confirm {wid} {ref}")
+        lines.append(f"  edit:    python -m client confirm {wid} {ref} --args {shlex.quote(args)}")
+        lines.append(f'  reject:  python -m client reject {wid} {ref} --reason "..."')
     if len(s.pending_confirmations) > 1:
         lines.append(f"  or all at once: python -m client confirm {wid} --all")
     q = s.pending_question

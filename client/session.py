@@ -37,8 +37,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.connection import TemporalSettings
-from workflows.bounds import DEFAULT_MESSAGE_BYTES
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow, relative_id
 from workflows.models import (
     SETTLED_STATUSES,
     AnswerRequest,
@@ -47,13 +46,15 @@ from workflows.models import (
     ConversationInput,
     ConversationStatus,
     EndRequest,
+    PendingConfirmation,
     RejectRequest,
     SayRequest,
     SignalOutcome,
     Status,
     StreamEvent,
 )
-from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
+from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
+from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -188,12 +189,15 @@ class Session:
 
     async def pending_schemas(self, workflow_id: str, status: ConversationStatus | None = None
                               ) -> dict[str, dict[str, Any]]:
-        """The argument schema of each call waiting for a decision, by call id (its subagents'
-        calls included); `status`, when the caller holds it already, names the subagents."""
-        schemas = await self.query(workflow_id, ConversationWorkflow.pending_schemas)
+        """The argument schema of each call waiting for a decision, by its ref (its subagents'
+        calls included, at any depth); `status`, when the caller holds it already, names the
+        subagents."""
+        schemas = dict(await self.query(workflow_id, ConversationWorkflow.pending_schemas))
         status = status or await self.status(workflow_id)
-        for child in {p.conversation_id for p in status.pending_confirmations if p.conversation_id}:
-            schemas.update(await self.pending_schemas(child))
+        for owner in {p.conversation_id for p in status.pending_confirmations if p.conversation_id}:
+            path = relative_id(owner, workflow_id)
+            own = await self.query(owner, ConversationWorkflow.pending_schemas)
+            schemas.update({f"{path}/{call_id}": schema for call_id, schema in own.items()})
         return schemas
 
     async def wait_settled(self, workflow_id: str, turn: int, wait_s: float) -> ConversationStatus:
@@ -259,27 +263,50 @@ class Session:
         it, where the decision is recorded, so `confirm PARENT CALL_ID` reaches it."""
         outcomes = []
         for target, part in await self._owners(workflow_id, request):
-            if by_update:
-                outcomes.append(await self.update(target, part))
-            else:
-                outcomes.append(await self.send(target, _SIGNALS[type(part)], part))
+            try:
+                if by_update:
+                    outcomes.append(await self.update(target, part))
+                else:
+                    outcomes.append(await self.send(target, _SIGNALS[type(part)], part))
+            except NotFound:
+                if target == workflow_id:
+                    raise
+                # the subagent finished since the status showed its call: that call is stale
+                raise Refused(f"{', '.join(getattr(part, 'call_ids', [])) or 'the question'} "
+                              f"is stale: subagent {target} has finished") from None
         return next((o for o in outcomes if not o.accepted), outcomes[0])
 
     async def _owners(self, workflow_id: str, request: Any) -> list[tuple[str, Any]]:
-        """The request split by the conversations that own what it names."""
+        """The request split by the conversations that own what it names, each part bound to
+        what the status shows: the arguments of each call it decides, the question it answers.
+        `all` is every call the status shows (a subagent's too), never one it did not show."""
         status = await self.status(workflow_id)
         if isinstance(request, AnswerRequest):
             q = status.pending_question
-            return [(q.conversation_id if q and q.conversation_id else workflow_id, request)]
-        owner = {p.call_id: p.conversation_id or workflow_id for p in status.pending_confirmations}
-        groups: dict[str, list[str]] = {}
-        if request.all:
-            groups = {o: [] for o in owner.values()} or {workflow_id: []}
-        for call_id in request.call_ids:
-            groups.setdefault(owner.get(call_id, workflow_id), []).append(call_id)
+            if q is None:  # let the conversation say why (or take it once a question comes)
+                return [(workflow_id, request)]
+            bound = request if request.call_id else request.model_copy(update={"call_id": q.call_id})
+            return [(q.conversation_id or workflow_id, bound)]
+        pending = status.pending_confirmations
+        if request.all and not pending:
+            raise Refused("no call is waiting for a decision")
+        names = [p.ref or p.call_id for p in pending] if request.all else request.call_ids
+        groups: dict[str, tuple[list[str], dict[str, str]]] = {}
+        for name in names:
+            call = pending_call(name, pending)
+            if call is None:  # not shown (yet): the conversation decides what the name means
+                ids, seen = groups.setdefault(workflow_id, ([], {}))
+                ids.append(name)
+            else:
+                ids, seen = groups.setdefault(call.conversation_id or workflow_id, ([], {}))
+                ids.append(call.call_id)
+            # the arguments the caller saw (a console sends them), else those the status shows
+            if (hashed := request.seen.get(name) or (call and call.args_hash)) is not None:
+                seen[ids[-1]] = hashed
         return [(target, request.model_copy(update={
-            "call_ids": ids, "request_id": request.request_id if n == 0 else
-            f"{request.request_id}-{n}"})) for n, (target, ids) in enumerate(groups.items())]
+            "call_ids": ids, "all": False, "seen": seen,
+            "request_id": request.request_id if n == 0 else f"{request.request_id}-{n}"}))
+            for n, (target, (ids, seen)) in enumerate(groups.items())]
 
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
@@ -343,6 +370,20 @@ async def follow(client: Client, workflow_id: str, from_offset: int = 0,
             if on_interrupted is not None:
                 on_interrupted(err, offset)
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+
+def pending_call(name: str, pending: list[PendingConfirmation]) -> PendingConfirmation | None:
+    """The pending call a name picks: its ref (`call_0`, or a subagent's `call_0/call_0`), or a
+    bare call id that only one pending call has. A call id that several subagents use is
+    refused with their refs, so a decision never reaches a call its human did not pick."""
+    by_ref = [p for p in pending if (p.ref or p.call_id) == name]
+    if by_ref:
+        return by_ref[0]
+    by_id = [p for p in pending if p.call_id == name]
+    if len(by_id) > 1:
+        which = ", ".join(f"{p.ref} ({p.tool} in {p.conversation_id})" for p in by_id)
+        raise Refused(f"{name} names {len(by_id)} pending calls: {which}; name one by its ref")
+    return by_id[0] if by_id else None
 
 
 def targets(call_ids: list[str], all_: bool, all_name: str) -> tuple[list[str], bool]:

@@ -10,8 +10,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from client.session import NotFound, follow
+from workflows.conversation import relative_id
 from workflows.models import StreamEvent
-from workflows.stopping import dollars
+from workflows.rules.stopping import dollars
 
 CHILD_APPEARS_TRIES = 50
 
@@ -25,8 +26,9 @@ class Renderer:
         self._streaming = False  # a line of tokens is open
         self._agent: str | None = None  # whose tokens it holds
 
-    def render(self, e: StreamEvent, agent: str | None = None) -> None:
-        """Render an event; a subagent's (`agent`: its profile) is marked with its name."""
+    def render(self, e: StreamEvent, agent: str | None = None, owner: str | None = None) -> None:
+        """Render an event; a subagent's (`agent`: its profile; `owner`: its conversation) is
+        marked with its name, and its calls are named by their ref from the watched one."""
         mark = f"[{agent}] " if agent else ""
         if e.kind == "token":
             if self._streaming and self._agent != agent:
@@ -34,12 +36,13 @@ class Renderer:
             self._write(("" if self._streaming else mark) + (e.text or ""), inline=True)
             self._agent = agent
             return
-        line = self._line(e)
+        line = self._line(e, owner)
         if line is not None:
             self._write("\n".join(mark + part for part in line.split("\n")))
 
-    def _line(self, e: StreamEvent) -> str | None:
+    def _line(self, e: StreamEvent, owner: str | None = None) -> str | None:
         wid = self._wid
+        ref = e.call_id if owner in (None, wid) else f"{relative_id(owner, wid)}/{e.call_id}"
         match e.kind:
             case "turn_started":
                 return f"── turn {e.turn}: {e.text}"
@@ -53,9 +56,9 @@ class Renderer:
             case "tool_finished":
                 return f"← {e.tool} {e.status} ({e.observation_bytes} bytes, {e.ms} ms)"
             case "approval_requested":
-                return (f"⏸ {e.tool}({e.args}) is {e.risk} and waits for approval, call {e.call_id}\n"
-                        f"   approve: python -m client confirm {wid} {e.call_id}\n"
-                        f"   reject:  python -m client reject {wid} {e.call_id} --reason \"...\"")
+                return (f"⏸ {e.tool}({e.args}) is {e.risk} and waits for approval, call {ref}\n"
+                        f"   approve: python -m client confirm {wid} {ref}\n"
+                        f"   reject:  python -m client reject {wid} {ref} --reason \"...\"")
             case "decision_taken":
                 why = f": {e.text}" if e.text else ""
                 return f"✓ {e.tool} call {e.call_id} {e.status} by {e.approver}{why}"
@@ -98,8 +101,9 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
     marked with its profile; reconnect from the last offset on errors. Returns the next offset
     to read of the conversation's own stream."""
     renderer = renderer or Renderer(workflow_id)
-    # (agent, event, offset): event None when that stream ended, an error when the parent's failed
-    items: asyncio.Queue[tuple[str | None, StreamEvent | BaseException | None, int]] = \
+    # (agent, its conversation, event, offset): event None when that stream ended, an error
+    # when the parent's failed
+    items: asyncio.Queue[tuple[str | None, str, StreamEvent | BaseException | None, int]] = \
         asyncio.Queue()
     followers: list[asyncio.Task[None]] = []
 
@@ -114,23 +118,23 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
         for attempt in range(1, tries + 1):
             try:
                 async for item in follow(client, wid, start, on_interrupted=interrupted):
-                    await items.put((agent, item.data, item.offset))
+                    await items.put((agent, wid, item.data, item.offset))
                 break
             except Exception as err:  # noqa: BLE001 - a subagent's stream just ends; the parent's is raised
                 if isinstance(err, NotFound) and attempt < tries:
                     await asyncio.sleep(0.2)
                     continue
                 if agent is None:
-                    await items.put((None, err, -1))
+                    await items.put((None, wid, err, -1))
                     return
                 break
-        await items.put((agent, None, -1))
+        await items.put((agent, wid, None, -1))
 
     followers.append(asyncio.create_task(pump(workflow_id, from_offset, None)))
     offset, open_streams = from_offset, 1
     try:
         while open_streams:
-            agent, event, at = await items.get()
+            agent, owner, event, at = await items.get()
             if event is None:  # a stream ended: its conversation completed
                 open_streams -= 1
                 continue
@@ -142,7 +146,7 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
                 name = f"{agent}/{event.tool}" if agent else event.tool
                 followers.append(asyncio.create_task(pump(event.text, 0, name)))
                 open_streams += 1
-            renderer.render(event, agent)
+            renderer.render(event, agent, owner)
         return offset
     finally:
         for task in followers:

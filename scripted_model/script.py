@@ -7,14 +7,14 @@ without a server: the same request messages always give the same reply.
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from workflows.prompts import SUMMARIZER_PROMPT
+from workflows.rules.prompts import SUMMARIZER_PROMPT
 
 
 class ScriptedToolCall(BaseModel):
@@ -41,6 +41,7 @@ class ScriptedReply(BaseModel):
     delay_s: float = 0.0
     finish_reason: str | None = None
     content_without_tools: str | None = None  # the answer instead, when no tools are offered
+    no_usage: bool = False  # answer without any usage, as some endpoints do
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:

@@ -139,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold:
             owner._release_event.wait()
         model = body.get("model") or MODEL_ID
-        counts = usage(messages, body.get("tools"), reply)
+        counts = None if reply.no_usage else usage(messages, body.get("tools"), reply)
         completion_id = f"chatcmpl-{owner._conversation_key(messages)[:24]}"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -156,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "created": CREATED,
                 "model": model,
                 "choices": [choice],
-                "usage": counts,
+                **({"usage": counts} if counts is not None else {}),
             })
 
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:

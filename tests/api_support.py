@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
+from fastapi import FastAPI
+from starlette.routing import Mount, Route
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,3 +73,28 @@ def sse_events(body: str) -> list[dict[str, str]]:
         if fields:
             events.append(fields)
     return events
+
+
+# What holds no data and loads without a token (README, Security): the console's page and its
+# static files, and the OpenAPI docs.
+PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+def concrete(path: str) -> str:
+    """A route's path with its parameters filled in."""
+    return re.sub(r"\{[^}]+\}", "x", path)
+
+
+def routes_by_access(app: FastAPI) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Every (method, path) the app serves: those that must need a token, and the public ones."""
+    guarded: list[tuple[str, str]] = []
+    public: list[tuple[str, str]] = []
+    for route in app.routes:
+        if isinstance(route, Mount):
+            assert route.path == "/static", f"a mount nobody checked: {route.path}"
+            public += [("GET", "/static/index.html"), ("GET", "/static/console.js")]
+        elif isinstance(route, Route):  # APIRoute too
+            methods = sorted(route.methods - {"HEAD"})
+            (public if route.path in PUBLIC_PATHS else guarded).extend(
+                (method, concrete(route.path)) for method in methods)
+    return guarded, public

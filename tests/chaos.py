@@ -1,11 +1,14 @@
 """Chaos: N conversations with approvals while the worker is SIGKILLed every few seconds and the
 Temporal dev server is restarted once on the same SQLite file.
 
-    python -m tests.chaos --conversations 100
+    python -m tests.chaos --conversations 100 [--cpu-load 2]
 
 Each conversation reads the weather, creates a note (approval) and deletes it by title
-(approval). It reports completed/N, duplicate notes, non-safe executions without approval and
-lost signals; the target is N/N, 0, 0, 0. `tests/test_chaos.py` runs a small version in CI.
+(approval). It reports completed/N, duplicate notes, non-safe executions without approval, lost
+signals, conversations whose history their own code cannot replay and final checks that got no
+answer; the target is N/N, 0, 0, 0, 0, 0. It also counts failed queries, which are never fatal:
+most are a worker or the server being down at the time. `tests/test_chaos.py` runs a small
+version in CI.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
@@ -40,6 +45,7 @@ from scripted_model import (
     ScriptedToolCall,
 )
 from tests.devserver import dev_server_command, free_port, worker_env
+from tests.helpers import REPLAYER, keep_history, run_histories
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     AnswerRequest,
@@ -51,6 +57,9 @@ from workflows.models import (
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)
 RISKY = {"create_note", "delete_note"}
+# A conversation whose queries fail other than for want of a worker or server (its workflow task
+# fails, as on a nondeterminism error) for this long is not waited for any more.
+GIVE_UP_AFTER_S = 60.0
 
 
 @dataclass
@@ -60,21 +69,30 @@ class ChaosReport:
     duplicate_notes: int
     unapproved_executions: int
     lost_signals: int
+    histories_not_replaying: int  # conversations with a run that their own code cannot replay
+    unanswered_checks: int  # final queries and history fetches that never answered
+    failed_queries: int  # queries, signals and fetches that raised, each attempt counted
     worker_kills: int
     server_restarts: int
     seconds: float
+    cpu_load: int = 0  # busy-loop processes running beside it
+    query_errors: dict[str, int] = field(default_factory=dict)  # failed_queries by error type
+    kept_failed: str | None = None  # where the runs that do not replay were written
 
     def ok(self) -> bool:
         return (self.completed == self.conversations and self.duplicate_notes == 0
-                and self.unapproved_executions == 0 and self.lost_signals == 0)
+                and self.unapproved_executions == 0 and self.lost_signals == 0
+                and self.histories_not_replaying == 0 and self.unanswered_checks == 0)
 
     def markdown(self) -> str:
         return (
             "| conversations | completed | duplicate notes | unapproved executions | lost signals "
-            "| worker kills | server restarts | seconds |\n|---|---|---|---|---|---|---|---|\n"
+            "| histories not replaying | unanswered checks | failed queries | worker kills "
+            "| server restarts | cpu load | seconds |\n" + "|---" * 12 + "|\n"
             f"| {self.conversations} | {self.completed}/{self.conversations} | "
             f"{self.duplicate_notes} | {self.unapproved_executions} | {self.lost_signals} | "
-            f"{self.worker_kills} | {self.server_restarts} | {self.seconds:.0f} |"
+            f"{self.histories_not_replaying} | {self.unanswered_checks} | {self.failed_queries} | "
+            f"{self.worker_kills} | {self.server_restarts} | {self.cpu_load} | {self.seconds:.0f} |"
         )
 
 
@@ -94,6 +112,57 @@ class Process:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
+
+
+class CpuLoad:
+    """Busy-loop processes, so that a run on a loaded machine can be reproduced."""
+
+    # Spins until its parent is gone, so that even a SIGKILLed harness leaves no load behind.
+    LOOP = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    sum(range(10**6))\n"
+
+    def __init__(self, processes: int):
+        self.processes, self.procs = processes, []
+
+    def start(self) -> None:
+        for _ in range(self.processes):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", self.LOOP],
+                                               stdin=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+
+
+UNANSWERED = object()  # what FailedQueries.ask returns once it gives up
+
+
+class FailedQueries:
+    """Every query, signal or history fetch of the harness that raised, by error type, and the
+    final checks that never got an answer. None is fatal: one bad conversation must not end the
+    run."""
+
+    def __init__(self) -> None:
+        self.by_type: Counter[str] = Counter()
+        self.unanswered = 0
+
+    def record(self, err: Exception) -> None:
+        self.by_type[type(err).__name__] += 1
+
+    async def ask(self, call, attempts: int = 120):
+        """A query, again until a worker answers it: after the kills, every conversation replays,
+        and a task that times out under that load leaves queries refused for a while. UNANSWERED
+        once it gives up, at once if the workflow task itself fails (not an `RPCError`)."""
+        for i in range(attempts):
+            try:
+                return await call()
+            except Exception as err:
+                self.record(err)
+                if not isinstance(err, RPCError) or i == attempts - 1:
+                    self.unanswered += 1
+                    return UNANSWERED
+                await asyncio.sleep(1.0)
 
 
 async def wait_for_server(address: str, deadline_s: float = 60) -> Client:
@@ -134,9 +203,28 @@ class Approver:
         self.sent: dict[str, list[str]] = {}  # workflow id -> request ids the server accepted
         self.decided: set[tuple[str, str]] = set()
         self.answers: dict[str, str | None] = {}  # workflow id -> final answer, once settled
+        self.failed = FailedQueries()
+        self.failing_since: dict[str, float] = {}  # workflow id -> since when its task fails
 
     async def tend(self, handle: WorkflowHandle) -> bool:
-        """One look at a conversation; True once it is done (answered, or ended otherwise)."""
+        """One look at a conversation; True once it is done (answered, or ended otherwise). A
+        query or signal that fails is counted and means "not done yet": the run goes on."""
+        try:
+            done = await self._look(handle)
+        except Exception as err:
+            self.failed.record(err)
+            if not isinstance(err, RPCError):  # not a missing worker or server
+                self.failing_since.setdefault(handle.id, time.monotonic())
+            return False
+        self.failing_since.pop(handle.id, None)
+        return done
+
+    def given_up(self, after_s: float = GIVE_UP_AFTER_S) -> set[str]:
+        """The conversations whose workflow task has failed for `after_s`: not worth waiting for."""
+        now = time.monotonic()
+        return {wid for wid, since in self.failing_since.items() if now - since > after_s}
+
+    async def _look(self, handle: WorkflowHandle) -> bool:
         status = await handle.query(ConversationWorkflow.status, rpc_timeout=_RPC_TIMEOUT)
         if status.status in ("idle", "completed", "failed"):
             self.answers[handle.id] = status.final_answer
@@ -159,33 +247,27 @@ class Approver:
         return False
 
 
-async def unapproved_executions(handle: WorkflowHandle) -> int:
+async def unapproved_executions(handle: WorkflowHandle, failed: FailedQueries) -> int:
     """Risky activities scheduled before a confirm that the workflow took (its outcome accepted)
-    named their call. A refused confirm approves nothing."""
-    converter = pydantic_data_converter.payload_converter
-    events = [event async for event in handle.fetch_history_events()]
-    confirms = []
-    for event in events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            attrs = event.workflow_execution_signaled_event_attributes
-            if attrs.signal_name == "confirm":
-                [request] = converter.from_payloads(attrs.input.payloads, [ConfirmRequest])
-                confirms.append(request)
+    named their call. A refused confirm approves nothing. 0 if the history or an outcome cannot
+    be had: `failed` counts that check as unanswered."""
+    events = await failed.ask(lambda: _history_events(handle))
+    if events is UNANSWERED:
+        return 0
+    confirms = dict(_confirms(events))  # event index -> its confirm request
     taken = set()
-    for request in confirms:
-        outcome = await _retry(lambda: handle.query(
+    for request in confirms.values():
+        outcome = await failed.ask(lambda: handle.query(
             ConversationWorkflow.signal_outcome, request.request_id, rpc_timeout=_RPC_TIMEOUT))
+        if outcome is UNANSWERED:
+            return 0
         if outcome is not None and outcome.accepted:
             taken.add(request.request_id)
     approved: set[str] = set()
     bad = 0
-    for event in events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            attrs = event.workflow_execution_signaled_event_attributes
-            if attrs.signal_name == "confirm":
-                [request] = converter.from_payloads(attrs.input.payloads, [ConfirmRequest])
-                if request.request_id in taken:
-                    approved.update(request.call_ids)
+    for i, event in enumerate(events):
+        if i in confirms and confirms[i].request_id in taken:
+            approved.update(confirms[i].call_ids)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name in RISKY:
@@ -194,12 +276,52 @@ async def unapproved_executions(handle: WorkflowHandle) -> int:
     return bad
 
 
+async def _history_events(handle: WorkflowHandle) -> list:
+    return [event async for event in handle.fetch_history_events()]
+
+
+def _confirms(events: list):
+    converter = pydantic_data_converter.payload_converter
+    for i, event in enumerate(events):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            attrs = event.workflow_execution_signaled_event_attributes
+            if attrs.signal_name == "confirm":
+                [request] = converter.from_payloads(attrs.input.payloads, [ConfirmRequest])
+                yield i, request
+
+
+async def histories_not_replaying(
+    conversations: Sequence[Sequence[WorkflowHistory]], keep_dir: Path,
+) -> int:
+    """The number of conversations with a run (a list of runs each) that their own code cannot
+    replay. Each such run is written to `keep_dir` as `<workflow id>.run<n>.json` (as `temporal
+    workflow show -o json`, with its workflow id; `kept_history` reads it) beside its error."""
+    failing = 0
+    for runs in conversations:
+        failed_here = False
+        for n, history in enumerate(runs, 1):
+            result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
+            if result.replay_failure is None:
+                continue
+            failed_here = True
+            keep_dir.mkdir(parents=True, exist_ok=True)
+            stem = f"{history.workflow_id}.run{n}"
+            keep_history(history, keep_dir / f"{stem}.json")
+            (keep_dir / f"{stem}.error.txt").write_text(
+                f"workflow {history.workflow_id} run {history.run_id}\n"
+                f"{type(result.replay_failure).__name__}: {result.replay_failure}\n")
+        failing += failed_here
+    return failing
+
+
 async def run_chaos(
     conversations: int, kill_every: tuple[float, float] = (2.0, 5.0), timeout_s: float = 600,
-    seed: int | None = None, think_s: float = 1.5,
+    seed: int | None = None, think_s: float = 1.5, cpu_load: int = 0,
+    keep_failed: Path | None = None,
 ) -> ChaosReport:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
+    keep_failed = keep_failed or work / "not-replaying"
     port = free_port()
     address = f"127.0.0.1:{port}"
     server = Process(dev_server_command(work / "chaos.db", port), dict(os.environ),
@@ -210,8 +332,10 @@ async def run_chaos(
                      worker_env(address, queue, model.base_url, work / "data"), work / "worker.log")
     _count_inserts(work / "data")
     kills = restarts = 0
+    load = CpuLoad(cpu_load)
     started = time.monotonic()
     try:
+        load.start()
         server.start()
         client = await wait_for_server(address)
         worker.start()
@@ -230,13 +354,15 @@ async def run_chaos(
         done: set[str] = set()
         next_kill = time.monotonic() + rng.uniform(*kill_every)
         restart_at = started + 6
-        while len(done) < conversations and time.monotonic() - started < timeout_s:
+        while (len(done | approver.given_up()) < conversations
+               and time.monotonic() - started < timeout_s):
             now = time.monotonic()
             if restart_at and now >= restart_at:
                 server.kill(signal.SIGTERM)
                 server.start()
                 client = await wait_for_server(address)
-                handles = [client.get_workflow_handle(h.id) for h in handles]
+                handles = [client.get_workflow_handle(
+                    h.id, first_execution_run_id=h.first_execution_run_id) for h in handles]
                 restarts, restart_at = restarts + 1, 0
             if now >= next_kill:
                 worker.kill()
@@ -244,47 +370,51 @@ async def run_chaos(
                 kills += 1
                 next_kill = now + rng.uniform(*kill_every)
             open_handles = [h for h in handles if h.id not in done]
-            looks = await asyncio.gather(*(approver.tend(h) for h in open_handles),
-                                         return_exceptions=True)
-            for handle, finished in zip(open_handles, looks):
-                if finished is True:
-                    done.add(handle.id)
-                elif isinstance(finished, BaseException) and not isinstance(finished, RPCError):
-                    raise finished  # RPCError: no worker or no server right now; look again
+            looks = await asyncio.gather(*(approver.tend(h) for h in open_handles))
+            done.update(h.id for h, finished in zip(open_handles, looks) if finished)
             await asyncio.sleep(0.2)
         worker.kill()
         worker.start()  # queries below need a worker
-        unapproved = sum([await unapproved_executions(h) for h in handles])
-        lost = 0
-        for handle in handles:
-            for request_id in approver.sent.get(handle.id, []):
-                outcome = await _retry(lambda: handle.query(
-                    ConversationWorkflow.signal_outcome, request_id, rpc_timeout=_RPC_TIMEOUT))
-                lost += outcome is None
+        failed = approver.failed
+        unapproved = sum([await unapproved_executions(h, failed) for h in handles])
+        lost = sum([await _lost_signals(h, approver.sent.get(h.id, []), failed) for h in handles])
+        not_replaying = await _replay_all(client, handles, failed, keep_failed)
         answered = sum(is_expected_answer(approver.answers.get(h.id), t)
                        for t, h in zip(titles, handles))
         return ChaosReport(
             conversations=conversations, completed=answered,
             duplicate_notes=_duplicate_notes(work / "data"),
-            unapproved_executions=unapproved, lost_signals=lost, worker_kills=kills,
-            server_restarts=restarts, seconds=time.monotonic() - started,
+            unapproved_executions=unapproved, lost_signals=lost,
+            histories_not_replaying=not_replaying, unanswered_checks=failed.unanswered,
+            failed_queries=sum(failed.by_type.values()), worker_kills=kills,
+            server_restarts=restarts, seconds=time.monotonic() - started, cpu_load=cpu_load,
+            query_errors=dict(failed.by_type),
+            kept_failed=str(keep_failed) if not_replaying else None,
         )
     finally:
+        load.stop()
         worker.kill(signal.SIGTERM)
         server.kill(signal.SIGTERM)
         model.stop()
 
 
-async def _retry(call, attempts: int = 120):
-    """A query, again until a worker answers it: after the kills, every conversation replays, and
-    a task that times out under that load leaves queries refused for a while."""
-    for i in range(attempts):
-        try:
-            return await call()
-        except RPCError:
-            if i == attempts - 1:
-                raise
-            await asyncio.sleep(1.0)
+async def _lost_signals(handle: WorkflowHandle, request_ids: list[str],
+                        failed: FailedQueries) -> int:
+    """Signals the server accepted that the workflow has no outcome for."""
+    lost = 0
+    for request_id in request_ids:
+        outcome = await failed.ask(lambda: handle.query(
+            ConversationWorkflow.signal_outcome, request_id, rpc_timeout=_RPC_TIMEOUT))
+        lost += outcome is None
+    return lost
+
+
+async def _replay_all(client: Client, handles: list[WorkflowHandle], failed: FailedQueries,
+                      keep_dir: Path) -> int:
+    """`histories_not_replaying` over every run of every conversation whose history it can
+    fetch."""
+    fetched = [await failed.ask(lambda: run_histories(client, h)) for h in handles]
+    return await histories_not_replaying([r for r in fetched if r is not UNANSWERED], keep_dir)
 
 
 def _count_inserts(data_dir: Path) -> None:
@@ -305,14 +435,27 @@ def _duplicate_notes(data_dir: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", "-n", type=int, default=100)
-    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds, at most")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--think", type=float, default=1.5,
+                        help="seconds of model latency per step (default 1.5)")
+    parser.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 5.0),
+                        metavar=("MIN", "MAX"), help="seconds between worker kills (default 2 5)")
+    parser.add_argument("--cpu-load", type=int, default=0, metavar="N",
+                        help="busy-loop processes to run beside it, for a loaded machine")
+    parser.add_argument("--keep-failed", type=Path, metavar="DIR",
+                        help="where to keep the histories that do not replay (default: a temp dir)")
     args = parser.parse_args()
-    report = asyncio.run(run_chaos(args.conversations, timeout_s=args.timeout, seed=args.seed))
+    report = asyncio.run(run_chaos(
+        args.conversations, kill_every=tuple(args.kill_every), timeout_s=args.timeout,
+        seed=args.seed, think_s=args.think, cpu_load=args.cpu_load, keep_failed=args.keep_failed))
     print(report.markdown())
     print(json.dumps(asdict(report)))
+    if report.kept_failed:
+        print(f"histories that do not replay, with their errors: {report.kept_failed}",
+              file=sys.stderr)
     sys.exit(0 if report.ok() else 1)
 
 

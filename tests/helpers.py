@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -23,6 +24,7 @@ from scripted_model import (
     ScriptedReply,
     ScriptedToolCall,
 )
+from worker.app import workflow_runner
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     SETTLED_STATUSES,
@@ -33,7 +35,8 @@ from workflows.models import (
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
-REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+                    workflow_runner=workflow_runner())
 
 
 async def replay(handle: WorkflowHandle, record_as: str) -> None:
@@ -171,3 +174,19 @@ def note_rows(data_dir: Path, title: str | None = None) -> list[tuple]:
 
 async def tool_messages(handle: WorkflowHandle) -> list:
     return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
+
+
+WORKFLOW_TASK_EVENTS = frozenset({
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+})
+
+
+async def recorded_events(handle: WorkflowHandle) -> list[int]:
+    """The types of a history's events, without workflow-task bookkeeping. A refused update
+    records nothing, but the server may still persist the speculative workflow task that
+    carried it (timed out under load, or failed by a worker that had evicted the conversation):
+    compare these, not the number of events."""
+    history = await handle.fetch_history()
+    return [e.event_type for e in history.events if e.event_type not in WORKFLOW_TASK_EVENTS]

@@ -13,10 +13,13 @@ import time
 import httpx
 import pytest
 
+from api.app import create_app
+from api.settings import ApiSettings
+from client.connection import TemporalSettings
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.api_support import ROOT, ApiProcess, free_port, sse_events
+from tests.api_support import ROOT, ApiProcess, free_port, routes_by_access, sse_events
 from tests.conftest import SECRET_KEY
-from tests.helpers import note_rows, script, start, tool_call, unique
+from tests.helpers import note_rows, recorded_events, script, start, tool_call, unique
 
 TIMEOUT = httpx.Timeout(30.0)
 
@@ -36,10 +39,6 @@ async def until(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1
             return current
         assert time.monotonic() < deadline, f"never reached {statuses}: {current}"
         await asyncio.sleep(0.1)
-
-
-async def history_length(client, cid: str) -> int:
-    return len((await client.get_workflow_handle(cid).fetch_history()).events)
 
 
 @pytest.fixture
@@ -93,7 +92,7 @@ async def test_approval_with_edited_args_records_the_principal(
     assert schemas[call["call_id"]]["properties"]["title"]["type"] == "string"
 
     # A name in the body is not how an approver is chosen: refused as a malformed body.
-    before = await history_length(client, cid)
+    before = await recorded_events(client.get_workflow_handle(cid))
     spoofed = await http.post(f"/conversations/{cid}/confirm",
                               json={"call_ids": [call["call_id"]], "approver": "mallory"})
     assert spoofed.status_code == 422
@@ -106,7 +105,7 @@ async def test_approval_with_edited_args_records_the_principal(
     assert unknown.status_code == 409 and "call_nope" in unknown.json()["detail"]
     neither = await http.post(f"/conversations/{cid}/confirm", json={})
     assert neither.status_code == 422 and "call ids" in neither.json()["detail"]
-    assert await history_length(client, cid) == before  # refusals never reach the history
+    assert await recorded_events(client.get_workflow_handle(cid)) == before  # nothing recorded
     assert (await status_of(http, cid))["pending_confirmations"] == [call]
 
     taken = await http.post(f"/conversations/{cid}/confirm",
@@ -258,11 +257,10 @@ async def test_tokens_name_the_approver_and_guard_every_route(
                      AGENT_API_TOKENS="alice:tok-alice-123,bob:tok-bob-456").start()
     seen: list[str] = []
     try:
+        # Every route the app declares (tests/test_api_rules.py checks them in-process too).
+        guarded, _ = routes_by_access(create_app(ApiSettings(), TemporalSettings()))
         async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT) as anon:
-            for method, path in [("GET", "/conversations"), ("GET", "/conversations/x"),
-                                 ("POST", "/conversations"), ("POST", "/conversations/x/confirm"),
-                                 ("GET", "/conversations/x/events"), ("POST", "/agui"),
-                                 ("GET", "/config")]:
+            for method, path in guarded:
                 r = await anon.request(method, path, json={})
                 assert r.status_code == 401, (method, path, r.status_code)
                 assert r.headers["www-authenticate"] == "Bearer"

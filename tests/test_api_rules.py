@@ -1,14 +1,30 @@
-"""The API's pure rules, without a server: settings, AG-UI resume entries and the translation of
-stream events into AG-UI events."""
+"""The API's pure rules, without a server: settings, who may call which route and with what body
+(the app in-process, every route enumerated), AG-UI resume entries and the translation of stream
+events into AG-UI events."""
 
 from __future__ import annotations
 
+from typing import get_args
+
+import httpx
 import pytest
 from ag_ui.core import EventType, ResumeEntry
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from api.agui import Translator, question_schema, resume_request
-from api.settings import ApiSettings, SettingsError, is_loopback, parse_address, parse_tokens
+from api.app import create_app
+from api.settings import (
+    ApiSettings,
+    SettingsError,
+    is_loopback,
+    parse_address,
+    parse_tokens,
+)
+from client.connection import TemporalSettings
 from client.session import UsageError
+from tests.api_support import concrete, routes_by_access
 from workflows.models import (
     AnswerRequest,
     ConfirmRequest,
@@ -53,6 +69,72 @@ def test_settings_parse_and_refuse_what_they_cannot_use():
         ApiSettings.from_env({"AGENT_API_MAX_BODY_BYTES": "lots"})
     s = ApiSettings.from_env({"AGENT_API_CORS_ORIGINS": "https://a.example/, https://b.example"})
     assert s.cors_origins == ("https://a.example", "https://b.example") and not s.auth_required
+
+
+TOKEN = "tok-alice-123"
+# A valid body for each route that takes one (AG-UI's input is the protocol's own model).
+VALID_BODIES = {
+    "/conversations": {"prompt": "hello"},
+    "/conversations/{cid}/messages": {"text": "hello"},
+    "/conversations/{cid}/confirm": {"call_ids": ["call_1"]},
+    "/conversations/{cid}/reject": {"call_ids": ["call_1"], "reason": "no"},
+    "/conversations/{cid}/answer": {"values": ["yes"]},
+    "/conversations/{cid}/end": {},
+}
+
+
+def guarded_app() -> FastAPI:
+    """The API with tokens and no Temporal: a route that reached Temporal would fail (500)."""
+    app = create_app(ApiSettings.from_env({"AGENT_API_TOKENS": f"alice:{TOKEN}"}),
+                     TemporalSettings())
+    app.state.client = None  # the lifespan, which would connect, does not run in-process
+    return app
+
+
+def caller(app: FastAPI, **headers: str) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://api.test", headers=headers)
+
+
+def body_model(route: APIRoute) -> type[BaseModel] | None:
+    for param in route.dependant.body_params:
+        annotation = param.field_info.annotation
+        for kind in get_args(annotation) or (annotation,):
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                return kind
+    return None
+
+
+async def test_every_data_route_needs_a_token_and_only_the_console_and_docs_do_not():
+    app = guarded_app()
+    guarded, public = routes_by_access(app)
+    assert len(guarded) >= 13, guarded  # the enumeration found the data routes
+    async with caller(app) as anonymous, caller(app, Authorization="Bearer wrong") as stranger:
+        for method, path in guarded:
+            for who in (anonymous, stranger):
+                r = await who.request(method, path, json={})
+                assert r.status_code == 401, (method, path, r.status_code, r.text)
+                assert r.headers["www-authenticate"] == "Bearer"
+        for method, path in public:
+            r = await anonymous.request(method, path)
+            assert r.status_code == 200, (method, path, r.status_code)
+
+
+@pytest.mark.parametrize("field", ["approver", "colour"])
+async def test_every_body_refuses_an_unknown_field_such_as_an_approver(field: str):
+    """The approver is the token's name: a body that names one (or anything unknown) is a 422,
+    before anything reaches Temporal."""
+    app = guarded_app()
+    bodies = {route.path: route for route in app.routes
+              if isinstance(route, APIRoute) and body_model(route) is not None}
+    assert set(bodies) - {"/agui"} == set(VALID_BODIES), "a body route without a valid body here"
+    async with caller(app, Authorization=f"Bearer {TOKEN}") as alice:
+        for path, valid in VALID_BODIES.items():
+            body_model(bodies[path]).model_validate(valid)  # valid but for the extra field
+            r = await alice.post(concrete(path), json={**valid, field: "mallory"})
+            assert r.status_code == 422, (path, r.status_code, r.text)
+            [error] = r.json()["detail"]
+            assert (error["loc"], error["type"]) == (["body", field], "extra_forbidden"), path
 
 
 def test_resume_entries_become_the_decision_they_stand_for():

@@ -5,11 +5,17 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from activities.tools import default_registry
-from workflows.approvals import (
-    AnswerCheck, PendingCall, Refusal, args_hash, check_answer, check_edited_args, needs_approval,
+from workflows.models import ApprovalPolicy, Decision, Question
+from workflows.rules.gate import (
+    AnswerCheck,
+    PendingCall,
+    Refusal,
+    args_hash,
+    check_answer,
+    check_edited_args,
+    needs_approval,
     select_calls,
 )
-from workflows.models import ApprovalPolicy, Decision, Question
 
 TOOLS = {t.name: t for t in default_registry().definitions()}
 
@@ -44,11 +50,13 @@ def test_select_calls_names_undecided_calls_or_refuses():
     assert select_calls(["c", "a"], False, table, past) == ["c", "a"]
     assert select_calls(["b"], False, table, past) == Refusal("call b was already approved by ann")
     assert select_calls(["old"], False, table, past) == Refusal("call old is stale: it was already approved by ann")
-    assert select_calls(["zzz"], False, table, past) == Refusal("unknown call id zzz")
+    # what a result on its way may still bring is not refused for good (`final` False)
+    assert select_calls(["zzz"], False, table, past) == Refusal("unknown call id zzz", final=False)
     assert select_calls(["a", "a"], False, table, past) == Refusal("a call id is named twice")
     assert select_calls([], False, table, past) == Refusal("name at least one call id, or all")
     assert select_calls(["a"], True, table, past) == Refusal("name call ids or all, not both")
-    assert select_calls([], True, {"b": table["b"]}, past) == Refusal("no call is waiting for a decision")
+    assert select_calls([], True, {"b": table["b"]}, past) == Refusal(
+        "no call is waiting for a decision", final=False)
 
 
 def test_edited_args_must_name_one_call_and_fit_the_schema():

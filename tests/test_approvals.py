@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -11,13 +12,27 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
-    note_rows, tool_messages, outcome_of, reaches, replay, script, settled, start, tool_call, unique,
+    note_rows,
+    outcome_of,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    tool_messages,
+    unique,
 )
-from workflows.approvals import args_hash
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
-    AnswerRequest, ApprovalPolicy, ConfirmRequest, EndRequest, RejectRequest, SayRequest,
+    AnswerRequest,
+    ApprovalPolicy,
+    ConfirmRequest,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
 )
+from workflows.rules.gate import args_hash
 
 
 def rid() -> str:
@@ -209,10 +224,12 @@ async def test_questions_validate_answers_and_the_answer_is_the_observation(
         return outcome.accepted, outcome.reason
 
     async def next_question(kind: str):
-        while True:
+        for _ in range(300):
             q = (await reaches(handle, "waiting_for_input")).pending_question
             if q.kind == kind:
                 return q
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no {kind} question came: the last was {q}")
 
     q = await next_question("choice")
     assert (q.kind, q.message, q.options) == ("choice", "Which city?", ["Paris", "Tokyo"])

@@ -7,9 +7,27 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from temporalio.contrib.workflow_streams import WorkflowStreamState
-from temporalio.contrib.workflow_streams._types import PublisherState, _WorkflowStreamWireItem
+from temporalio.contrib.workflow_streams._types import (
+    PublisherState,
+    _WorkflowStreamWireItem,
+)
 
-from workflows.bounds import (
+from workflows.models import (
+    ApprovalPolicy,
+    AuditAction,
+    AuditRecord,
+    ChatMessage,
+    ConversationInput,
+    Decision,
+    FunctionCall,
+    SignalOutcome,
+    ToolCall,
+    ToolDefinition,
+    TurnSummary,
+    Usage,
+)
+from workflows.reporting import _clipped, carried_stream
+from workflows.rules.bounds import (
     AUDIT_BYTES,
     CARRY_BUDGET_BYTES,
     CATALOG_BYTES,
@@ -46,26 +64,11 @@ from workflows.bounds import (
     json_size,
     text_size,
 )
-from workflows.edge import admitted_tools, settled_input
-from workflows.handover import carried, next_input
-from workflows.models import (
-    ApprovalPolicy,
-    AuditAction,
-    AuditRecord,
-    ChatMessage,
-    ConversationInput,
-    Decision,
-    FunctionCall,
-    SignalOutcome,
-    ToolCall,
-    ToolDefinition,
-    TurnSummary,
-    Usage,
-)
-from workflows.narrator import _clipped, carried_stream
-from workflows.repair import bound_reply
+from workflows.rules.handover import carried, next_input
+from workflows.rules.repair import bound_reply
+from workflows.rules.start_input import admitted_tools, settled_input
+from workflows.rules.stopping import call_record
 from workflows.state import ContextState, ConversationState, TurnState
-from workflows.stopping import call_record
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CTRL = "\x01"  # costs six bytes in JSON ("\u0001")

@@ -1,5 +1,5 @@
 """The small CI version of `python -m tests.chaos`: 10 conversations under worker kills and a
-server restart."""
+server restart, each of whose histories must replay with today's code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ async def test_chaos_small():
     # machine (the suite runs in two processes); kills still land mid-call and mid-approval.
     report = await run_chaos(conversations=10, seed=7, timeout_s=300, think_s=0.8)
     assert report.worker_kills >= 1 and report.server_restarts == 1
-    assert report.ok(), report.markdown()
+    details = (f"{report.markdown()}\nfailed queries by error: {report.query_errors}"
+               f"\nhistories that do not replay, with their errors: {report.kept_failed}")
+    assert report.histories_not_replaying == 0, details
+    assert report.ok(), details
 
 
 def test_only_the_expected_answer_counts_as_completed():

@@ -212,6 +212,15 @@ async def test_status_fails_when_the_conversation_did_and_lists_show_closed_runs
     assert (row["status"], row["execution"]) == ("failed", "terminated")
 
 
+def lines_until(stream, text: str) -> str:
+    """Read `stream` line by line up to the first line holding `text`; fail if it ends first."""
+    read = ""
+    while text not in (line := stream.readline()):
+        assert line, f"the output ended without {text!r}: {read!r}"
+        read += line
+    return read + line
+
+
 async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServer,
                                           temporal_address: str, task_queue: str):
     trigger = script(model, unique("cli-cancel"), *[ScriptedReply(content="hello")] * 2)
@@ -241,18 +250,23 @@ async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServe
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
     waiting = subprocess.Popen([sys.executable, "-m", "client", "status", unserved], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    await asyncio.sleep(4)
-    waiting.send_signal(signal.SIGINT)
-    _, err = await asyncio.to_thread(waiting.communicate, timeout=30)
+    try:  # interrupted once it says it waits: its first query found no worker, it asks again
+        told = await asyncio.wait_for(asyncio.to_thread(lines_until, waiting.stderr,
+                                                        "waiting for a worker"), timeout=60)
+    finally:
+        waiting.send_signal(signal.SIGINT)
+        _, rest = await asyncio.to_thread(waiting.communicate, timeout=30)
+    err = told + rest
     await client.get_workflow_handle(unserved).terminate()
     assert waiting.returncode == 130 and err.strip().endswith("interrupted")
     assert "Traceback" not in err
 
 
 async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
-    from client.session import CliError, Session
-    from client.connection import TemporalSettings
     from temporalio.service import RPCError, RPCStatusCode
+
+    from client.connection import TemporalSettings
+    from client.session import CliError, Session
 
     class Refusing:
         async def query(self, *args, **kwargs):

@@ -30,6 +30,7 @@ from playwright.async_api import Browser, Page, Request, async_playwright, expec
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, tool_call, unique
+from workflows.rules.gate import args_hash
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -216,8 +217,9 @@ async def test_console_streams_edits_validates_and_approves(
     await card.get_by_test_id("approve").click()
     await expect(chat.get_by_test_id("final-answer")).to_have_text("Saved the note.")
     await expect(page.get_by_test_id("approval-card")).to_have_count(0)
+    shown = {call_id: args_hash({"title": "T1", "body": "B1"})}  # bound to the card's args
     assert console.posted(cid, "confirm") == [
-        {"call_ids": [call_id], "args": {"title": edited, "body": "B1"}}]
+        {"call_ids": [call_id], "seen": shown, "args": {"title": edited, "body": "B1"}}]
     await expect(tool).to_have_attribute("data-status", "ok")
     await expect(tool.get_by_test_id("tool-args")).to_contain_text(edited)
     await expect(tool.get_by_test_id("approver")).to_have_text("anonymous")

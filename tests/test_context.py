@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from scripted_model.script import select_reply
-from workflows.bounds import (
+from workflows.models import (
+    ApprovalPolicy,
+    ChatMessage,
+    ConversationInput,
+    FunctionCall,
+    ToolCall,
+    ToolDefinition,
+)
+from workflows.rules.bounds import (
     DEFAULT_MESSAGE_BYTES,
     Limits,
     Tail,
@@ -14,8 +22,8 @@ from workflows.bounds import (
     keep_within,
     text_size,
 )
-from workflows.compaction import estimate_tokens
-from workflows.context import (
+from workflows.rules.compaction import estimate_tokens
+from workflows.rules.context import (
     LOW_WATER,
     Budget,
     calibrated_ratio,
@@ -29,16 +37,8 @@ from workflows.context import (
     shown,
     summary_message,
 )
-from workflows.edge import admitted_tools, first_state, settled_input
-from workflows.models import (
-    ApprovalPolicy,
-    ChatMessage,
-    ConversationInput,
-    FunctionCall,
-    ToolCall,
-    ToolDefinition,
-)
-from workflows.repair import bound_reply, unique_call_ids
+from workflows.rules.repair import bound_reply, unique_call_ids
+from workflows.rules.start_input import admitted_tools, first_state, settled_input
 from workflows.state import ContextState
 
 BOUNDED = Limits.bounded(DEFAULT_MESSAGE_BYTES)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
@@ -21,10 +22,25 @@ from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import reaches, replay_runs, script, settled, start, tool_call, unique
+from tests.helpers import (
+    reaches,
+    replay_runs,
+    run_histories,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import ConfirmRequest, EndRequest, SayRequest, StreamEvent
+from workflows.models import (
+    ConfirmRequest,
+    EndRequest,
+    LLMReply,
+    SayRequest,
+    StreamEvent,
+)
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -106,3 +122,46 @@ async def test_a_one_shot_turn_that_spans_runs_completes(
     result = await asyncio.wait_for(handle.result(), timeout=60)
     assert (result.status, result.stop_reason, result.final_answer) == ("completed", "answered", "all done")
     assert result.runs > 1 and result.steps == 13
+
+
+def tokens_per_run(histories) -> list[list[int]]:
+    """The total tokens of each model call, run by run, as the model activity reported them."""
+    runs = []
+    for history in histories:
+        kinds, calls = {}, []
+        for e in history.events:
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                kinds[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                done = e.activity_task_completed_event_attributes
+                if kinds[done.scheduled_event_id] in ("llm_step", "llm_call"):
+                    reply = pydantic_data_converter.payload_converter.from_payload(
+                        done.result.payloads[0], LLMReply)
+                    calls.append(reply.usage.total_tokens)
+        runs.append(calls)
+    return runs
+
+
+async def test_the_token_budget_holds_across_handovers(
+    eager_client: tuple[Client, str], model: ScriptedModelServer
+):
+    """The usage is carried: a budget that no single run reaches still stops the turn."""
+    client, queue = eager_client
+    tour = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
+            for city in ["Paris", "Tokyo", "Berlin", "London"] * 3]
+    free = script(model, unique("budget-ref"), *tour, ScriptedReply(content="toured"))
+    reference = await start(client, queue, free, max_steps=20, one_shot=True, **OFTEN)
+    assert (await asyncio.wait_for(reference.result(), timeout=60)).final_answer == "toured"
+    calls = [n for run in tokens_per_run(await run_histories(client, reference)) for n in run]
+    budget = sum(calls[:8])  # the same calls cost the same again (triggers of one length)
+
+    budgeted = script(model, unique("budget-cap"), *tour, ScriptedReply(content="toured"))
+    handle = await start(client, queue, budgeted, max_steps=20, one_shot=True,
+                         max_total_tokens=budget, **OFTEN)
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (result.stop_reason, result.llm_calls) == ("budget_exceeded", 8), result
+    assert f"token budget ({budget} tokens)" in result.error
+    per_run = tokens_per_run(await run_histories(client, handle))
+    assert len(per_run) == result.runs > 2
+    assert max(sum(run) for run in per_run) < budget  # only the carried usage reaches it
+    assert result.usage.total_tokens == sum(map(sum, per_run)) == budget

@@ -16,7 +16,7 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, settled, start, tool_call, unique
 from workflows.conversation import ConversationWorkflow
 from workflows.models import Usage
-from workflows.stopping import dollars
+from workflows.rules.stopping import child_share, dollars, over_budget
 
 
 def catalog_price(model: str, u: Usage) -> float:
@@ -103,3 +103,64 @@ async def test_the_cost_budget_stops_the_turn(client: Client, task_queue: str,
     assert status.stop_reason == "budget_exceeded"
     assert "cost budget" in status.error and "$0.0000001" in status.error
     assert status.llm_calls == 1  # the first step's cost already passed the budget
+
+
+def test_what_is_known_of_a_cost_keeps_counting_when_one_call_is_unpriced():
+    a = Usage(total_tokens=1, cost_usd=0.25)
+    unknown = Usage(total_tokens=1, cost_usd=None, cost_note="x", unpriced_calls=1)
+    total = a + unknown + a
+    assert (total.cost_usd, total.known_cost, total.unpriced) == (None, 0.5, 1)
+    # a state carried from a version that did not count the unpriced calls
+    assert Usage(cost_usd=None).unpriced == 1 and Usage(cost_usd=None).known_cost == 0.0
+
+
+def test_budgets_fail_closed_when_usage_cannot_be_measured():
+    unpriced = Usage(total_tokens=10, cost_usd=None, cost_note="no price known for model 'x'",
+                     known_cost_usd=0.01, unpriced_calls=2)
+    why = over_budget(unpriced, None, 5.0)
+    assert "cost of 2 model call(s) is unknown" in why and "cannot be enforced" in why
+    assert "$0.01 is known" in why
+    assert over_budget(unpriced, None, 5.0, fail_closed=False) is None  # as runs begun before
+    assert over_budget(unpriced, 1000, None) is None  # no dollar cap: nothing to enforce
+    unmetered = Usage(cost_usd=None, cost_note="the endpoint reported no usage", unmetered_calls=1)
+    assert "reported no token usage" in over_budget(unmetered, 1000, None)
+    assert "reported no usage" in over_budget(unmetered, None, 1.0)
+
+
+def test_a_subagents_share_is_what_is_left_split_with_its_siblings():
+    assert child_share(None, 5, 0, 1) is None
+    assert child_share(1.0, 0.2, 0.0, 2) == pytest.approx(0.4)  # two start: each half of 0.8
+    assert child_share(1.0, 0.2, 0.4, 1) == pytest.approx(0.4)  # one is running with its half
+    assert child_share(1.0, 0.9, 0.4, 1) == 0.0  # nothing left: it does not start
+
+
+async def test_an_endpoint_that_reports_no_usage_costs_unknown_not_nothing(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(model, unique("no-usage"), ScriptedReply(content="hi", no_usage=True))
+    handle = await start(client, task_queue, trigger, model="gpt-4o-mini")
+    status = await settled(handle)
+    assert status.stop_reason == "answered"
+    assert status.usage.cost_usd is None and status.usage.unmetered_calls == 1
+    assert "reported no usage" in status.usage.cost_note
+
+    trigger = script(model, unique("no-usage-budget"),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Oslo"})],
+                                   no_usage=True),
+                     ScriptedReply(content="never reached"))
+    handle = await start(client, task_queue, trigger, model="gpt-4o-mini", max_cost_usd=1.0)
+    status = await settled(handle)
+    assert status.stop_reason == "budget_exceeded" and "reported no usage" in status.error
+    assert status.llm_calls == 1
+
+
+async def test_one_unpriced_call_stops_a_dollar_budget_and_says_so(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(model, unique("unpriced-budget"),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Oslo"})]),
+                     ScriptedReply(content="never reached"))
+    handle = await start(client, task_queue, trigger, model="house-model-7b", max_cost_usd=1.0)
+    status = await settled(handle)
+    assert status.stop_reason == "budget_exceeded", status
+    assert "house-model-7b" in status.error and "cannot be enforced" in status.error
+    assert status.usage.cost_usd is None and status.usage.unpriced_calls == 1
+    assert status.llm_calls == 1  # the budget is never silently not enforced

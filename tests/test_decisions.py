@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from activities.tools import default_registry
-from workflows import decisions
 from workflows.models import ChatMessage, FunctionCall, ToolCall, ToolDefinition
+from workflows.rules import loop
 
 CATALOG = {t.name: t for t in default_registry().definitions()}
 
@@ -20,90 +20,90 @@ def reply(content: str | None = None, calls: list[ToolCall] | None = None) -> Ch
 
 
 def test_valid_call_is_ready_with_parsed_arguments():
-    result = decisions.check_tool_call(call("get_weather", '{"location": "Paris"}'), CATALOG)
-    assert isinstance(result, decisions.ReadyCall)
+    result = loop.check_tool_call(call("get_weather", '{"location": "Paris"}'), CATALOG)
+    assert isinstance(result, loop.ReadyCall)
     assert result.arguments == {"location": "Paris"}
     assert result.tool.name == "get_weather"
 
 
 def test_empty_arguments_are_an_empty_object_and_then_a_schema_violation():
-    result = decisions.check_tool_call(call("get_weather", ""), CATALOG)
-    assert isinstance(result, decisions.InvalidCall)
+    result = loop.check_tool_call(call("get_weather", ""), CATALOG)
+    assert isinstance(result, loop.InvalidCall)
     assert "'location' is a required property" in result.observation
 
 
 def test_unknown_tool_names_the_available_ones():
-    result = decisions.check_tool_call(call("get_wether", "{}"), CATALOG)
-    assert isinstance(result, decisions.InvalidCall)
+    result = loop.check_tool_call(call("get_wether", "{}"), CATALOG)
+    assert isinstance(result, loop.InvalidCall)
     assert result.observation.startswith("Error: unknown tool 'get_wether'")
     assert "get_weather" in result.observation
 
 
 def test_invalid_json_is_explained_and_echoed():
-    result = decisions.check_tool_call(call("get_weather", '{"location": "Par'), CATALOG)
-    assert isinstance(result, decisions.InvalidCall)
+    result = loop.check_tool_call(call("get_weather", '{"location": "Par'), CATALOG)
+    assert isinstance(result, loop.InvalidCall)
     assert "not valid JSON" in result.observation
     assert '{"location": "Par' in result.observation
 
 
 def test_schema_violation_gives_the_schema():
-    result = decisions.check_tool_call(call("get_weather", '{"city": "Paris"}'), CATALOG)
-    assert isinstance(result, decisions.InvalidCall)
+    result = loop.check_tool_call(call("get_weather", '{"city": "Paris"}'), CATALOG)
+    assert isinstance(result, loop.InvalidCall)
     assert "'location' is a required property" in result.observation
     assert json.dumps(CATALOG["get_weather"].parameters, separators=(",", ":")) in result.observation
 
 
 def test_wrong_type_and_non_object_arguments():
-    wrong_type = decisions.check_tool_call(call("get_weather", '{"location": 5}'), CATALOG)
-    assert isinstance(wrong_type, decisions.InvalidCall)
+    wrong_type = loop.check_tool_call(call("get_weather", '{"location": 5}'), CATALOG)
+    assert isinstance(wrong_type, loop.InvalidCall)
     assert "location: 5 is not of type 'string'" in wrong_type.observation
-    array = decisions.check_tool_call(call("get_weather", '["Paris"]'), CATALOG)
-    assert isinstance(array, decisions.InvalidCall)
+    array = loop.check_tool_call(call("get_weather", '["Paris"]'), CATALOG)
+    assert isinstance(array, loop.InvalidCall)
     assert "must be a JSON object" in array.observation
 
 
 def test_tools_are_offered_on_all_steps_but_the_last():
-    assert decisions.tools_offered(1, 3)
-    assert decisions.tools_offered(2, 3)
-    assert not decisions.tools_offered(3, 3)
-    assert not decisions.tools_offered(1, 1)
+    assert loop.tools_offered(1, 3)
+    assert loop.tools_offered(2, 3)
+    assert not loop.tools_offered(3, 3)
+    assert not loop.tools_offered(1, 1)
 
 
 def test_reply_with_tool_calls_runs_them():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    assert decisions.decide_after_reply(reply(None, calls), offered_tools=True) == decisions.RunTools(calls)
+    assert loop.decide_after_reply(reply(None, calls), offered_tools=True) == loop.RunTools(calls)
 
 
 def test_reply_without_tool_calls_is_the_answer():
-    decision = decisions.decide_after_reply(reply("It is sunny."), offered_tools=True)
-    assert decision == decisions.FinalAnswer("It is sunny.", "answered")
+    decision = loop.decide_after_reply(reply("It is sunny."), offered_tools=True)
+    assert decision == loop.FinalAnswer("It is sunny.", "answered")
 
 
 def test_last_step_ends_the_turn_even_if_the_model_insists_on_tools():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    decision = decisions.decide_after_reply(reply("partial", calls), offered_tools=False)
-    assert decision == decisions.FinalAnswer("partial", "max_steps")
+    decision = loop.decide_after_reply(reply("partial", calls), offered_tools=False)
+    assert decision == loop.FinalAnswer("partial", "max_steps")
 
 
 def test_a_stopping_rule_names_the_stop_reason():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    decision = decisions.decide_after_reply(reply("enough", calls), False, "loop_detected")
-    assert decision == decisions.FinalAnswer("enough", "loop_detected")
+    decision = loop.decide_after_reply(reply("enough", calls), False, "loop_detected")
+    assert decision == loop.FinalAnswer("enough", "loop_detected")
 
 
 def test_empty_reply_is_an_empty_answer():
-    assert decisions.decide_after_reply(reply(None), True) == decisions.FinalAnswer("", "answered")
+    assert loop.decide_after_reply(reply(None), True) == loop.FinalAnswer("", "answered")
 
 
 def test_describe_call_is_short_and_readable():
-    assert decisions.describe_call("get_weather", {"location": "Beijing"}) == "get_weather(location=Beijing)"
-    long = decisions.describe_call("t", {"text": "x" * 200}, limit=40)
+    assert loop.describe_call("get_weather", {"location": "Beijing"}) == "get_weather(location=Beijing)"
+    long = loop.describe_call("t", {"text": "x" * 200}, limit=40)
     assert len(long) == 40 and long.endswith("…")
 
 
 def test_failure_observation_depends_on_idempotency():
     base = dict(name="t", description="", parameters={"type": "object"})
-    retried = decisions.tool_failure_observation(ToolDefinition(**base), "boom", 3)
+    retried = loop.tool_failure_observation(ToolDefinition(**base), "boom", 3)
     assert retried == "Error: t failed after 3 attempt(s): boom"
-    once = decisions.tool_failure_observation(ToolDefinition(**base, idempotent=False), "boom", 1)
+    once = loop.tool_failure_observation(ToolDefinition(**base, idempotent=False), "boom", 1)
     assert "not retried" in once and "outcome is unknown" in once

@@ -7,10 +7,11 @@ import json
 import random
 
 import httpx
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.context_cache import ContextCache
+from activities.context_cache import CachedPrompt, ContextCache
 from activities.llm import LLMActivities
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
@@ -26,10 +27,10 @@ from tests.helpers import (
     unique,
 )
 from worker.app import build_worker
-from workflows import decisions, delta
-from workflows.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
 from workflows.models import ChatMessage, FunctionCall, SayRequest, ToolCall
+from workflows.rules import delta, loop
+from workflows.rules.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
 
@@ -50,8 +51,8 @@ def round_of(i: int, observation: str) -> list[ChatMessage]:
 
 def rebuilt(previous: delta.Sent | None, parts) -> tuple[list[dict], str]:
     wire = [m.to_openai() for m in previous.messages] if previous else []
-    messages, hashes = delta.rebuild(wire, list(previous.hashes) if previous else [], parts)
-    return messages, delta.prompt_digest(hashes)
+    messages = delta.rebuild(wire, parts)
+    return messages, delta.prompt_digest([delta.message_hash(m) for m in messages])
 
 
 def test_a_new_round_is_sent_as_one_range_kept_and_its_messages():
@@ -112,17 +113,17 @@ def test_a_range_outside_the_previous_prompt_is_a_mismatch_not_a_wrong_prompt():
     wire = [m.to_openai() for m in sent.messages]
     for parts in ([delta.PromptPart(keep=(0, 2))], [delta.PromptPart()]):
         try:
-            delta.rebuild(wire, list(sent.hashes), parts)
+            delta.rebuild(wire, parts)
         except delta.Mismatch:
             continue
         raise AssertionError(f"{parts} rebuilt a prompt")
 
 
 def test_a_run_hands_over_for_its_history_only_well_past_the_servers_suggestion():
-    assert not decisions.history_full(4_096 * 3, 4 * 2**20)  # 1,000 small steps: one run
-    assert decisions.history_full(HANDOVER_EVENTS, 1) and decisions.history_full(1, HANDOVER_BYTES)
-    assert decisions.history_full(40, 1, max_events=40)  # configured lower
-    assert decisions.history_full(MAX_HANDOVER_EVENTS, 1, max_events=10**9)  # capped
+    assert not loop.history_full(4_096 * 3, 4 * 2**20)  # 1,000 small steps: one run
+    assert loop.history_full(HANDOVER_EVENTS, 1) and loop.history_full(1, HANDOVER_BYTES)
+    assert loop.history_full(40, 1, max_events=40)  # configured lower
+    assert loop.history_full(MAX_HANDOVER_EVENTS, 1, max_events=10**9)  # capped
     assert MAX_HANDOVER_EVENTS < 51_200 and HANDOVER_BYTES < 50 * 2**20  # Temporal's hard limits
 
 
@@ -130,7 +131,7 @@ def test_the_cache_finds_a_prompt_only_by_its_digest_and_stays_within_its_bytes(
     cache = ContextCache(max_bytes=10_000)
     wire = [{"role": "user", "content": "x" * 3000}]
     for i in range(5):
-        cache.keep_prompt(f"conv-{i}", f"d{i}", wire, ["h"])
+        cache.keep_prompt(f"conv-{i}", f"d{i}", wire)
     assert cache.held_bytes <= 10_000 and len(cache) == 3
     assert cache.prompt("conv-0", "d0") is None  # the least recently used went first
     assert cache.prompt("conv-4", "d3") is None  # a stale or foreign digest finds nothing
@@ -268,6 +269,78 @@ async def test_a_worker_that_can_neither_rebuild_nor_fetch_has_the_prompt_resent
               for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
     assert misses == ["ContextMiss", "ContextMiss"]  # steps 2 and 3, each once
     assert len(chat_bodies(model, trigger)) == 3  # a miss never reached the model
+
+
+class Tampered(ContextCache):
+    """Hands back the conversation's previous prompt with its first user message changed: a
+    well-formed entry, but not the prompt the digest names."""
+
+    def prompt(self, conversation: str, digest: str):
+        entry = super().prompt(conversation, digest)
+        if entry is None:
+            return None
+        at = next(i for i, m in enumerate(entry.wire) if m["role"] == "user")
+        wire = list(entry.wire)
+        wire[at] = {**wire[at], "content": f"{wire[at]['content']} TAMPERED"}
+        return CachedPrompt(digest=entry.digest, wire=wire, size=entry.size)
+
+
+class Rotting(ContextCache):
+    """Its entries change in place after they are kept: memory written by something else that
+    holds the same message dicts."""
+
+    def prompt(self, conversation: str, digest: str):
+        entry = super().prompt(conversation, digest)
+        if entry is not None:
+            user = next(m for m in entry.wire if m["role"] == "user")
+            user["content"] = f"{user['content']} ROTTEN"
+        return entry
+
+
+async def run_with_cache(client: Client, model: ScriptedModelServer,
+                         activity_settings: ActivitySettings, cache: ContextCache, prefix: str):
+    steps = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+             ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Tokyo"})]),
+             ScriptedReply(content="done")]
+    queue = unique(prefix)
+    llm = LLMActivities(activity_settings, temporal=client, cache=cache)
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, activity_settings, http, registry_with_test_tools(),
+                                llm=llm):
+            trigger = script(model, unique(prefix), *steps)
+            handle = await start(client, queue, trigger, one_shot=True)
+            status = await settled(handle, timeout_s=60)
+    return trigger, handle, status
+
+
+async def test_a_wrong_cached_prompt_never_reaches_the_model(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    """The digest check: the prompt rebuilt from a wrong copy does not match the digest the
+    workflow named, so the call fails with ContextMiss and the prompt is sent whole."""
+    cache = Tampered()
+    trigger, handle, status = await run_with_cache(client, model, activity_settings, cache,
+                                                   "tampered")
+    assert (status.final_answer, status.llm_calls) == ("done", 3), status
+    bodies = chat_bodies(model, trigger)
+    tampered = sum("TAMPERED" in body for body in bodies)
+    assert (len(bodies), tampered) == (3, 0), "a prompt built from the wrong copy reached the model"
+    assert cache.rebuilt == {"full": 3}  # each delta failed its check; each resend was whole
+    history = await handle.fetch_history()
+    misses = [e.activity_task_failed_event_attributes.failure
+              for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    assert [(f.application_failure_info.type, f.message) for f in misses] == [
+        ("ContextMiss", "the rebuilt prompt (delta) does not match its digest")] * 2
+
+
+async def test_a_cached_prompt_changed_in_place_never_reaches_the_model(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
+):
+    trigger, _, status = await run_with_cache(client, model, activity_settings, Rotting(),
+                                              "rotting")
+    assert status.final_answer == "done", status
+    rotten = sum("ROTTEN" in body for body in chat_bodies(model, trigger))
+    assert rotten == 0, f"{rotten} request(s) built from the changed copy reached the model"
 
 
 async def test_across_continue_as_new_each_run_starts_whole_and_the_model_sees_no_difference(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 
 import httpx
 from temporalio.api.enums.v1 import EventType
@@ -13,10 +14,36 @@ from temporalio.client import Client
 from activities.settings import ActivitySettings
 from client.watch import Renderer, watch
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
+from tests.helpers import (
+    outcome_of,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from worker.app import build_worker
 from workflows.conversation import BOUNDED_CONTEXT_PATCH, ConversationWorkflow
-from workflows.models import AnswerRequest, ConfirmRequest, EndRequest, RejectRequest, SayRequest
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
+)
+
+
+async def asked(handle, kind: str, timeout_s: float = 30) -> None:
+    """Wait until the conversation's pending question is of `kind`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        question = (await handle.query(ConversationWorkflow.status)).pending_question
+        if question is not None and question.kind == kind:
+            return
+        assert time.monotonic() < deadline, f"no {kind} question in {timeout_s}s: {question}"
+        await asyncio.sleep(0.05)
 
 
 async def test_streams_updates_questions_and_a_watcher_replay(
@@ -53,8 +80,7 @@ async def test_streams_updates_questions_and_a_watcher_replay(
     assert (await handle.execute_update(ConversationWorkflow.give_answer,
                                         AnswerRequest(values=["Tokyo"]))).accepted
     await handle.signal(ConversationWorkflow.say, SayRequest(text="queued while asking", request_id="s1"))
-    while (await handle.query(ConversationWorkflow.status)).pending_question.kind != "input":
-        await asyncio.sleep(0.05)
+    await asked(handle, "input")
     await handle.signal(ConversationWorkflow.answer, AnswerRequest(values=["Ada"], request_id="a1"))
     status = await settled(handle, turn=2)
     assert status.final_answer == "You said: queued while asking"
@@ -86,7 +112,9 @@ async def test_a_conversation_begun_before_the_bounds_keeps_its_ways_until_it_co
             assert (await outcome_of(handle, "old")).accepted
             status = await settled(handle, turn=2)
             assert status.final_answer == "got it"
+            deadline = time.monotonic() + 30
             while (await handle.query(ConversationWorkflow.status)).runs < 2:
+                assert time.monotonic() < deadline, "the run never continued as new"
                 await asyncio.sleep(0.1)
             await handle.signal(ConversationWorkflow.say, SayRequest(text="y" * 300_000, request_id="new"))
             refused = await outcome_of(handle, "new")

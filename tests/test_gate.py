@@ -5,7 +5,10 @@ at execution than at discovery goes back before a human."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +18,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
+from activities.mcp import McpToolbox, load_mcp_config
 from activities.settings import ActivitySettings, auto_approvable
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry, ToolSpec
@@ -23,7 +27,6 @@ from activities.tools.weather import WEATHER
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from worker.app import build_worker
-from workflows.approvals import POLICY, args_hash, execution_refusal
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     ApprovalPolicy,
@@ -33,6 +36,7 @@ from workflows.models import (
     ToolInvocation,
     ToolOutcome,
 )
+from workflows.rules.gate import POLICY, args_hash, execution_refusal
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -157,3 +161,38 @@ async def test_a_tool_riskier_at_execution_than_at_discovery_goes_back_through_a
             status = await settled(handle, turn=2)
     assert status.final_answer == "read balance"
     assert [d.approver for d in status.decisions] == ["ann"]
+
+
+async def test_an_mcp_tool_no_server_lists_now_runs_only_as_destructive(tmp_path: Path):
+    """A flapping server cannot list its tools when the call comes: the worker cannot tell the
+    tool's risk, so it counts as destructive. Listed safe before, or approved as sensitive, it
+    goes back before a human; approved for destructive, it runs once the server is back."""
+    listings, runs = tmp_path / "failing-listings", tmp_path / "runs"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"flaky": {
+        "command": sys.executable,
+        "args": [str(Path(__file__).parent / "mcp_servers" / "flaky_listing.py")],
+        "env": {"FLAKY_LISTINGS": str(listings), "FLAKY_RUNS": str(runs)}}}}))
+    settings = ActivitySettings(data_dir=tmp_path, auto_approvable=None)
+    async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
+        tools = ToolActivities(ToolRegistry([]), settings, http, mcp=toolbox)
+        env = ActivityEnvironment()
+        env.payload_converter = pydantic_data_converter.payload_converter
+        env.info = dataclasses.replace(env.info, activity_type="flaky__peek")
+
+        async def run_while_unlisted(inv: ToolInvocation) -> ToolOutcome:
+            listings.write_text("1")  # this worker's listing fails once; then the server is back
+            payload = env.payload_converter.to_payloads([inv])[0]
+            return await env.run(tools.run_tool, [RawValue(payload)])
+
+        args = {"what": "balance"}
+        as_sensitive = approval(args).model_copy(update={"tool": "flaky__peek"})
+        for unsure in (invocation(args), invocation(args, approval=as_sensitive, risk="sensitive")):
+            refused = await run_while_unlisted(unsure)
+            assert (refused.status, refused.risk) == ("needs_approval", "destructive")
+            assert refused.observation.startswith(
+                "Error: not run: no server lists flaky__peek now, so it counts as destructive: ")
+        assert not runs.exists()
+        done = await run_while_unlisted(invocation(args, approval=as_sensitive, risk="destructive"))
+        assert (done.status, done.observation) == ("ok", "peeked at balance")
+        assert runs.read_text() == "balance\n"

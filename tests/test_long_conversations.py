@@ -16,7 +16,17 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from client.render import render_history, render_status
 from client.watch import Renderer, watch
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
-from tests.helpers import outcome_of, reaches, replay, script, settled, start, tool_call, unique
+from tests.helpers import (
+    outcome_of,
+    reaches,
+    recorded_events,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from tests.long_chat import message, prompt_tokens, run_long_chat
 from tests.test_cli import ROOT
 from tests.test_observability import stream_events
@@ -101,6 +111,30 @@ async def test_a_failed_summary_drops_the_oldest_turns_with_a_note_and_the_chat_
     await replay(handle, record_as="fold_fails_then_succeeds")
 
 
+async def test_each_summary_is_written_from_the_one_before(
+    client: Client, task_queue: str, model: ScriptedModelServer
+):
+    """Summaries are cumulative: every fold after the first sends the model the summary so far,
+    so what the oldest turns said survives the later folds."""
+    trigger = script(model, unique("cumulative"),
+                     *[ScriptedReply(content="echo: {last_user}") for _ in range(16)])
+    handle = await start(client, task_queue, message(trigger, 1, 2000), context_budget_tokens=3000)
+    for i in range(2, 15):
+        await handle.signal(ConversationWorkflow.say, SayRequest(text=message(trigger, i, 2000)))
+    status = await settled(handle, turn=14, timeout_s=60)
+    assert status.final_answer == f"echo: {message(trigger, 14, 2000)}"
+
+    folds = [r.thought for r in await handle.query(ConversationWorkflow.history)
+             if r.kind == "summary"]
+    asked = [r.body["messages"][-1]["content"] for r in model.requests
+             if r.trigger == trigger and r.kind == "summary"]
+    assert len(asked) == len(folds) >= 2, (len(asked), len(folds))
+    assert asked[0].startswith("Summary so far:\n(none yet)\n\nTurns 1-")
+    for previous, request in zip(folds, asked[1:]):
+        assert request.startswith(f"Summary so far:\n{previous}\n\nTurns "), request[:400]
+    assert folds[-1].startswith(f"First request: {message(trigger, 1, 2000)[:160]}\n")
+
+
 async def test_a_long_turn_folds_older_turns_mid_turn_and_keeps_calls_with_results(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
@@ -161,11 +195,11 @@ async def test_oversized_messages_are_refused_and_the_conversation_goes_on(
     refused = await outcome_of(handle, "big")
     assert not refused.accepted
     assert refused.reason == "the message is 3,000 bytes, over the limit of 2,048 bytes"
-    events_before = len((await handle.fetch_history()).events)
+    events_before = await recorded_events(handle)
     with pytest.raises(WorkflowUpdateFailedError) as failed:
         await handle.execute_update(ConversationWorkflow.send_message, SayRequest(text="z" * 300_000))
     assert "the message is 300,000 bytes, over the limit of 2,048 bytes" in str(failed.value.cause)
-    assert len((await handle.fetch_history()).events) == events_before  # refused before history
+    assert await recorded_events(handle) == events_before  # refused before history
 
     taken = await handle.execute_update(ConversationWorkflow.send_message,
                                         SayRequest(text=f"{trigger} hello", request_id="ok"))

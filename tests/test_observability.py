@@ -20,7 +20,7 @@ from tests.helpers import reaches, script, settled, start, tool_call, unique
 from worker.logging import redact_secrets
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import ConfirmRequest, EndRequest, RejectRequest, StreamEvent
-from workflows.narrator import EVENTS_TOPIC, TOKENS_TOPIC
+from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
 
 ROOT = Path(__file__).resolve().parent.parent
 _FAST = timedelta(milliseconds=20)

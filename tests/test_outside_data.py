@@ -4,8 +4,9 @@ payloads each become an observation, a refusal, or a tool left out with its reas
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -14,13 +15,22 @@ import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.mcp import McpToolbox, load_mcp_config
+from activities.mcp.patterns import BoundedSearch
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
-from tests.helpers import outcome_of, reaches, script, settled, start, tool_call, tool_messages, unique
+from tests.devserver import worker_env
+from tests.helpers import (
+    outcome_of,
+    reaches,
+    script,
+    settled,
+    start,
+    tool_call,
+    tool_messages,
+    unique,
+)
 from worker.app import build_worker
-from workflows.approvals import PendingCall, Refusal, check_edited_args
 from workflows.conversation import ConversationWorkflow
-from workflows.decisions import InvalidCall, check_tool_call
 from workflows.models import (
     ChatMessage,
     ConfirmRequest,
@@ -29,14 +39,41 @@ from workflows.models import (
     ToolCall,
     ToolDefinition,
 )
-from workflows.repair import recover_tool_calls
-from workflows.schemas import argument_problem, schema_problem
+from workflows.rules.gate import PendingCall, Refusal, check_edited_args
+from workflows.rules.loop import InvalidCall, check_tool_call
+from workflows.rules.repair import recover_tool_calls
+from workflows.rules.schemas import argument_problem, schema_problem
 
+ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).parent / "mcp_servers"
 DANGLING = {"type": "object", "properties": {"text": {"$ref": "#/$defs/Missing"}}}
 REMOTE = {"type": "object", "properties": {"text": {"$ref": "http://127.0.0.1:9/s.json"}}}
 DEEP_ARGS = "[" * 5000 + "]" * 5000
 HUGE_NUMBER = '{"location": 1' + "0" * 5000 + "}"
+CATASTROPHIC = "^(a+)+$"  # a backtracking matcher tries 2**40 ways to fail on EVIL
+EVIL = "a" * 40 + "!"
+DRAFT_7 = "http://json-schema.org/draft-07/schema#"
+# A match in Python's `re` holds the GIL: no thread of this process could stop it, or time it.
+CHECK_APART = """
+import json, sys, time
+from workflows.rules.schemas import argument_problem
+for schema, arguments in json.loads(sys.argv[1]):
+    started = time.monotonic()
+    problem = argument_problem(schema, arguments)
+    print(json.dumps([problem, time.monotonic() - started]), flush=True)
+"""
+
+
+def checked_apart(cases: list[tuple[dict, dict]], timeout_s: float = 20) -> list[tuple[str | None, float]]:
+    """`argument_problem` of each case, with its seconds, from a fresh interpreter killed after
+    `timeout_s`."""
+    try:
+        done = subprocess.run([sys.executable, "-c", CHECK_APART, json.dumps(cases)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"still matching after {timeout_s} s, having answered: {exc.stdout!r}")
+    assert done.returncode == 0, done.stderr
+    return [tuple(json.loads(line)) for line in done.stdout.splitlines()]
 
 
 # ----- pure -----
@@ -72,6 +109,57 @@ def test_edited_args_against_a_broken_schema_are_refused():
     tool = ToolDefinition(name="t", description="", parameters=DANGLING, risk="sensitive")
     refusal = check_edited_args(PendingCall("c", tool, {}), {"text": "x"}, ["c"])
     assert isinstance(refusal, Refusal) and "schema cannot be applied" in refusal.reason
+
+
+def test_a_catastrophic_pattern_is_a_prompt_problem_in_every_keyword_that_matches_one():
+    text = {"properties": {"text": {"type": "string", "pattern": CATASTROPHIC}}}
+    cases = [
+        (text, {"text": EVIL}),
+        ({"patternProperties": {CATASTROPHIC: {"type": "integer"}}, "additionalProperties": False},
+         {EVIL: 1}),
+        ({"propertyNames": {"pattern": CATASTROPHIC}}, {EVIL: 1}),
+        # a `$schema` would have jsonschema swap in its stock validator, which matches with `re`
+        ({"$schema": DRAFT_7, "properties": {"next": {"$ref": "#"}, **text["properties"]}},
+         {"next": {"text": EVIL}}),
+        ({"properties": {"text": {"$schema": DRAFT_7, "pattern": CATASTROPHIC}}}, {"text": EVIL}),
+        ({"patternProperties": {CATASTROPHIC: {}}, "unevaluatedProperties": False}, {EVIL: 1}),
+    ]
+    answers = checked_apart(cases)
+    assert len(answers) == len(cases) and all(seconds < 2 for _, seconds in answers)
+    problems = [problem for problem, _ in answers]
+    assert problems[:5] == [
+        f"text: {EVIL!r} does not match {CATASTROPHIC!r}",
+        f"{EVIL!r} does not match any of the regexes: {CATASTROPHIC!r}",
+        f"{EVIL!r} does not match {CATASTROPHIC!r}",
+        f"next.text: {EVIL!r} does not match {CATASTROPHIC!r}",
+        f"text: {EVIL!r} does not match {CATASTROPHIC!r}",
+    ]
+    assert problems[5] is None  # unevaluatedProperties beside patternProperties: left to the server
+
+
+def test_patterns_still_validate_as_before():
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": r"^[A-Z]{3}-\d+$"}},
+              "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}
+    assert argument_problem(schema, {"code": "ABC-12", "x-limit": 3}) is None
+    assert argument_problem(schema, {"code": "abc-12"}) == r"code: 'abc-12' does not match '^[A-Z]{3}-\\d+$'"
+    assert argument_problem(schema, {"x-limit": "3"}) == "x-limit: '3' is not of type 'integer'"
+    assert argument_problem(schema, {"y": 1, "z": 2}) == "'y', 'z' do not match any of the regexes: '^x-'"
+    assert argument_problem({"additionalProperties": False, "properties": {"a": {}}}, {"b": 1}) == (
+        "Additional properties are not allowed ('b' was unexpected)")
+
+
+def test_patterns_re2_cannot_run_are_left_to_the_worker_which_bounds_them():
+    schema = {"properties": {"a": {"pattern": "(?=x)x"}, "b": {"pattern": r"(a)\1"}},
+              "patternProperties": {"(?<=y)z": {"type": "integer"}}}
+    arguments = {"a": "y", "b": "ab", "yz": "s"}
+    assert argument_problem(schema, arguments) is None  # not checked in the workflow, nor raised
+    assert argument_problem(schema, arguments, BoundedSearch()) == (
+        r"a: 'y' does not match '(?=x)x'; b: 'ab' does not match '(a)\\1'; "
+        "yz: 's' is not of type 'integer'")
+    assert argument_problem(schema, {"a": "x", "b": "aa", "yz": 1}, BoundedSearch()) is None
+    slow = {"properties": {"a": {"pattern": "^(?=a)(a|a)+$"}}}
+    assert argument_problem(slow, {"a": EVIL}, BoundedSearch(0.2)) == (
+        "the arguments cannot be checked: matching the pattern '^(?=a)(a|a)+$' took over 0.2 s")
 
 
 # ----- through a real server -----
@@ -158,3 +246,53 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     assert (await outcome_of(handle, "fine")).accepted
     status = await settled(handle)
     assert status.final_answer.startswith("Created note #")
+
+
+@pytest.fixture
+def worker_apart(temporal_address: str, model: ScriptedModelServer,
+                 tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m worker` with the odd server, in a process of its own: a worker that froze
+    would freeze that process, not the tests."""
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"odd": {
+        "command": sys.executable, "args": [str(SERVERS / "odd_schemas.py")]}}}))
+    queue = unique("odd-apart")
+    env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                     AGENT_MCP_CONFIG=str(config), AGENT_AUTO_APPROVE="*")
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield queue, worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # frozen in a match: only SIGKILL ends it
+            worker.kill()
+            worker.wait()
+
+
+async def test_a_catastrophic_pattern_is_an_observation_and_the_worker_goes_on(
+    client: Client, model: ScriptedModelServer, worker_apart: tuple[str, subprocess.Popen]
+):
+    queue, worker = worker_apart
+    evil = {"text": EVIL}
+    trigger = script(
+        model, unique("odd-patterns"),
+        ScriptedReply(tool_calls=[tool_call("odd__catastrophic", evil),
+                                  tool_call("odd__lookahead", evil),
+                                  tool_call("odd__catastrophic", {"text": "aaa"})]),
+        ScriptedReply(content="done"),
+    )
+    handle = await start(client, queue, trigger,
+                         approval={"auto_approve": ["odd__catastrophic", "odd__lookahead"]})
+    status = await settled(handle, timeout_s=60)
+    assert status.final_answer == "done"
+    in_workflow, in_worker, fine = [m.content for m in await tool_messages(handle)]
+    assert in_workflow.startswith(
+        f"Error: invalid arguments for odd__catastrophic: text: {EVIL!r} does not match '^(a+)+$'. ")
+    assert in_worker == ("Error: invalid arguments for odd__lookahead: the arguments cannot be "
+                         "checked: matching the pattern '^(?=a)(a|a)+$' took over 0.5 s")
+    assert fine == "aaa"
+    assert worker.poll() is None, "the worker died"

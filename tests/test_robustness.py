@@ -4,17 +4,27 @@ cancellation."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
-from tests.helpers import note_rows, reaches, script, settled, start, tool_call, tool_messages, unique
+from tests.helpers import (
+    note_rows,
+    reaches,
+    script,
+    settled,
+    start,
+    tool_call,
+    tool_messages,
+    unique,
+)
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest, ToolCatalog
 
@@ -150,11 +160,14 @@ async def test_huge_observations_are_truncated_with_a_marker(
     assert max(len(e.SerializeToString()) for e in history.events) < 20_000
 
 
-async def counted(key: str, before: dict[str, int]) -> None:
-    """Wait (up to 10 s) until the test tools have counted `key` once more than `before`."""
-    for _ in range(100):
-        if ATTEMPTS[key] > before[key]:
-            return
+async def counted(key: str, before: dict[str, int], timeout_s: float = 10) -> None:
+    """Wait until the test tools have counted `key` once more than `before`; fail after
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while ATTEMPTS[key] <= before[key]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the test tools never counted {key!r} in {timeout_s:.0f}s "
+                                 f"(still {ATTEMPTS[key]})")
         await asyncio.sleep(0.1)
 
 
@@ -186,7 +199,8 @@ async def test_cancelling_during_a_model_call(client: Client, task_queue: str, m
 
 
 def prompt_tokens(request) -> int:
-    from scripted_model.script import ScriptedReply as Reply, usage
+    from scripted_model.script import ScriptedReply as Reply
+    from scripted_model.script import usage
 
     return usage(request.body["messages"], request.body.get("tools"), Reply())["prompt_tokens"]
 
@@ -224,10 +238,10 @@ async def test_cancelling_during_tool_discovery_ends_the_conversation(client: Cl
     async with Worker(client, task_queue=queue, workflows=[ConversationWorkflow],
                       activities=[endless_discovery]):
         handle = await start(client, queue, "hello")
-        for _ in range(100):
-            events = [e.event_type for e in (await handle.fetch_history()).events]
-            if EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED in events:
-                break
+        deadline = time.monotonic() + 10  # a retried activity has no started event until it ends
+        while not any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                      for a in (await handle.describe()).raw_description.pending_activities):
+            assert time.monotonic() < deadline, "the tool discovery never started"
             await asyncio.sleep(0.1)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):

@@ -20,12 +20,14 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.profiles import AgentProfile, Profiles
+from api.agui import interrupts
 from client.watch import Renderer, watch
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
+    WORKFLOW_TASK_EVENTS,
     note_rows,
     reaches,
     replay,
@@ -47,6 +49,8 @@ PROFILES = {
                            tools=["create_note", "ask_confirm"], max_steps=4),
     "deep": AgentProfile(description="Delegates to itself", system_prompt="You delegate.",
                          tools=["deep"], max_steps=3),
+    "manager": AgentProfile(description="Has notes written", system_prompt="You delegate.",
+                            tools=["writer"], max_steps=3),
 }
 
 
@@ -153,7 +157,8 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
     described = await handle.describe()
     assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting_for_confirmation"
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert f"confirm {handle.id} {pending.call_id}" in metadata.current_details  # the UI says how
+    assert pending.ref == f"w1/{pending.call_id}"  # the child's call, by its path from here
+    assert f"confirm {handle.id} {pending.ref}" in metadata.current_details  # the UI says how
 
     # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
     env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
@@ -192,7 +197,7 @@ async def test_a_child_rejected_and_answered_through_the_api(
         waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
         call_id = waiting.pending_confirmations[0].call_id
         schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
-        assert schemas[call_id]["required"] == ["title", "body"]  # the child's call, by its parent
+        assert schemas[f"r1/{call_id}"]["required"] == ["title", "body"]  # by its parent, by ref
         r = await http.post(f"/conversations/{handle.id}/reject",
                             json={"call_ids": [call_id], "reason": "not now"})
         assert r.status_code == 200, r.text
@@ -216,7 +221,11 @@ async def test_the_parents_history_does_not_grow_with_the_childs_steps(
         assert status.final_answer == "done"
         kid = await client.get_workflow_handle(f"{handle.id}/h1").query(ConversationWorkflow.status)
         assert kid.steps == steps
-        events = await parent_history(client, handle.id)
+        # What the parent's own steps recorded: workflow tasks and the stream's publish signals
+        # come and group as the timing goes, so they are left out.
+        events = [e for e in await parent_history(client, handle.id)
+                  if e.event_type not in WORKFLOW_TASK_EVENTS
+                  and e.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
         sizes.append((len(events), sum(e.ByteSize() for e in events)))
     (n1, b1), (n5, b5) = sizes
     assert n1 == n5 and abs(b1 - b5) < 512, sizes
@@ -298,3 +307,154 @@ async def test_worker_killed_while_a_child_waits_writes_the_note_once(
         assert len(note_rows(tmp_path / "data", title)) == 1
     finally:
         worker.stop()
+
+
+def writing(model: ScriptedModelServer, title: str, call_id: str = "call_0") -> str:
+    """A writer child that creates one note, its call numbered as a provider might (the same
+    id in every child), then reports; returns its trigger."""
+    return script(model, unique("writes"),
+                  ScriptedReply(tool_calls=[ScriptedToolCall(
+                      name="create_note", arguments={"title": title, "body": "b"}, id=call_id)]),
+                  ScriptedReply(content="{last_tool}"))
+
+
+async def two_writers(client: Client, queue: str, model: ScriptedModelServer
+                      ) -> tuple[object, list[str]]:
+    """A parent whose two writer children each wait for approval of their own `call_0`."""
+    titles = [unique("twin-a"), unique("twin-b")]
+    kids = [writing(model, t) for t in titles]
+    parent = script(model, unique("twins"),
+                    ScriptedReply(tool_calls=[delegate("writer", f"{kids[0]}: go", "p1"),
+                                              delegate("writer", f"{kids[1]}: go", "p2")]),
+                    ScriptedReply(content="both: {last_tool}"))
+    handle = await start(client, queue, parent)
+    for _ in range(150):
+        status = await handle.query(ConversationWorkflow.status)
+        if len(status.pending_confirmations) == 2:
+            return handle, titles
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the two children's calls never surfaced: {status}")
+
+
+async def test_two_subagents_calls_with_one_id_are_told_apart(
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        temporal_address: str, activity_settings):
+    handle, titles = await two_writers(client, agents_queue, model)
+    status = await handle.query(ConversationWorkflow.status)
+    by_ref = {p.ref: p for p in status.pending_confirmations}
+    assert set(by_ref) == {"p1/call_0", "p2/call_0"}
+    assert by_ref["p2/call_0"].conversation_id == f"{handle.id}/p2"
+    assert by_ref["p2/call_0"].args["title"] == titles[1]
+    agui_ids = [i.id for i in interrupts(status, {})]
+    assert sorted(agui_ids) == ["p1/call_0", "p2/call_0"]  # one interrupt each, told apart
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
+        assert set(schemas) == {"p1/call_0", "p2/call_0"}
+        # The bare id is refused, naming both and how to pick one; nothing is decided.
+        r = await http.post(f"/conversations/{handle.id}/confirm", json={"call_ids": ["call_0"]})
+        assert r.status_code == 409, r.text
+        assert "p1/call_0" in r.text and "p2/call_0" in r.text and "by its ref" in r.text
+        assert len((await handle.query(ConversationWorkflow.status)).pending_confirmations) == 2
+        # By its ref, the decision reaches the child whose call the human picked, and only it.
+        r = await http.post(f"/conversations/{handle.id}/confirm",
+                            json={"call_ids": ["p2/call_0"]})
+        assert r.status_code == 200, r.text
+        for _ in range(100):
+            if note_rows(activity_settings.data_dir, titles[1]):
+                break
+            await asyncio.sleep(0.1)
+        assert len(note_rows(activity_settings.data_dir, titles[1])) == 1
+        assert note_rows(activity_settings.data_dir, titles[0]) == []
+    # Through the child's own conversation id, its call id is its own.
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "client", "confirm", f"{handle.id}/p1", "call_0",
+                         "--as", "carol"],
+        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
+        text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    final = await reaches(handle, "idle", timeout_s=60)
+    assert final.stop_reason == "answered", final
+    assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
+    await replay(handle, "subagents_with_one_call_id")
+
+
+async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        temporal_address: str, activity_settings):
+    handle, titles = await two_writers(client, agents_queue, model)
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        r = await http.post(f"/conversations/{handle.id}/confirm", json={"all": True})
+        assert r.status_code == 200, r.text
+    assert (await reaches(handle, "idle", timeout_s=60)).stop_reason == "answered"
+    assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
+
+    handle, titles = await two_writers(client, agents_queue, model)
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "client", "reject", handle.id, "--all",
+                         "--reason", "no", "--as", "dan"],
+        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
+        text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    final = await reaches(handle, "idle", timeout_s=60)
+    assert final.stop_reason == "answered" and final.final_answer.count("rejected by user: no") == 1
+    for kid in ("p1", "p2"):
+        kid_status = await client.get_workflow_handle(f"{handle.id}/{kid}").query(
+            ConversationWorkflow.status)
+        assert [(d.approved, d.approver) for d in kid_status.decisions] == [(False, "dan")]
+    assert [note_rows(activity_settings.data_dir, t) for t in titles] == [[], []]
+
+
+async def test_a_grandchilds_approval_surfaces_at_the_top_and_is_decided_there(
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        activity_settings):
+    title = unique("grandchild-note")
+    writer = writing(model, title, call_id="g0")
+    manager = script(model, unique("manager"),
+                     ScriptedReply(tool_calls=[delegate("writer", f"{writer}: go", "w1")]),
+                     ScriptedReply(content="manager: {last_tool}"))
+    parent = script(model, unique("top"),
+                    ScriptedReply(tool_calls=[delegate("manager", f"{manager}: go", "m1")]),
+                    ScriptedReply(content="top: {last_tool}"))
+    handle = await start(client, agents_queue, parent)
+    waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
+    [pending] = waiting.pending_confirmations
+    assert (pending.ref, pending.conversation_id) == ("m1/w1/g0", f"{handle.id}/m1/w1")
+    assert [c.status for c in waiting.children] == ["waiting_for_confirmation"]
+    assert [i.id for i in interrupts(waiting, {})] == ["m1/w1/g0"]
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
+        assert schemas["m1/w1/g0"]["required"] == ["title", "body"]
+        r = await http.post(f"/conversations/{handle.id}/confirm", json={"call_ids": ["m1/w1/g0"]})
+        assert r.status_code == 200, r.text
+    final = await reaches(handle, "idle", timeout_s=60)
+    assert final.final_answer.startswith("top: manager: Created note"), final
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
+    await replay(handle, "subagent_depth_two_approval_parent")
+    await replay(client.get_workflow_handle(f"{handle.id}/m1"), "subagent_depth_two_approval_child")
+
+
+def started_input(events) -> dict:
+    """A conversation's input, as its first history event holds it."""
+    payload = events[0].workflow_execution_started_event_attributes.input.payloads[0]
+    return json.loads(payload.data)
+
+
+async def test_children_share_what_is_left_of_the_parents_budgets(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    kids = [script(model, unique(f"share-{n}"), ScriptedReply(content=f"kid {n}", delay_s=0.3))
+            for n in (1, 2)]
+    parent = script(model, unique("share"),
+                    ScriptedReply(tool_calls=[delegate("researcher", f"{kids[0]}: go", "b1"),
+                                              delegate("researcher", f"{kids[1]}: go", "b2")]),
+                    ScriptedReply(content="both: {last_tool}"))
+    handle = await start(client, agents_queue, parent, model="gpt-4o-mini",
+                         max_total_tokens=100_000, max_cost_usd=1.0)
+    status = await reaches(handle, "idle", timeout_s=60)
+    assert status.stop_reason == "answered", status
+    first = (await handle.query(ConversationWorkflow.history))[0].tokens  # before the children
+    for kid in ("b1", "b2"):
+        given = started_input(await parent_history(client, f"{handle.id}/{kid}"))
+        # Both started at once: each got half of what the parent's first step left, reserved.
+        assert given["max_total_tokens"] == (100_000 - first.total_tokens) // 2
+        assert given["max_cost_usd"] == pytest.approx((1.0 - first.cost_usd) / 2)
+    await replay(handle, "subagents_share_the_budgets")

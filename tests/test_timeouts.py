@@ -11,17 +11,31 @@ from pathlib import Path
 
 import httpx
 import pytest
-from temporalio.api.enums.v1 import EventType
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import note_rows, outcome_of, reaches, script, settled, start, tool_call, unique
+from tests.helpers import (
+    REPLAYER,
+    note_rows,
+    outcome_of,
+    reaches,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from worker.app import build_worker, ensure_search_attributes
-from workflows.conversation import ConversationWorkflow
+from workflows.conversation import (
+    MESSAGE_BEATS_IDLE_TIMEOUT_PATCH,
+    ConversationWorkflow,
+)
 from workflows.models import EndRequest, SayRequest
 
 
@@ -77,11 +91,39 @@ async def test_idle_conversation_completes_after_its_idle_timeout(
     assert messages[-1].content == "hello"
 
 
+# The SDK's coming default (temporalio `_WorkflowLogicFlag` 2, off in 1.35): every job of an
+# activation is applied before any workflow code runs. Set on a worker, it is recorded in the history
+# and every later worker honours it. Only with it does the idle timer's expiry reach `_serve` as a
+# TimeoutError while the message of the same task is already in the inbox: the branch under test.
+SINGLE_BATCH = _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH
+
+
+def markers(history) -> list[str]:
+    return [e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data.decode()
+            for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+
+
+def used_flags(history) -> set[int]:
+    return {flag for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            for flag in e.workflow_task_completed_event_attributes.sdk_metadata.lang_used_flags}
+
+
+@pytest.mark.parametrize("single_batch", [False, True], ids=["legacy-order", "single-batch"])
 async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
-    model: ScriptedModelServer, activity_settings: ActivitySettings
+    model: ScriptedModelServer, activity_settings: ActivitySettings, single_batch: bool
 ):
     """The message and the idle timeout land in one workflow task (the worker is away while both
-    happen): the accepted message wins, and the conversation answers it."""
+    happen): the accepted message wins, and the conversation answers it. In the SDK's legacy
+    order the message's wait condition resolves first; in single-batch order the timer wins the
+    race and `_serve` must see the message in the inbox (`MESSAGE_BEATS_IDLE_TIMEOUT_PATCH`)."""
+
+    def worker(env: WorkflowEnvironment, queue: str, http: httpx.AsyncClient, **options):
+        built = build_worker(env.client, queue, activity_settings, http, **options)
+        if single_batch:
+            built._set_default_workflow_logic_flag(SINGLE_BATCH, enabled=True)
+        return built
+
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=time_skipping_server(), data_converter=pydantic_data_converter
     )
@@ -92,24 +134,28 @@ async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
                          ScriptedReply(content="second: {last_user}"))
         async with httpx.AsyncClient(timeout=10) as http:
             # No sticky queue: the next task must not wait for this worker's (virtual) timeout.
-            async with build_worker(env.client, queue, activity_settings, http,
-                                    max_cached_workflows=0):
+            async with worker(env, queue, http, max_cached_workflows=0):
                 handle = await start(env.client, queue, trigger, idle_timeout_s=60)
                 await reaches(handle, "idle")
             # While no worker runs, awaiting the result lets the server skip past the idle timer.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(handle.result(), timeout=3)
             await handle.signal(ConversationWorkflow.say, SayRequest(text="still there?", request_id="late"))
-            async with build_worker(env.client, queue, activity_settings, http):
+            async with worker(env, queue, http):
                 assert (await outcome_of(handle, "late")).accepted
                 status = await settled(handle, turn=2)
                 assert (status.turn, status.final_answer) == (2, "second: still there?")
                 await handle.signal(ConversationWorkflow.end, EndRequest())
                 result = await handle.result()
         assert result.stop_reason == "ended"
-        events = [e.event_type for e in (await handle.fetch_history()).events]
+        history = await handle.fetch_history()
+        events = [e.event_type for e in history.events]
         fired = events.index(EventType.EVENT_TYPE_TIMER_FIRED)
         assert events[fired + 1: fired + 3] == [EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
                                                 EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+        if single_batch:  # the branch ran: its patch marker is recorded only there
+            assert SINGLE_BATCH in used_flags(history)
+            assert any(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH in m for m in markers(history))
+        await REPLAYER.replay_workflow(history)
     finally:
         await env.shutdown()

@@ -12,8 +12,8 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.llm import LLMActivities
 from activities.mcp import load_mcp_config
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from activities.mcp import McpToolbox
 
 log = structlog.get_logger()
+# Libraries the workflow's code uses, imported once and shared by every workflow in the sandbox.
+# The workflow's own modules (`workflows`) are not among them: the sandbox imports them afresh
+# for each workflow, so what they do (the clock, randomness, I/O) is checked too.
+SANDBOX_LIBRARIES = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions",
+                     "typing_inspection", "jsonschema", "jsonschema_specifications",
+                     "referencing", "rpds", "attrs", "attr", "re2")
 # A workflow task waits this long for the worker that holds the conversation in its cache
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -55,6 +61,8 @@ def build_worker(
     mcp: McpToolbox | None = None,
     llm: LLMActivities | None = None,
     sandboxed: bool = True,
+    workflows: bool = True,
+    activities: bool = True,
     **options: Any,
 ) -> Worker:
     """The agent's worker; `options` go to Temporal's `Worker` as they are.
@@ -64,19 +72,30 @@ def build_worker(
     so; `python -m worker` runs without it unless `AGENT_WORKFLOW_SANDBOX=on`: it costs a
     production worker 30% of its CPU per step (importing a workflow's modules for every workflow
     it starts or replays, and entering the sandbox for every payload), and in production a
-    refusal fails the workflow task just as a non-determinism error does."""
+    refusal fails the workflow task just as a non-determinism error does. `workflows` and
+    `activities` say which of the two it serves (both by default)."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[ConversationWorkflow],
-        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
-        activities=[llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool],
+        workflows=[ConversationWorkflow] if workflows else [],
+        workflow_runner=workflow_runner(sandboxed),
+        activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool]
+                    if activities else []),
         interceptors=[LoggingInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
+
+
+def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
+    """Temporal's sandbox, with the libraries passed through and the workflow's own modules
+    checked; or none (`python -m worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_LIBRARIES))
 
 
 def workflow_sandbox(value: str) -> bool:

@@ -13,74 +13,78 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-with workflow.unsafe.imports_passed_through():
-    from workflows import context, decisions
-    from workflows.acting import (
-        FAST,
-        Pace,
-        ToolRound,
-        failure_reason,
-        raise_if_cancelled,
-    )
-    from workflows.approvals import Refusal
-    from workflows.bounds import (
-        MAX_CALLS_PER_REPLY,
-        MAX_ERROR_BYTES,
-        MAX_TOOLS_LISTED,
-        MAX_TURN_SUMMARIES,
-        Limits,
-        clip,
-        keep_last,
-    )
-    from workflows.desk import HumanDesk
-    from workflows.discovery import discover_tools
-    from workflows.edge import first_state, settled_input
-    from workflows.handover import carried, next_input
-    from workflows.models import (
-        CLOSED_STATUSES,
-        PENDING_PROMPT_QUERY,
-        WAITING_STATUSES,
-        AnswerRequest,
-        AuditAction,
-        AuditRecord,
-        ChatMessage,
-        ChildRef,
-        ChildReport,
-        ConfirmRequest,
-        ConversationInput,
-        ConversationStatus,
-        Decision,
-        EndRequest,
-        PendingPrompt,
-        RejectRequest,
-        SayRequest,
-        SignalOutcome,
-        Status,
-        StopReason,
-        TurnSummary,
-        Usage,
-    )
-    from workflows.narrator import Narrator
-    from workflows.state import TurnState
-    from workflows.stopping import is_looping, over_budget
-    from workflows.thinking import Thinker
+from workflows.human_desk import HumanDesk, HumanRequest, Taken
+from workflows.model_step import Thinker
+from workflows.models import (
+    CLOSED_STATUSES,
+    PENDING_PROMPT_QUERY,
+    WAITING_STATUSES,
+    AnswerRequest,
+    AuditAction,
+    AuditRecord,
+    ChatMessage,
+    ChildRef,
+    ChildReport,
+    ConfirmRequest,
+    ConversationInput,
+    ConversationStatus,
+    EndRequest,
+    PendingConfirmation,
+    PendingPrompt,
+    PendingQuestion,
+    RejectRequest,
+    SayRequest,
+    SignalOutcome,
+    Status,
+    StopReason,
+    TurnSummary,
+    Usage,
+)
+from workflows.reporting import Narrator
+from workflows.rules import context, loop
+from workflows.rules.bounds import (
+    MAX_CALLS_PER_REPLY,
+    MAX_ERROR_BYTES,
+    MAX_TOOLS_LISTED,
+    MAX_TURN_SUMMARIES,
+    Limits,
+    clip,
+    keep_last,
+)
+from workflows.rules.gate import Refusal
+from workflows.rules.handover import carried, next_input
+from workflows.rules.start_input import first_state, settled_input
+from workflows.rules.stopping import is_looping, over_budget
+from workflows.state import TurnState
+from workflows.tool_discovery import discover_tools
+from workflows.tool_round import (
+    FAST,
+    Pace,
+    ToolRound,
+    failure_reason,
+    raise_if_cancelled,
+)
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
 CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
-# Runs with this marker send model calls as deltas (`workflows.delta`) and, as a step then adds
+# Runs with this marker send model calls as deltas (`workflows.rules.delta`) and, as a step then adds
 # little history, hand over to a fresh run for the history's size only well past the server's
 # suggestion; runs begun before it don't.
 DELTA_CONTEXT_PATCH = "delta-context"
+# Runs with this marker take a request id once, and hold the gate at the seams between
+# conversations (subagents' budgets and ids); runs begun before it don't.
+GATE_SEAMS_PATCH = "gate-at-every-seam"
 
 
 @workflow.defn
@@ -96,6 +100,9 @@ class ConversationWorkflow:
         self._state = first_state(self._input, self._limits, notices)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._desk = HumanDesk(self._state, self._limits)
+        self._desk.on_settled = self._announce_settled
+        self._seams = workflow.patched(GATE_SEAMS_PATCH)
+        self._desk.dedupe = self._seams
         if inp.request_id is not None and inp.state is None and inp.carry is None:
             self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
@@ -140,6 +147,7 @@ class ConversationWorkflow:
             elif self._input.one_shot:  # its first message was refused: nothing to answer
                 break
             else:
+                self._desk.settle(workflow.now())  # what waited for this turn's results
                 self._set_phase("idle")
                 if self._should_continue_as_new(at_turn_boundary=True):
                     await self._continue_as_new()
@@ -160,8 +168,9 @@ class ConversationWorkflow:
         await self._wind_up()
 
     async def _wind_up(self) -> None:
-        """Before the run ends: close the stream, finish every handler, and (a subagent) send
-        its last reports to its parent."""
+        """Before the run ends: answer every request still waiting, close the stream, finish
+        every handler, and (a subagent) send its last reports to its parent."""
+        self._desk.settle(workflow.now(), final=True)
         self._narrator.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._reports:
@@ -187,17 +196,25 @@ class ConversationWorkflow:
 
     @workflow.signal(name=CHILD_STATUS_SIGNAL)
     def child_status(self, report: ChildReport) -> None:
-        """A subagent's status and what it waits for, so that this conversation shows them."""
+        """A subagent's status and what it waits for (its own subagents' calls and questions
+        included), so that this conversation shows them, each named by its path from here."""
         for child in self._state.current.children:
             if child.workflow_id == report.workflow_id and child.status not in CLOSED_STATUSES:
-                owner = {"conversation_id": report.workflow_id}
                 child.status = report.status
                 child.pending_confirmations = [
-                    p.model_copy(update=owner)
+                    self._owned(p, report.workflow_id)
                     for p in report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
                 question = report.pending_question
-                child.pending_question = question and question.model_copy(update=owner)
+                child.pending_question = question and self._owned(question, report.workflow_id)
                 self._sync_status()
+
+    def _owned(self, pending: PendingT, child_id: str) -> PendingT:
+        """A subagent's pending call or question, with the conversation that owns it and its
+        ref from here: the owner's id relative to this one's, then the call id."""
+        owner = pending.conversation_id or child_id
+        return pending.model_copy(update={
+            "conversation_id": owner, "ref": f"{relative_id(owner, workflow.info().workflow_id)}"
+                                             f"/{pending.call_id}"})
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
@@ -208,58 +225,79 @@ class ConversationWorkflow:
             self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
 
     @workflow.signal
-    def confirm(self, request: ConfirmRequest) -> None:
-        self._after_decision(self._desk.confirm(request, workflow.now()), request.request_id)
+    async def confirm(self, request: ConfirmRequest) -> None:
+        await self._human(request)
 
     @workflow.signal
-    def reject(self, request: RejectRequest) -> None:
-        self._after_decision(self._desk.reject(request, workflow.now()), request.request_id)
+    async def reject(self, request: RejectRequest) -> None:
+        await self._human(request)
 
     @workflow.signal
-    def answer(self, request: AnswerRequest) -> None:
-        self._after_answer(self._desk.answer(request), request.request_id)
+    async def answer(self, request: AnswerRequest) -> None:
+        await self._human(request)
 
     # Update twins of the decision signals, for callers that want a synchronous answer: the
     # validator refuses before anything reaches the history; the handler is the signal's.
 
     @workflow.update
-    def decide_confirm(self, request: ConfirmRequest) -> SignalOutcome:
-        return self._after_decision(self._desk.confirm(request, workflow.now()), request.request_id)
+    async def decide_confirm(self, request: ConfirmRequest) -> SignalOutcome:
+        return await self._human(request)
 
     @decide_confirm.validator
     def _check_confirm(self, request: ConfirmRequest) -> None:
-        _raise_refusal(self._desk.plan_confirm(request))
+        self._check_request(request, self._desk.plan_confirm(request))
 
     @workflow.update
-    def decide_reject(self, request: RejectRequest) -> SignalOutcome:
-        return self._after_decision(self._desk.reject(request, workflow.now()), request.request_id)
+    async def decide_reject(self, request: RejectRequest) -> SignalOutcome:
+        return await self._human(request)
 
     @decide_reject.validator
     def _check_reject(self, request: RejectRequest) -> None:
-        _raise_refusal(self._desk.plan_reject(request))
+        self._check_request(request, self._desk.plan_reject(request))
 
     @workflow.update
-    def give_answer(self, request: AnswerRequest) -> SignalOutcome:
-        return self._after_answer(self._desk.answer(request), request.request_id)
+    async def give_answer(self, request: AnswerRequest) -> SignalOutcome:
+        return await self._human(request)
 
     @give_answer.validator
     def _check_answer(self, request: AnswerRequest) -> None:
-        _raise_refusal(self._desk.plan_answer(request))
+        self._check_request(request, self._desk.plan_answer(request))
 
-    def _after_decision(
-        self, result: list[Decision] | Refusal, request_id: str | None
-    ) -> SignalOutcome:
-        self._narrator.announce(result)
-        self._sync_status()
-        return _outcome(result, request_id)
+    def _check_request(self, request: HumanRequest, plan: object) -> None:
+        """An Update's validator: a request id already taken answers as it did; else what the
+        request would do now must be allowed."""
+        if self._desk.repeated(request.request_id) is None and isinstance(plan, Refusal):
+            raise ValueError(plan.reason)
 
-    def _after_answer(self, result: str | Refusal, request_id: str | None) -> SignalOutcome:
-        if isinstance(result, Refusal):
-            self._narrator.emit("decision_refused", text=result.reason)
-        else:
-            self._narrator.emit("answered", text=result)
+    async def _human(self, request: HumanRequest) -> SignalOutcome:
+        """A decision or an answer: taken or refused now, or, when it names what a result on
+        its way may bring, once that result is in (`HumanDesk`). A request id seen before
+        answers as it did the first time."""
+        seen = self._desk.repeated(request.request_id)
+        if isinstance(seen, SignalOutcome):
+            return seen
+        taken = seen or self._desk.take(request, workflow.now())
+        if taken.verdict is None:
+            await workflow.wait_condition(lambda: taken.verdict is not None)
+        elif seen is None:
+            self._announce(taken)
+        return _outcome(taken.verdict, request.request_id)
+
+    def _announce_settled(self, settled: list[Taken]) -> None:
+        for taken in settled:
+            self._announce(taken)
+
+    def _announce(self, taken: Taken) -> None:
+        """Put what became of a human request on the live stream and in the status."""
+        verdict = taken.verdict
+        if isinstance(taken.request, AnswerRequest):
+            if isinstance(verdict, Refusal):
+                self._narrator.emit("decision_refused", text=verdict.reason)
+            else:
+                self._narrator.emit("answered", text=verdict)
+        elif isinstance(verdict, (list, Refusal)):
+            self._narrator.announce(verdict)
         self._sync_status()
-        return _outcome(result, request_id)
 
     @workflow.query
     def status(self) -> ConversationStatus:
@@ -269,10 +307,8 @@ class ConversationWorkflow:
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
             tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
             final_answer=turn.final_answer,
-            pending_confirmations=[*self._desk.pending_confirmations(),
-                                   *(p for c in turn.children for p in c.pending_confirmations)],
-            pending_question=self._desk.pending_question() or next(
-                (c.pending_question for c in turn.children if c.pending_question), None),
+            pending_confirmations=self._pending_confirmations(),
+            pending_question=self._pending_question(),
             usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),
@@ -280,6 +316,17 @@ class ConversationWorkflow:
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
         )
+
+    def _pending_confirmations(self) -> list[PendingConfirmation]:
+        """The calls waiting for a decision: this conversation's, then its subagents'."""
+        children = self._state.current.children
+        return [*self._desk.pending_confirmations(),
+                *(p for c in children for p in c.pending_confirmations)]
+
+    def _pending_question(self) -> PendingQuestion | None:
+        return self._desk.pending_question() or next(
+            (c.pending_question for c in self._state.current.children if c.pending_question),
+            None)
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
@@ -293,7 +340,7 @@ class ConversationWorkflow:
     @workflow.query(name=PENDING_PROMPT_QUERY)
     def pending_prompt(self, digest: str) -> PendingPrompt | None:
         """The prompt and tools of the model call this conversation waits on, if it has this
-        digest: for a worker that holds no copy of the previous prompt (`workflows.delta`)."""
+        digest: for a worker that holds no copy of the previous prompt (`workflows.rules.delta`)."""
         return self._thinker.pending(digest)
 
     @workflow.query
@@ -310,8 +357,9 @@ class ConversationWorkflow:
     # ----- tools -----
 
     async def _load_tools(self) -> None:
-        refusal = await discover_tools(self._state, self._limits, self._input.approval,
-                                       self._input.profile)
+        with self._desk.awaiting_results():
+            refusal = await discover_tools(self._state, self._limits, self._input.approval,
+                                           self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")
@@ -376,9 +424,10 @@ class ConversationWorkflow:
             if self._should_continue_as_new(at_turn_boundary=False):
                 await self._continue_as_new()
             step = turn.steps + 1
-            offered = decisions.tools_offered(step, self._input.max_steps) and not turn.forced_reason
+            offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             try:
-                reply = await self._thinker.think(step, offered)
+                with self._desk.awaiting_results():
+                    reply = await self._thinker.think(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
                 self._stop("llm_error", f"model call failed: {failure_reason(err)}")
@@ -386,17 +435,17 @@ class ConversationWorkflow:
                 return
             turn.steps = step
             message, refused = self._thinker.usable(reply.message, step)
-            decision = decisions.decide_after_reply(message, offered, turn.forced_reason)
-            if isinstance(decision, decisions.RunTools) and self._over_budget():
-                decision = decisions.FinalAnswer(message.content or "", "budget_exceeded")
-            if isinstance(decision, decisions.FinalAnswer):
+            decision = loop.decide_after_reply(message, offered, turn.forced_reason)
+            if isinstance(decision, loop.RunTools) and self._over_budget():
+                decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
+            if isinstance(decision, loop.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
                 self._record_step(step, message.content, reply.usage)
                 return
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
             done = await ToolRound(self._input, state, self._desk, self._narrator,
-                                   self._sync_status, self._pace).run(decision.calls,
+                                   self._sync_status, self._pace, self._seams).run(decision.calls,
                                                           reply.finish_reason == "length",
                                                           share, refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
@@ -415,7 +464,7 @@ class ConversationWorkflow:
         ))
 
     def _finish(
-        self, message: ChatMessage, answer: decisions.FinalAnswer, finish_reason: str | None
+        self, message: ChatMessage, answer: loop.FinalAnswer, finish_reason: str | None
     ) -> None:
         turn = self._state.current
         # An answer must never leave tool calls without results in the history.
@@ -434,7 +483,7 @@ class ConversationWorkflow:
     def _over_budget(self) -> str | None:
         """Why the conversation's budget is used up, or None."""
         return over_budget(self._state.usage, self._input.max_total_tokens,
-                           self._input.max_cost_usd)
+                           self._input.max_cost_usd, fail_closed=self._seams)
 
     def _stop(self, reason: StopReason, error: str) -> None:
         turn = self._state.current
@@ -447,7 +496,7 @@ class ConversationWorkflow:
     def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
         info = workflow.info()
         if self._delta_context:  # a step adds little: hand over only when the history is large
-            if decisions.history_full(info.get_current_history_length(),
+            if loop.history_full(info.get_current_history_length(),
                                       info.get_current_history_size(),
                                       self._input.continue_as_new_after_events):
                 return True
@@ -497,9 +546,8 @@ class ConversationWorkflow:
         if parent is None or self._input.profile is None:
             return
         report = ChildReport(workflow_id=workflow.info().workflow_id, profile=self._input.profile,
-                             status=status,
-                             pending_confirmations=self._desk.pending_confirmations(),
-                             pending_question=self._desk.pending_question())
+                             status=status, pending_confirmations=self._pending_confirmations(),
+                             pending_question=self._pending_question())
         if status in CLOSED_STATUSES or report == (self._reported or ChildReport(
                 workflow_id=report.workflow_id, profile=report.profile, status="running")):
             return  # the parent learns the end from the child's result
@@ -508,14 +556,16 @@ class ConversationWorkflow:
         self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
 
 
+def relative_id(conversation_id: str, ancestor_id: str) -> str:
+    """A subagent's id as seen from an ancestor: its path of call ids (`<ancestor>/<call id>`
+    is a child's id)."""
+    prefix = f"{ancestor_id}/"
+    return conversation_id[len(prefix):] if conversation_id.startswith(prefix) else conversation_id
+
+
 def _children_waiting(children: list[ChildReport]) -> Status | None:
     statuses = {c.status for c in children}
     return next((waiting for waiting in WAITING_STATUSES if waiting in statuses), None)
-
-
-def _raise_refusal(plan: object) -> None:
-    if isinstance(plan, Refusal):
-        raise ValueError(plan.reason)
 
 
 def _outcome(result: object, request_id: str | None) -> SignalOutcome:

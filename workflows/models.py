@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
+from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -75,6 +75,21 @@ class Usage(BaseModel):
     # In dollars (genai-prices, or AGENT_PRICES); None once any call's price is unknown.
     cost_usd: float | None = 0.0
     cost_note: str | None = None  # why the cost is unknown
+    # What is known when `cost_usd` is None: the priced calls' dollars, and how many calls
+    # have no price (an unknown model) or no usage at all (an endpoint that reports none).
+    known_cost_usd: float = 0.0
+    unpriced_calls: int = 0
+    unmetered_calls: int = 0
+
+    @property
+    def known_cost(self) -> float:
+        return self.cost_usd if self.cost_usd is not None else self.known_cost_usd
+
+    @property
+    def unpriced(self) -> int:
+        """Calls of unknown cost (at least one when the cost is unknown: a state carried from
+        a version that did not count them)."""
+        return max(self.unpriced_calls, int(self.cost_usd is None))
 
     def __add__(self, other: Usage) -> Usage:
         cost = (None if self.cost_usd is None or other.cost_usd is None
@@ -86,6 +101,9 @@ class Usage(BaseModel):
             cached_tokens=self.cached_tokens + other.cached_tokens,
             cost_usd=cost,
             cost_note=self.cost_note or other.cost_note,
+            known_cost_usd=round(self.known_cost + other.known_cost, 10),
+            unpriced_calls=self.unpriced + other.unpriced,
+            unmetered_calls=self.unmetered_calls + other.unmetered_calls,
         )
 
 
@@ -211,7 +229,7 @@ class PromptPart(BaseModel):
 
 
 class LLMStepRequest(BaseModel):
-    """A model call as a delta (`workflows.delta`): the prompt as parts of the previous one
+    """A model call as a delta (`workflows.rules.delta`): the prompt as parts of the previous one
     (`base`, by digest; None: every part is a message) and new messages, and the tool list by its
     digest. The worker rebuilds the prompt and checks it against `digest`."""
 
@@ -311,6 +329,9 @@ class ConfirmRequest(BaseModel):
     all: bool = False
     args: dict[str, Any] | None = None  # edited arguments, for a single call
     approver: str = "unknown"
+    # call id -> the `args_hash` of the arguments the human saw: a call whose arguments are not
+    # those is refused, and with `all`, so is a pending call the human did not see
+    seen: dict[str, str] = {}
 
 
 class RejectRequest(BaseModel):
@@ -319,11 +340,13 @@ class RejectRequest(BaseModel):
     all: bool = False
     reason: str = ""
     approver: str = "unknown"
+    seen: dict[str, str] = {}  # as in `ConfirmRequest`
 
 
 class AnswerRequest(BaseModel):
     request_id: str | None = None
     values: list[str]
+    call_id: str | None = None  # the question the human answered; another one open is refused
 
 
 class Decision(BaseModel):
@@ -353,6 +376,10 @@ class PendingConfirmation(BaseModel):
     args: dict[str, Any]
     risk: Risk
     conversation_id: str | None = None  # a subagent's call: the child conversation that owns it
+    # What names it without ambiguity from this conversation: the call id for its own calls;
+    # for a subagent's, the path of call ids from here (`call_0/call_0`, a child's own `call_0`)
+    ref: str | None = None
+    args_hash: str | None = None  # of `args`: what a decision may bind to (`ConfirmRequest.seen`)
 
 
 class PendingQuestion(BaseModel):
@@ -361,6 +388,7 @@ class PendingQuestion(BaseModel):
     message: str
     options: list[str] = []
     conversation_id: str | None = None  # a subagent's question: the child that asks it
+    ref: str | None = None  # as in `PendingConfirmation`
 
 
 class ChildRef(BaseModel):

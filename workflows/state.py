@@ -1,13 +1,12 @@
 """The conversation's state: one typed model, held by the workflow and carried whole by
 continue-as-new. A new turn starts from a fresh `TurnState`; every list here has a bound
-(`workflows.bounds`)."""
+(`workflows.rules.bounds`)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
 from workflows.models import (
     AuditRecord,
     ChatMessage,
@@ -19,7 +18,8 @@ from workflows.models import (
     TurnSummary,
     Usage,
 )
-from workflows.stopping import CallRecord, call_record_of_key
+from workflows.rules.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
+from workflows.rules.stopping import CallRecord, call_record_of_key
 
 
 class TurnState(BaseModel):

@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 import structlog
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from mcp import Client, MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Tool
@@ -24,8 +23,9 @@ from activities.mcp.catalog import CatalogEntry, build_catalog
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import result_text
+from activities.mcp.patterns import BoundedSearch
 from workflows.models import Risk, ToolDefinition, ToolOutcome
-from workflows.schemas import NOTHING_FETCHED, argument_problem, depth_problem
+from workflows.rules.schemas import argument_errors
 
 log = structlog.get_logger()
 
@@ -189,15 +189,12 @@ def _server_error(server: McpServerConfig, message: str) -> ToolOutcome:
 
 
 def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
-    """` at $.path: message` for the most relevant schema error, or None. Never raises and never
-    fetches a `$ref`."""
-    try:
-        if depth_problem(arguments) is None:
-            best = best_match(Draft202012Validator(schema, registry=NOTHING_FETCHED)
-                              .iter_errors(arguments))
-            if best is None:
-                return None
-            return f"{f' at {best.json_path}' if best.path else ''}: {best.message}"
-    except Exception:
-        pass
-    return f": {argument_problem(schema, arguments)}"  # arguments too deep, or a broken schema
+    """` at $.path: message` for the most relevant schema error, or None. Never raises, never
+    fetches a `$ref`, and never matches a pattern unbounded."""
+    errors = argument_errors(schema, arguments, BoundedSearch())
+    if isinstance(errors, str):  # arguments too deep, a broken schema, a pattern out of time
+        return f": {errors}"
+    best = best_match(errors)
+    if best is None:
+        return None
+    return f"{f' at {best.json_path}' if best.path else ''}: {best.message}"

@@ -930,7 +930,7 @@
         if (this.gone) return;
         this.status = status;
         this.renderStatus(status);
-        if ((status.pending_confirmations || []).some((p) => !(p.call_id in this.schemas))) {
+        if ((status.pending_confirmations || []).some((p) => !(refOf(p) in this.schemas))) {
           try {
             Object.assign(this.schemas, await api('GET', conversationPath(this.cid, '/schemas')));
           } catch { /* validated by the conversation anyway */ }
@@ -982,7 +982,7 @@
 
     renderPending(s) {
       const stick = this.atBottom();
-      const pending = new Map((s.pending_confirmations || []).map((p) => [p.call_id, p]));
+      const pending = new Map((s.pending_confirmations || []).map((p) => [refOf(p), p]));
       for (const [callId, card] of this.approvals) {
         if (!pending.has(callId)) {
           card.retire();
@@ -999,7 +999,7 @@
         }
       }
       const q = s.pending_question;
-      if (this.question && (!q || q.call_id !== this.question.callId)) {
+      if (this.question && (!q || refOf(q) !== this.question.callId)) {
         this.question.retire();
         this.question = null;
       }
@@ -1060,10 +1060,15 @@
 
   // ----- an approval card: approve, reject with a reason, or edit the args -----
 
+  /** What names a pending call from this conversation: its ref (a subagent's `call_0/call_0`). */
+  function refOf(p) {
+    return p.ref || p.call_id;
+  }
+
   class ApprovalCard {
     constructor(view, pending, schema) {
       this.view = view;
-      this.callId = pending.call_id;
+      this.callId = refOf(pending); // a subagent's call by its path: call ids can repeat across them
       this.pending = pending;
       this.schema = schema;
       this.editing = false;
@@ -1137,8 +1142,15 @@
       return errors.length ? null : value;
     }
 
-    async approve() {
+    /** The call, bound to the arguments this card shows: other arguments are refused. */
+    target() {
       const body = { call_ids: [this.callId] };
+      if (this.pending.args_hash) body.seen = { [this.callId]: this.pending.args_hash };
+      return body;
+    }
+
+    async approve() {
+      const body = this.target();
       if (this.editing) {
         const args = this.checkEdit();
         if (args === null) return; // shown inline; nothing is sent
@@ -1148,7 +1160,7 @@
     }
 
     async reject() {
-      await this.send('/reject', { call_ids: [this.callId], reason: this.reason.value.trim() }, 'Rejected.');
+      await this.send('/reject', { ...this.target(), reason: this.reason.value.trim() }, 'Rejected.');
     }
 
     async send(path, body, done) {
@@ -1188,7 +1200,7 @@
   class QuestionForm {
     constructor(view, q) {
       this.view = view;
-      this.callId = q.call_id;
+      this.callId = refOf(q);
       this.kind = q.kind;
       const name = `q${(formSeq += 1)}`;
       this.refusal = h('div', { class: 'refusal', testid: 'refusal', hidden: true, role: 'alert' });

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows.bounds import AUDIT_BYTES, CONTEXT_CARRY_BYTES, MAX_AUDIT_RECORDS, Tail
-from workflows.context import fit_bytes
 from workflows.models import ConversationInput
+from workflows.rules.bounds import (
+    AUDIT_BYTES,
+    CONTEXT_CARRY_BYTES,
+    MAX_AUDIT_RECORDS,
+    Tail,
+)
+from workflows.rules.context import fit_bytes
 from workflows.state import ConversationState
 
 CARRY_DROP_REASON = "the context carried to a new run passed its size bound"

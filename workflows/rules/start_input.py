@@ -4,7 +4,8 @@ message over the size limit is refused, not run. Pure functions."""
 
 from __future__ import annotations
 
-from workflows.bounds import (
+from workflows.models import ConversationInput, ToolDefinition
+from workflows.rules.bounds import (
     MAX_CONTEXT_BUDGET_TOKENS,
     MAX_MODEL_NAME_BYTES,
     MAX_OBSERVATION_BYTES,
@@ -17,8 +18,7 @@ from workflows.bounds import (
     keep_within,
     text_size,
 )
-from workflows.models import ConversationInput, ToolDefinition
-from workflows.prompts import DEFAULT_SYSTEM_PROMPT
+from workflows.rules.prompts import DEFAULT_SYSTEM_PROMPT
 from workflows.state import ContextState, ConversationState
 
 

@@ -19,8 +19,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.bounds import canonical_json
 from workflows.models import ChatMessage, PromptPart
+from workflows.rules.bounds import canonical_json
 
 DIGEST_CHARS = 32  # 128 bits: a collision would need 2^64 prompts
 
@@ -96,23 +96,19 @@ class Mismatch(Exception):
     """The parts do not rebuild the prompt they claim to."""
 
 
-def rebuild(previous_wire: list[dict[str, Any]], previous_hashes: list[str],
-            parts: list[PromptPart]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The prompt's messages as the endpoint receives them, and their hashes, from the previous
-    prompt's (as the worker kept them) and the parts. Raises `Mismatch` for a range outside it."""
+def rebuild(previous_wire: list[dict[str, Any]], parts: list[PromptPart]
+            ) -> list[dict[str, Any]]:
+    """The prompt's messages as the endpoint receives them, from the previous prompt's (as the
+    worker kept them) and the parts. Raises `Mismatch` for a range outside it."""
     wire: list[dict[str, Any]] = []
-    hashes: list[str] = []
     for part in parts:
         if part.keep is not None:
             start, end = part.keep
             if not 0 <= start < end <= len(previous_wire):
                 raise Mismatch(f"range {start}-{end} outside a prompt of {len(previous_wire)}")
             wire.extend(previous_wire[start:end])
-            hashes.extend(previous_hashes[start:end])
         elif part.message is not None:
-            message = part.message.to_openai()
-            wire.append(message)
-            hashes.append(message_hash(message))
+            wire.append(part.message.to_openai())
         else:
             raise Mismatch("a part with neither a range nor a message")
-    return wire, hashes
+    return wire

@@ -58,15 +58,37 @@ def is_looping(records: list[CallRecord]) -> bool:
 
 
 def over_budget(usage: Usage, max_total_tokens: int | None,
-                max_cost_usd: float | None = None) -> str | None:
-    """Why the tokens or dollars are used up, or None. An unknown cost (an unpriced model)
-    cannot exceed a budget: the usage's `cost_note` says why it is unknown."""
-    if max_total_tokens is not None and usage.total_tokens >= max_total_tokens:
-        return f"the conversation used its token budget ({max_total_tokens} tokens)"
-    if max_cost_usd is not None and usage.cost_usd is not None and usage.cost_usd >= max_cost_usd:
+                max_cost_usd: float | None = None, fail_closed: bool = True) -> str | None:
+    """Why the tokens or dollars are used up, or None. A budget the usage cannot be measured
+    against (a call of unknown price, an endpoint that reports no usage) stops the turn too:
+    the caller asked for a cap, so it is never silently not enforced (`fail_closed`; runs
+    begun before it let an unknown cost pass)."""
+    if max_total_tokens is not None:
+        if usage.total_tokens >= max_total_tokens:
+            return f"the conversation used its token budget ({max_total_tokens} tokens)"
+        if fail_closed and usage.unmetered_calls:
+            return (f"{usage.unmetered_calls} model call(s) reported no token usage, so the "
+                    f"token budget ({max_total_tokens} tokens) cannot be enforced")
+    if max_cost_usd is None:
+        return None
+    if fail_closed and (usage.unpriced or usage.unmetered_calls):
+        why = usage.cost_note or "the endpoint reported no usage"
+        return (f"the cost of {usage.unpriced or usage.unmetered_calls} model call(s) is "
+                f"unknown ({why}), so the cost budget ({dollars(max_cost_usd)}) cannot be "
+                f"enforced; {dollars(usage.known_cost)} is known")
+    if usage.cost_usd is not None and usage.cost_usd >= max_cost_usd:
         return (f"the conversation used its cost budget ({dollars(usage.cost_usd)} of "
                 f"{dollars(max_cost_usd)})")
     return None
+
+
+def child_share(budget: float | None, used: float, reserved: float, starting: int
+                ) -> float | None:
+    """A subagent's share of a budget (None: no budget): what is neither used nor reserved by
+    its running siblings, split evenly with the siblings of its round yet to start."""
+    if budget is None:
+        return None
+    return max(budget - used - reserved, 0.0) / max(starting, 1)
 
 
 def dollars(cost: float | None, note: str | None = None) -> str:

@@ -2,7 +2,7 @@
 
 Sizes are JSON bytes, the way Temporal's payloads carry them (a control character costs six), so a
 bound here is a bound on the payload. Together the sections' bounds keep the state carried at
-continue-as-new (`workflows.handover`) under `CARRY_BUDGET_BYTES`, half of Temporal's 2 MiB payload
+continue-as-new (`workflows.rules.handover`) under `CARRY_BUDGET_BYTES`, half of Temporal's 2 MiB payload
 limit, whatever the conversation did; `tests/test_carry_bound.py` measures the worst case.
 """
 
@@ -112,13 +112,21 @@ def clip_bytes(text: str, limit: int, what: str = "text") -> str:
     return _prefix(text, limit - text_size(marker)) + marker
 
 
-def truncate_observation(text: str, max_bytes: int) -> tuple[str, int | None]:
-    """An observation cut to `max_bytes` of UTF-8 with a clear marker, and its full size if cut."""
-    data = text.encode()
-    if len(data) <= max_bytes:
+def truncate_observation(text: str, max_bytes: int, json_bytes: bool = True
+                         ) -> tuple[str, int | None]:
+    """An observation cut to `max_bytes` of JSON (as everything here is measured; control
+    characters and quotes cost their escapes) with a clear marker, and its full size if cut.
+    `json_bytes` False counts UTF-8 bytes, as runs begun before it did."""
+    if not json_bytes:
+        data = text.encode()
+        if len(data) <= max_bytes:
+            return text, None
+        marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
+        return data[:max_bytes].decode(errors="ignore") + marker, len(data)
+    if len(text) * 6 <= max_bytes or (size := text_size(text)) <= max_bytes:
         return text, None
-    marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
-    return data[:max_bytes].decode(errors="ignore") + marker, len(data)
+    return _prefix(text, max_bytes) + (
+        f"\n…[truncated: {size} bytes, showing the first {max_bytes}]"), size
 
 
 def preview_args(args: dict[str, Any]) -> dict[str, Any]:

@@ -2,36 +2,21 @@
 
 The desk is given the conversation's state, where decisions, stale call ids and outcomes live (and
 cross continue-as-new); what is pending lives only here, since a run hands over when nothing is.
-The pure rules are in `workflows.approvals`; the workflow owns the waiting. Every refusal leaves
+The pure rules are in `workflows.rules.gate`; the workflow owns the waiting. Every refusal leaves
 the state untouched and is recorded, so the CLI can report it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
 
-from workflows import approvals
-from workflows.approvals import PendingCall, Refusal
-from workflows.bounds import (
-    MAX_APPROVER_BYTES,
-    MAX_QUEUED_MESSAGES,
-    MAX_REASON_BYTES,
-    MAX_REMEMBERED_CALLS,
-    MAX_REMEMBERED_SIGNALS,
-    MAX_REQUEST_ID_BYTES,
-    MAX_TURN_DECISIONS,
-    Limits,
-    Tail,
-    check_message,
-    clip,
-    keep_last,
-    text_size,
-)
 from workflows.models import (
     AnswerRequest,
     ChildReport,
@@ -46,14 +31,57 @@ from workflows.models import (
     Status,
     ToolDefinition,
 )
+from workflows.rules import gate
+from workflows.rules.bounds import (
+    MAX_APPROVER_BYTES,
+    MAX_QUEUED_MESSAGES,
+    MAX_REASON_BYTES,
+    MAX_REMEMBERED_CALLS,
+    MAX_REMEMBERED_SIGNALS,
+    MAX_REQUEST_ID_BYTES,
+    MAX_TURN_DECISIONS,
+    Limits,
+    Tail,
+    check_message,
+    clip,
+    keep_last,
+    text_size,
+)
+from workflows.rules.gate import PendingCall, Refusal
 from workflows.state import ConversationState
+
+HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
+# What became of a human request: the decisions it took, the answer's text, or a refusal.
+Verdict = list[Decision] | str | Refusal
+MAX_WAITING_REQUESTS = 16
+
+
+@dataclass
+class Taken:
+    """A human request, and what became of it (None while it waits for a result)."""
+
+    request: HumanRequest
+    verdict: Verdict | None = None
 
 
 class HumanDesk:
+    """Why requests can wait: Temporal may deliver a signal in the same workflow task as the
+    result that makes its call pending (a model reply naming the call, a tool asking a
+    question), and applies the signal first, while the run that recorded the history may have
+    applied that result in an earlier task whose completion was lost (a server restart), with
+    the signal in the next one. A request that names what is not there yet must therefore not
+    be refused while such a result is on its way: it waits, and is taken where the conversation
+    makes a call pending or asks, or refused once nothing is on its way. So it has one outcome
+    however the two arrive, live and on replay (`tests/test_decision_order.py`)."""
+
     def __init__(self, state: ConversationState, limits: Limits) -> None:
         self._state = state
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
+        self.dedupe = False  # a request id already taken is not taken again (set per run)
+        self.results_pending = 0  # model calls, tools and subagents the conversation awaits
+        self._waiting: list[Taken] = []
+        self.on_settled: Callable[[list[Taken]], None] = lambda taken: None
         queue_bound = MAX_QUEUED_MESSAGES if limits.inbox_bytes is not None else 2**31
         self._inbox = Tail(state.inbox, queue_bound, limits.inbox_bytes, text_size)
         self.question_lock = asyncio.Lock()
@@ -76,6 +104,8 @@ class HumanDesk:
 
     def take_message(self, request: SayRequest, one_shot: bool, closed: bool) -> SignalOutcome:
         """Queue a message for its turn, or refuse it (ending, empty, too large, queue full)."""
+        if isinstance(seen := self.repeated(request.request_id), SignalOutcome):
+            return seen
         reason = self.message_refusal(request.text, one_shot, closed)
         if reason is not None:
             return self._refused(request.request_id, reason)
@@ -110,6 +140,70 @@ class HumanDesk:
         self._state.past_calls = keep_last([*self._state.past_calls, (call_id, what)],
                                            MAX_REMEMBERED_CALLS)
 
+    # ----- human requests: taken now, or once the result they wait for is in -----
+
+    def take(self, request: HumanRequest, now: datetime) -> Taken:
+        """Take a decision or an answer now, refuse it now, or (a request that a result still
+        on its way may make valid) keep it waiting: its `verdict` stays None until `settle`."""
+        refusal = self._plan(request)
+        if isinstance(refusal, Refusal) and not refusal.final and self.results_pending:
+            if len(self._waiting) < MAX_WAITING_REQUESTS:
+                self._waiting.append(Taken(request))
+                return self._waiting[-1]
+        return Taken(request, self._apply(request, now))
+
+    def settle(self, now: datetime, final: bool = False) -> None:
+        """Take or refuse the waiting requests that a result made decidable (or, `final`, all:
+        the conversation ends or hands over); `on_settled` announces them."""
+        settled = []
+        for taken in list(self._waiting):
+            refusal = self._plan(taken.request)
+            if (isinstance(refusal, Refusal) and not refusal.final and self.results_pending
+                    and not final):
+                continue
+            taken.verdict = self._apply(taken.request, now)
+            self._waiting.remove(taken)
+            settled.append(taken)
+        if settled:
+            self.on_settled(settled)
+
+    @contextmanager
+    def awaiting_results(self) -> Iterator[None]:
+        """While the conversation awaits a model call, a tool or a subagent. What came before
+        it is settled first: a request that waited for a result now in, and not made valid by
+        it, is refused before the conversation starts on something new."""
+        self.settle(workflow.now())
+        self.results_pending += 1
+        try:
+            yield
+        finally:
+            self.results_pending -= 1
+
+    def _plan(self, request: HumanRequest) -> Refusal | None:
+        plan: object
+        if isinstance(request, ConfirmRequest):
+            plan = self.plan_confirm(request)
+        elif isinstance(request, RejectRequest):
+            plan = self.plan_reject(request)
+        else:
+            plan = self.plan_answer(request)
+        return plan if isinstance(plan, Refusal) else None
+
+    def _apply(self, request: HumanRequest, now: datetime) -> Verdict:
+        if isinstance(request, ConfirmRequest):
+            return self.confirm(request, now)
+        if isinstance(request, RejectRequest):
+            return self.reject(request, now)
+        return self.answer(request)
+
+    def repeated(self, request_id: str | None) -> SignalOutcome | Taken | None:
+        """What became of a request id already taken, refused or waiting, when ids are
+        deduplicated (a retried request, or one sent again with the same id, acts once)."""
+        if request_id is None or not self.dedupe:
+            return None
+        waiting = next((t for t in self._waiting if t.request.request_id == request_id), None)
+        return waiting or self.outcome(request_id)
+
     # ----- decisions -----
 
     def is_decided(self, call_id: str) -> bool:
@@ -117,17 +211,20 @@ class HumanDesk:
 
     def plan_confirm(self, request: ConfirmRequest) -> list[str] | Refusal:
         """The calls a confirm would approve, or why it must be refused. Changes nothing."""
-        targets = approvals.select_calls(request.call_ids, request.all, self.pending,
-                                         dict(self._state.past_calls))
+        targets = self.plan_reject(request)
         if isinstance(targets, Refusal) or request.args is None:
             return targets
-        problem = approvals.check_edited_args(self.pending[targets[0]], request.args,
+        problem = gate.check_edited_args(self.pending[targets[0]], request.args,
                                               request.call_ids, self._limits.args_bytes)
         return problem or targets
 
-    def plan_reject(self, request: RejectRequest) -> list[str] | Refusal:
-        return approvals.select_calls(request.call_ids, request.all, self.pending,
-                                      dict(self._state.past_calls))
+    def plan_reject(self, request: ConfirmRequest | RejectRequest) -> list[str] | Refusal:
+        """The calls a decision names, or why it must be refused. Changes nothing."""
+        targets = gate.select_calls(request.call_ids, request.all, self.pending,
+                                         dict(self._state.past_calls))
+        if isinstance(targets, Refusal):
+            return targets
+        return gate.check_seen(targets, self.pending, request.seen) or targets
 
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
         """Approve the named calls, or refuse the whole request and change nothing."""
@@ -161,7 +258,7 @@ class HumanDesk:
         pending.decision = Decision(
             call_id=pending.call_id, tool=pending.tool.name, approved=approved,
             approver=clip(approver, MAX_APPROVER_BYTES) or "unknown", at=now,
-            args_hash=approvals.args_hash(pending.args), reason=clip(reason, MAX_REASON_BYTES),
+            args_hash=gate.args_hash(pending.args), reason=clip(reason, MAX_REASON_BYTES),
         )
         turn = self._state.current
         turn.decisions = keep_last([*turn.decisions, pending.decision], MAX_TURN_DECISIONS)
@@ -180,13 +277,16 @@ class HumanDesk:
         answer, self._question, self._answer = self._answer, None, None
         return answer
 
-    def plan_answer(self, request: AnswerRequest) -> approvals.AnswerCheck | Refusal:
+    def plan_answer(self, request: AnswerRequest) -> gate.AnswerCheck | Refusal:
         """The answer as the tool will receive it, or why it must be refused. Changes nothing."""
         if self._question is None or self._answer is not None:
-            return Refusal("no question is waiting for an answer")
+            return Refusal("no question is waiting for an answer", final=False)
+        if request.call_id is not None and request.call_id != self._question.call_id:
+            return Refusal(f"the question of call {request.call_id} is not the one open "
+                           f"(call {self._question.call_id})", final=False)
         question = Question(kind=self._question.kind, message=self._question.message,
                             options=self._question.options)
-        return approvals.check_answer(question, request.values, self._limits.message_bytes)
+        return gate.check_answer(question, request.values, self._limits.message_bytes)
 
     def answer(self, request: AnswerRequest) -> str | Refusal:
         """The accepted answer's text, or the refusal."""
@@ -208,7 +308,8 @@ class HumanDesk:
 
     def pending_confirmations(self) -> list[PendingConfirmation]:
         return [
-            PendingConfirmation(call_id=p.call_id, tool=p.tool.name, args=p.args, risk=p.tool.risk)
+            PendingConfirmation(call_id=p.call_id, tool=p.tool.name, args=p.args, risk=p.tool.risk,
+                                ref=p.call_id, args_hash=gate.args_hash(p.args))
             for p in self.pending.values()
             if p.decision is None
         ]
@@ -218,7 +319,9 @@ class HumanDesk:
                 if p.decision is None}
 
     def pending_question(self) -> PendingQuestion | None:
-        return self._question if self._answer is None else None
+        if self._question is None or self._answer is not None:
+            return None
+        return self._question.model_copy(update={"ref": self._question.call_id})
 
     def details_markdown(
         self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None,
@@ -232,7 +335,7 @@ class HumanDesk:
         for p in self.pending_confirmations():
             lines.append(
                 f"**Waiting for approval:** `{p.tool}` ({p.risk}) call `{p.call_id}` with "
-                f"`{approvals.canonical_json(p.args)}`\n\n"
+                f"`{gate.canonical_json(p.args)}`\n\n"
                 f"Approve: `python -m client confirm {wid} {p.call_id}` · "
                 f"Reject: `python -m client reject {wid} {p.call_id} --reason \"...\"`"
             )
@@ -246,8 +349,8 @@ class HumanDesk:
         for child in children:
             for p in child.pending_confirmations:
                 lines.append(f"**Subagent `{child.profile}` waits for approval:** `{p.tool}` "
-                             f"call `{p.call_id}` in `{child.workflow_id}`\n\n"
-                             f"Approve: `python -m client confirm {wid} {p.call_id}`")
+                             f"call `{p.call_id}` in `{p.conversation_id or child.workflow_id}`"
+                             f"\n\nApprove: `python -m client confirm {wid} {p.ref or p.call_id}`")
             if child.pending_question is not None:
                 lines.append(f"**Subagent `{child.profile}` asks:** "
                              f"{child.pending_question.message}\n\n"
@@ -287,3 +390,4 @@ class HumanDesk:
             return
         kept = [o for o in self._state.outcomes if o.request_id != request_id]
         self._state.outcomes = keep_last([*kept, outcome], MAX_REMEMBERED_SIGNALS)
+

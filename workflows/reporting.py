@@ -15,14 +15,15 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from workflows.approvals import Refusal
-from workflows.bounds import (
+from workflows.models import AuditRecord, Decision, StreamEvent
+from workflows.rules.bounds import (
     MAX_AUDIT_RECORD_BYTES,
     MAX_AUDIT_RECORDS,
     MAX_EVENT_TEXT_BYTES,
     MAX_PREVIEW_BYTES,
     MAX_STREAM_ITEMS,
     MAX_THOUGHT_BYTES,
+    MAX_TOOL_NAME_BYTES,
     STREAM_CARRY_BYTES,
     Tail,
     clip,
@@ -30,7 +31,7 @@ from workflows.bounds import (
     keep_within,
     preview_args,
 )
-from workflows.models import AuditRecord, Decision, StreamEvent
+from workflows.rules.gate import Refusal
 from workflows.state import ConversationState
 
 EVENTS_TOPIC = "events"
@@ -38,6 +39,7 @@ TOKENS_TOPIC = "tokens"
 OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by WorkflowStream
 CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)
 MAX_OPTIONS, MAX_OPTION_BYTES = 32, 128  # a question's options, as an event shows them
+MAX_MEMO_TOOLS, OTHER_TOOLS = 32, "(other tools)"  # tool names the memo counts by name
 
 
 class Narrator:
@@ -134,13 +136,22 @@ def _summary(dropped: list[AuditRecord], total: int) -> dict[str, Any]:
     decisions: Counter[str] = Counter(previous.get("decisions", {}))
     for record in dropped:
         for action in record.actions:
-            tools[action.tool] += 1
+            tools[clip(action.tool, MAX_TOOL_NAME_BYTES) or ""] += 1
             if action.decision is not None:
                 decisions["approved" if action.decision.approved else "rejected"] += 1
     return {
         "records": total,
         "until_turn": dropped[-1].turn,
         "until_step": dropped[-1].step,
-        "tools": dict(tools),
+        "tools": counted_tools(tools),
         "decisions": dict(decisions),
     }
+
+
+def counted_tools(tools: Counter[str]) -> dict[str, int]:
+    """The most used tool names, and the rest as one count: a model that calls a new made-up
+    name at every step must not grow the memo without bound."""
+    named = Counter({name: n for name, n in tools.items() if name != OTHER_TOOLS})
+    kept = dict(named.most_common(MAX_MEMO_TOOLS))
+    rest = sum(tools.values()) - sum(kept.values())
+    return {**kept, OTHER_TOOLS: rest} if rest else kept

@@ -21,37 +21,37 @@ from temporalio.exceptions import (
     CancelledError,
     ChildWorkflowError,
     TimeoutError,
+    WorkflowAlreadyStartedError,
 )
 from temporalio.workflow import ParentClosePolicy
 
-with workflow.unsafe.imports_passed_through():
-    from workflows import approvals, decisions
-    from workflows.bounds import (
-        MAX_CHILDREN,
-        MAX_TOOLS_USED,
-        clip,
-        keep_last,
-        truncate_observation,
-    )
-    from workflows.desk import HumanDesk
-    from workflows.models import (
-        AgentSpec,
-        AuditAction,
-        ChatMessage,
-        ChildReport,
-        ConversationInput,
-        ConversationStatus,
-        Decision,
-        Question,
-        ToolCall,
-        ToolInvocation,
-        ToolOutcome,
-        Usage,
-    )
-    from workflows.narrator import Narrator
-    from workflows.questions import question_from_args
-    from workflows.state import ConversationState
-    from workflows.stopping import CallRecord, call_record
+from workflows.human_desk import HumanDesk
+from workflows.models import (
+    AgentSpec,
+    AuditAction,
+    ChatMessage,
+    ChildReport,
+    ConversationInput,
+    ConversationStatus,
+    Decision,
+    Question,
+    ToolCall,
+    ToolInvocation,
+    ToolOutcome,
+    Usage,
+)
+from workflows.reporting import Narrator
+from workflows.rules import gate, loop
+from workflows.rules.bounds import (
+    MAX_CHILDREN,
+    MAX_TOOLS_USED,
+    clip,
+    keep_last,
+    truncate_observation,
+)
+from workflows.rules.questions import question_from_args
+from workflows.rules.stopping import CallRecord, call_record, child_share, dollars
+from workflows.state import ConversationState
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,25 @@ TRUNCATED_HINT = (
 )
 
 
+@dataclass(frozen=True)
+class Share:
+    """A subagent's share of its parent's budgets: tokens and dollars (None: no such budget)."""
+
+    tokens: int | None
+    usd: float | None
+
+    def used_up(self) -> bool:
+        return self.tokens == 0 or self.usd == 0
+
+    def plus(self, other: Share) -> Share:
+        return Share((self.tokens or 0) + (other.tokens or 0),
+                     round((self.usd or 0.0) + (other.usd or 0.0), 10))
+
+    def minus(self, other: Share) -> Share:
+        return Share((self.tokens or 0) - (other.tokens or 0),
+                     round((self.usd or 0.0) - (other.usd or 0.0), 10))
+
+
 @dataclass
 class RoundResult:
     records: list[CallRecord]
@@ -88,6 +107,7 @@ class ToolRound:
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
         narrator: Narrator, sync_status: Callable[[], None], pace: Pace = Pace(),
+        seams: bool = False,
     ) -> None:
         self._input = inp
         self._pace = pace
@@ -95,6 +115,11 @@ class ToolRound:
         self._desk = desk
         self._narrator = narrator
         self._sync_status = sync_status
+        # Subagents share the conversation's budgets: each reserves its share as it starts
+        # (runs begun before this give each child what is left of the cost budget instead).
+        self._seams = seams
+        self._reserved = Share(0, 0.0)  # the shares of the subagents running now
+        self._agents_to_start = 0
 
     async def run(
         self, calls: list[ToolCall], cut_off: bool, share: int | None,
@@ -103,25 +128,26 @@ class ToolRound:
         """Run the calls; `refused` names calls already refused (with their observation)."""
         catalog, refused = self._state.catalog, refused or {}
         checked = [
-            decisions.InvalidCall(c, refused[c.id]) if c.id in refused
-            else decisions.check_tool_call(c, catalog)
+            loop.InvalidCall(c, refused[c.id]) if c.id in refused
+            else loop.check_tool_call(c, catalog)
             for c in calls
         ]
         outcomes: dict[int, ToolOutcome] = {}
         safe, gated, asks = [], [], []
         for i, item in enumerate(checked):
-            if isinstance(item, decisions.InvalidCall):
+            if isinstance(item, loop.InvalidCall):
                 hint = TRUNCATED_HINT if cut_off and "not valid JSON" in item.observation else ""
                 outcomes[i] = ToolOutcome(status="error", observation=item.observation + hint)
                 self._desk.remember_call(item.call.id, "it was invalid and never ran")
             elif item.tool.asks is not None:
                 asks.append(i)
-            elif approvals.needs_approval(item.tool, self._input.approval):
+            elif gate.needs_approval(item.tool, self._input.approval):
                 gated.append(i)
             else:
                 safe.append(i)
                 self._desk.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
+        self._agents_to_start = sum(1 for i in safe + gated if checked[i].tool.agent is not None)
 
         ran = await asyncio.gather(*(
             self._execute(checked[i], checked[i].arguments, keys[i], self._policy(checked[i]))
@@ -136,6 +162,7 @@ class ToolRound:
             for i in gated:
                 self._hold(checked[i], checked[i].arguments)
             self._sync_status()
+            self._desk.settle(workflow.now())  # decisions that came with the reply naming these
             ran = await asyncio.gather(
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
             )
@@ -156,12 +183,12 @@ class ToolRound:
             call_id, name = item.call.id, item.call.function.name
             observation, full = outcome.observation, outcome.full_bytes
             if share is not None:
-                observation, cut = truncate_observation(observation, share)
+                observation, cut = truncate_observation(observation, share, self._seams)
                 full = full or cut
             self._state.context.messages.append(
                 ChatMessage(role="tool", tool_call_id=call_id, content=observation)
             )
-            if isinstance(item, decisions.ReadyCall):
+            if isinstance(item, loop.ReadyCall):
                 args: dict | str = args_run.get(call_id, item.arguments)
             else:
                 args = item.call.function.arguments
@@ -174,7 +201,7 @@ class ToolRound:
             ))
         return result
 
-    async def _decide_then_execute(self, item: decisions.ReadyCall, key: str) -> ToolOutcome:
+    async def _decide_then_execute(self, item: loop.ReadyCall, key: str) -> ToolOutcome:
         """Wait for the call's decision and run it once approved; if the worker then finds the
         tool riskier than it was approved for, put it before the human again (once)."""
         for _ in range(MAX_APPROVAL_ROUNDS):
@@ -188,14 +215,16 @@ class ToolRound:
             item = self._regated(item, outcome)
             self._hold(item, args)
             self._sync_status()
+            self._desk.settle(workflow.now())
         return outcome.model_copy(update={"status": "error"})
 
     async def _decision(self, call_id: str) -> Decision:
         try:
-            await workflow.wait_condition(
-                lambda: self._desk.is_decided(call_id) or self._state.end_requested,
-                timeout=timedelta(seconds=self._input.decision_timeout_s),
-            )
+            if not self._desk.is_decided(call_id):  # it may be, by a decision that waited for it
+                await workflow.wait_condition(
+                    lambda: self._desk.is_decided(call_id) or self._state.end_requested,
+                    timeout=timedelta(seconds=self._input.decision_timeout_s),
+                )
         except asyncio.TimeoutError:
             pass
         if not self._desk.is_decided(call_id):
@@ -206,30 +235,30 @@ class ToolRound:
         assert decision is not None
         return decision
 
-    def _hold(self, item: decisions.ReadyCall, args: dict) -> None:
+    def _hold(self, item: loop.ReadyCall, args: dict) -> None:
         self._desk.hold(item.call.id, item.tool, args)
         self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
 
-    def _policy(self, item: decisions.ReadyCall) -> Decision | None:
+    def _policy(self, item: loop.ReadyCall) -> Decision | None:
         """What lets a call run without a human: nothing for a safe tool, else the policy."""
         if item.tool.risk == "safe":
             return None
-        return approvals.policy_approval(item.tool, item.arguments, workflow.now())
+        return gate.policy_approval(item.tool, item.arguments, workflow.now())
 
-    def _regated(self, item: decisions.ReadyCall, refused: ToolOutcome) -> decisions.ReadyCall:
+    def _regated(self, item: loop.ReadyCall, refused: ToolOutcome) -> loop.ReadyCall:
         """The call as the worker sees it now, to be approved by a human: the tool keeps the
         higher of the two risks, in the catalog too."""
         workflow.logger.warning("tool %s refused at execution: %s", item.tool.name,
                                 refused.observation)
         risk = max(refused.risk or item.tool.risk, item.tool.risk,
-                   key=approvals.RISK_ORDER.__getitem__)
+                   key=gate.RISK_ORDER.__getitem__)
         tool = item.tool.model_copy(update={"risk": risk})
         self._state.catalog[tool.name] = tool
-        return decisions.ReadyCall(item.call, tool, item.arguments)
+        return loop.ReadyCall(item.call, tool, item.arguments)
 
     async def _execute(
-        self, item: decisions.ReadyCall, args: dict, key: str, approval: Decision | None
+        self, item: loop.ReadyCall, args: dict, key: str, approval: Decision | None
     ) -> ToolOutcome:
         """Run a tool; when it asks for input, ask the human and run it again with the answer."""
         answer: str | None = None
@@ -253,14 +282,15 @@ class ToolRound:
         )
 
     async def _run_activity(
-        self, item: decisions.ReadyCall, args: dict, key: str, answer: str | None,
+        self, item: loop.ReadyCall, args: dict, key: str, answer: str | None,
         approval: Decision | None,
     ) -> ToolOutcome:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
             turn.tools_used.append(tool.name)
         if tool.agent is not None:
-            return await self._delegate(item, tool.agent, args)
+            with self._desk.awaiting_results():
+                return await self._delegate(item, tool.agent, args)
         attempts = tool.max_attempts if tool.retry_safe else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
@@ -268,40 +298,47 @@ class ToolRound:
             step=turn.steps, approval=approval, risk=tool.risk,
         )
         try:
-            return await workflow.execute_activity(
-                tool.name,
-                invocation,
-                result_type=ToolOutcome,
-                start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
-                heartbeat_timeout=self._pace.tool_heartbeat,
-                retry_policy=RetryPolicy(
-                    initial_interval=self._pace.first_retry,
-                    backoff_coefficient=2.0,
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=attempts,
-                ),
-                summary=decisions.describe_call(tool.name, args),
-            )
+            with self._desk.awaiting_results():
+                return await workflow.execute_activity(
+                    tool.name,
+                    invocation,
+                    result_type=ToolOutcome,
+                    start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
+                    heartbeat_timeout=self._pace.tool_heartbeat,
+                    retry_policy=RetryPolicy(
+                        initial_interval=self._pace.first_retry,
+                        backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=10),
+                        maximum_attempts=attempts,
+                    ),
+                    summary=loop.describe_call(tool.name, args),
+                )
         except ActivityError as err:
             raise_if_cancelled(err)
             reason = failure_reason(err)
             workflow.logger.warning("tool %s failed: %s", tool.name, reason)
             return ToolOutcome(
                 status="timed_out" if isinstance(err.cause, TimeoutError) else "error",
-                observation=decisions.tool_failure_observation(tool, reason, attempts),
+                observation=loop.tool_failure_observation(tool, reason, attempts),
             )
 
-    async def _delegate(self, item: decisions.ReadyCall, spec: AgentSpec, args: dict
+    async def _delegate(self, item: loop.ReadyCall, spec: AgentSpec, args: dict
                         ) -> ToolOutcome:
         """Run a subagent: a one-shot child conversation with its profile's prompt, tools and
         limits. Its steps stay in its own history; its answer is the observation, and its
         usage is added to this conversation's."""
         inp, turn = self._input, self._state.current
+        share = self._next_share() if self._seams else Share(
+            spec.max_total_tokens, _left(inp.max_cost_usd, self._state.usage))
         depth = inp.depth + 1
         if depth > inp.max_depth:
             return ToolOutcome(status="error", observation=(
                 f"Error: not delegated: {item.tool.name} would run at depth {depth}, past the "
                 f"limit of {inp.max_depth}. Do the task yourself, or answer without it."))
+        if share.used_up():
+            return ToolOutcome(status="error", observation=(
+                f"Error: not delegated: the conversation's budget is used up "
+                f"({self._budget_note()}). Answer with what you have."))
         child_id = f"{workflow.info().workflow_id}/{item.call.id}"
         turn.children = keep_last([*turn.children,
                                    ChildReport(workflow_id=child_id, profile=spec.profile,
@@ -311,12 +348,14 @@ class ToolRound:
         task = str(args.get("task", ""))
         child = ConversationInput(
             prompt=task, one_shot=True, profile=spec.profile, model=spec.model or inp.model,
-            max_steps=spec.max_steps, max_total_tokens=spec.max_total_tokens,
-            max_cost_usd=_tighter(spec.max_cost_usd, _left(inp.max_cost_usd, self._state.usage)),
+            max_steps=spec.max_steps,
+            max_total_tokens=_tighter(spec.max_total_tokens, share.tokens),
+            max_cost_usd=_tighter(spec.max_cost_usd, share.usd),
             depth=depth, max_depth=inp.max_depth, approval=inp.approval, llm=inp.llm,
             decision_timeout_s=inp.decision_timeout_s,
             max_observation_bytes=inp.max_observation_bytes,
         )
+        self._reserved = self._reserved.plus(share)
         try:
             result = await workflow.execute_child_workflow(
                 CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
@@ -329,6 +368,16 @@ class ToolRound:
             self._child_done(child_id, "failed")
             return ToolOutcome(status="error", observation=(
                 f"Error: the {spec.profile} agent failed: {failure_reason(err.cause or err)}"))
+        except WorkflowAlreadyStartedError:
+            if not self._seams:
+                raise
+            # Someone else holds the id (started it by hand, say): not this conversation's child.
+            self._child_done(child_id, "failed")
+            return ToolOutcome(status="error", observation=(
+                f"Error: the {spec.profile} agent could not start: a conversation with the id "
+                f"{child_id} already exists"))
+        finally:
+            self._reserved = self._reserved.minus(share)
         self._child_done(child_id, result.status)
         self._state.usage = self._state.usage + result.usage
         turn.usage = turn.usage + result.usage
@@ -338,6 +387,25 @@ class ToolRound:
         return ToolOutcome(status="error", observation=(
             f"Error: the {spec.profile} agent stopped ({result.stop_reason}): "
             f"{result.error or 'it gave no answer'}.{partial}"))
+
+    def _next_share(self) -> Share:
+        """The next subagent's share of the conversation's budgets, reserved as it starts."""
+        inp, used, starting = self._input, self._state.usage, self._agents_to_start
+        self._agents_to_start = max(starting - 1, 0)
+        tokens = child_share(inp.max_total_tokens, used.total_tokens, self._reserved.tokens or 0,
+                             starting)
+        usd = child_share(inp.max_cost_usd, used.known_cost, self._reserved.usd or 0.0, starting)
+        return Share(None if tokens is None else int(tokens),
+                     None if usd is None else round(usd, 10))
+
+    def _budget_note(self) -> str:
+        inp, used, reserved = self._input, self._state.usage, self._reserved
+        if inp.max_total_tokens is not None and used.total_tokens + (reserved.tokens or 0) \
+                >= inp.max_total_tokens:
+            return (f"{used.total_tokens} of {inp.max_total_tokens} tokens used, "
+                    f"{reserved.tokens} reserved by running subagents")
+        return (f"{dollars(used.known_cost)} of {dollars(inp.max_cost_usd)} used, "
+                f"{dollars(reserved.usd)} reserved by running subagents")
 
     def _child_done(self, child_id: str, status: str) -> None:
         for child in self._state.current.children:
@@ -352,11 +420,13 @@ class ToolRound:
             self._narrator.emit("question_asked", call_id=call_id, text=question.message,
                                 options=question.options, question_kind=question.kind)
             self._sync_status()
+            self._desk.settle(workflow.now())  # an answer that came with the result asking it
             try:
-                await workflow.wait_condition(
-                    lambda: self._desk.has_answer() or self._state.end_requested,
-                    timeout=timedelta(seconds=self._input.decision_timeout_s),
-                )
+                if not self._desk.has_answer():
+                    await workflow.wait_condition(
+                        lambda: self._desk.has_answer() or self._state.end_requested,
+                        timeout=timedelta(seconds=self._input.decision_timeout_s),
+                    )
             except asyncio.TimeoutError:
                 pass
             answer = self._desk.take_answer()

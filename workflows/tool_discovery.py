@@ -10,14 +10,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-with workflow.unsafe.imports_passed_through():
-    from workflows.acting import failure_reason, raise_if_cancelled
-    from workflows.approvals import policy_refusal
-    from workflows.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
-    from workflows.edge import admitted_tools
-    from workflows.models import ApprovalPolicy, ToolCatalog, ToolListRequest
-    from workflows.questions import ASK_TOOLS
-    from workflows.state import ConversationState
+from workflows.models import ApprovalPolicy, ToolCatalog, ToolListRequest
+from workflows.rules.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
+from workflows.rules.gate import policy_refusal
+from workflows.rules.questions import ASK_TOOLS
+from workflows.rules.start_input import admitted_tools
+from workflows.state import ConversationState
+from workflows.tool_round import failure_reason, raise_if_cancelled
 
 LIST_TOOLS_ACTIVITY = "list_tools"
 
@@ -28,7 +27,7 @@ async def discover_tools(state: ConversationState, limits: Limits,
     Returns why the conversation must be refused, if its approval policy asks for more than the
     worker allows (the worker holds that floor); a discovery that fails leaves the ask_* tools
     and a notice, and the conversation goes on."""
-    state.catalog = {t.name: t for t in ASK_TOOLS}
+    state.catalog = {t.name: t.model_copy() for t in ASK_TOOLS}  # this conversation's own
     args = [] if profile is None else [ToolListRequest(profile=profile)]  # the same command as ever
     try:
         catalog = await workflow.execute_activity(

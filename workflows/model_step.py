@@ -2,7 +2,7 @@
 
 Before a step, when the prompt would pass the context budget, the oldest turns fold into the
 running summary (the `summarize` activity, recorded like a step), or, if that fails, are dropped
-with a note. Then the step's prompt is built (`workflows.context`) and the model called; what the
+with a note. Then the step's prompt is built (`workflows.rules.context`) and the model called; what the
 endpoint counted calibrates the next estimate. Its reply is made usable and bounded before the
 workflow acts on it.
 """
@@ -16,38 +16,37 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-with workflow.unsafe.imports_passed_through():
-    from workflows import context, delta
-    from workflows.acting import Pace, failure_reason, raise_if_cancelled
-    from workflows.bounds import (
-        MAX_ERROR_BYTES,
-        MAX_SEEN_CALL_IDS,
-        MAX_SUMMARY_BYTES,
-        Limits,
-        clip,
-        clip_bytes,
-        keep_last,
-    )
-    from workflows.compaction import compact, estimate_tokens
-    from workflows.models import (
-        AuditRecord,
-        ChatMessage,
-        ContextUse,
-        ConversationInput,
-        LLMReply,
-        LLMRequest,
-        LLMStepRequest,
-        PendingPrompt,
-        SummaryReply,
-        SummaryRequest,
-        Usage,
-    )
-    from workflows.narrator import Narrator
-    from workflows.repair import bound_reply, recover_tool_calls, unique_call_ids
-    from workflows.state import ConversationState
+from workflows.models import (
+    AuditRecord,
+    ChatMessage,
+    ContextUse,
+    ConversationInput,
+    LLMReply,
+    LLMRequest,
+    LLMStepRequest,
+    PendingPrompt,
+    SummaryReply,
+    SummaryRequest,
+    Usage,
+)
+from workflows.reporting import Narrator
+from workflows.rules import context, delta
+from workflows.rules.bounds import (
+    MAX_ERROR_BYTES,
+    MAX_SEEN_CALL_IDS,
+    MAX_SUMMARY_BYTES,
+    Limits,
+    clip,
+    clip_bytes,
+    keep_last,
+)
+from workflows.rules.compaction import compact, estimate_tokens
+from workflows.rules.repair import bound_reply, recover_tool_calls, unique_call_ids
+from workflows.state import ConversationState
+from workflows.tool_round import Pace, failure_reason, raise_if_cancelled
 
 LLM_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
-LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`workflows.delta`)
+LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`workflows.rules.delta`)
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"

@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 from workflows.models import ChatMessage, ToolCall, ToolDefinition
-from workflows.schemas import argument_problem
+from workflows.rules.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
+from workflows.rules.schemas import argument_problem
 
 MAX_ECHOED_ARGS = 300
 

@@ -7,7 +7,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from workflows.bounds import (
+from workflows.models import ChatMessage, FunctionCall, ToolCall
+from workflows.rules.bounds import (
     MAX_CALL_ID_BYTES,
     MAX_REPLY_TEXT_BYTES,
     MAX_TOOL_NAME_BYTES,
@@ -16,7 +17,6 @@ from workflows.bounds import (
     clip_bytes,
     text_size,
 )
-from workflows.models import ChatMessage, FunctionCall, ToolCall
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 

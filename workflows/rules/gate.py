@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
-from workflows.bounds import canonical_json, json_size
-from workflows.decisions import validate_arguments
 from workflows.models import (
     ApprovalPolicy,
     Decision,
@@ -19,6 +18,8 @@ from workflows.models import (
     ToolDefinition,
     ToolInvocation,
 )
+from workflows.rules.bounds import canonical_json, json_size
+from workflows.rules.loop import validate_arguments
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})
@@ -37,6 +38,9 @@ class PendingCall:
 @dataclass
 class Refusal:
     reason: str
+    # False: a result the conversation still awaits may change it (a model reply that names the
+    # call, a tool that asks a question), so the request waits for it (`HumanDesk.take`)
+    final: bool = True
 
 
 @dataclass
@@ -48,7 +52,7 @@ class AnswerCheck:
 
 
 POLICY = "policy"  # the approver of calls the conversation's policy lets run
-RISK_ORDER: dict[str, int] = {"safe": 0, "sensitive": 1, "destructive": 2}
+RISK_ORDER: Mapping[str, int] = MappingProxyType({"safe": 0, "sensitive": 1, "destructive": 2})
 
 
 def needs_approval(tool: ToolDefinition, policy: ApprovalPolicy) -> bool:
@@ -109,7 +113,7 @@ def select_calls(
         return Refusal("name call ids or all, not both")
     if all_:
         undecided = [c for c, p in pending.items() if p.decision is None]
-        return undecided or Refusal("no call is waiting for a decision")
+        return undecided or Refusal("no call is waiting for a decision", final=False)
     if not call_ids:
         return Refusal("name at least one call id, or all")
     if len(set(call_ids)) != len(call_ids):
@@ -123,8 +127,23 @@ def select_calls(
         elif call_id in past:
             return Refusal(f"call {call_id} is stale: {past[call_id]}")
         else:
-            return Refusal(f"unknown call id {call_id}")
+            return Refusal(f"unknown call id {call_id}", final=False)
     return list(call_ids)
+
+
+def check_seen(targets: list[str], pending: dict[str, PendingCall], seen: dict[str, str]
+               ) -> Refusal | None:
+    """A decision that says which arguments its human saw applies only to those: each named
+    call must hold them, and every call it decides must be one the human saw."""
+    if not seen:
+        return None
+    for call_id in targets:
+        if call_id not in seen:
+            return Refusal(f"call {call_id} is waiting too, and this decision did not see it; "
+                           "decide it by its id")
+        if seen[call_id] != args_hash(pending[call_id].args):
+            return Refusal(f"the arguments of call {call_id} are not the ones this decision saw")
+    return None
 
 
 def check_edited_args(

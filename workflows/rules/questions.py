@@ -35,7 +35,7 @@ def _ask_tool(name: str, kind: QuestionKind, model: type[BaseModel], description
     )
 
 
-ASK_TOOLS: list[ToolDefinition] = [
+ASK_TOOLS: tuple[ToolDefinition, ...] = (
     _ask_tool("ask_input", "input", AskInput,
               "Ask the user for a free-text answer when information you need is missing."),
     _ask_tool("ask_choice", "choice", AskChoice,
@@ -43,7 +43,7 @@ ASK_TOOLS: list[ToolDefinition] = [
     _ask_tool("ask_multi_choice", "multi_choice", AskMultiChoice,
               "Ask the user to pick any number of several options."),
     _ask_tool("ask_confirm", "confirm", AskConfirm, "Ask the user a yes/no question."),
-]
+)
 
 
 def question_from_args(tool: ToolDefinition, args: dict[str, Any]) -> Question:

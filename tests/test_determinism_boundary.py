@@ -1,0 +1,97 @@
+"""The determinism boundary, checked: `workflows/` runs inside the workflow, `workflows/rules/`
+holds its pure rules, and `workflows/models.py` and `state.py` are the data both sides share.
+The sandbox the tests run in imports all of `workflows` afresh, so it refuses the clock,
+randomness and I/O in any of them; and nothing there keeps state at module level, which an
+unsandboxed worker would share between conversations."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import shutil
+import subprocess
+import sys
+from collections import Counter, OrderedDict, defaultdict, deque
+from pathlib import Path
+
+import pytest
+
+import workflows
+from tests.helpers import HISTORIES
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = sorted(m.name for m in pkgutil.walk_packages(workflows.__path__, "workflows."))
+RULES = [m for m in MODULES if m.startswith("workflows.rules.")]
+MUTABLE = (list, dict, set, bytearray, Counter, OrderedDict, defaultdict, deque)
+
+# Replays a recorded history with the tests' sandbox; `workflows` comes from sys.path[0].
+REPLAY = """
+import asyncio, json, sys
+from pathlib import Path
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from worker.app import workflow_runner
+from workflows.conversation import ConversationWorkflow
+
+data = json.loads(Path(sys.argv[1]).read_text())
+history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)
+replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+                    workflow_runner=workflow_runner())
+result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_failure}")
+"""
+
+# What a careless change might add to a pure rule: the clock and randomness.
+PROBE = """
+import datetime as _datetime
+import random as _random
+
+_checked = over_budget
+
+
+def over_budget(*args, **kwargs):
+    _datetime.datetime.now(), _random.random()
+    return _checked(*args, **kwargs)
+"""
+
+
+def replayed_with(package: Path, tmp_path: Path) -> str:
+    script = tmp_path / "replay.py"
+    script.write_text(REPLAY)
+    history = HISTORIES / "weather_invalid_call_two_turns.json"
+    done = subprocess.run([sys.executable, str(script), str(history)], cwd=ROOT,
+                          env={"PYTHONPATH": f"{package}:{ROOT}", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
+
+
+def test_the_sandbox_refuses_the_clock_and_randomness_in_the_workflows_own_modules(tmp_path):
+    package = tmp_path / "probe"
+    shutil.copytree(ROOT / "workflows", package / "workflows",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert "REPLAYED" in replayed_with(package, tmp_path)  # the copy, as it is
+    with (package / "workflows" / "rules" / "stopping.py").open("a") as rules:
+        rules.write(PROBE)
+    out = replayed_with(package, tmp_path)
+    assert "FAILED" in out and "datetime.datetime.now" in out, out
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_a_rule_calls_no_temporal_workflow_api(name: str):
+    tree = ast.parse(Path(importlib.import_module(name).__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    assert not {i for i in imported if i.startswith("temporalio.workflow")}, imported
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_no_module_keeps_mutable_state(name: str):
+    module = importlib.import_module(name)
+    kept = [key for key, value in vars(module).items()
+            if not key.startswith("__") and isinstance(value, MUTABLE)]
+    assert kept == [], f"{name} keeps {kept} at module level: use a tuple, a frozenset or a " \
+                       "MappingProxyType, or keep it in the conversation's state"

@@ -1,0 +1,136 @@
+"""Pure rules of the seams: when a human request waits for a result, how a pending call is
+named across subagents, and the bounds on what a conversation counts and cuts."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+
+from client.session import Refused, pending_call
+from workflows import human_desk as desk_module
+from workflows.conversation import relative_id
+from workflows.human_desk import HumanDesk
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    PendingConfirmation,
+    Question,
+    RejectRequest,
+    ToolDefinition,
+)
+from workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
+from workflows.rules.bounds import Limits, text_size, truncate_observation
+from workflows.state import ContextState, ConversationState
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+NOTE = ToolDefinition(name="create_note", description="", risk="sensitive",
+                      parameters={"type": "object", "properties": {"title": {"type": "string"}}})
+
+
+@pytest.fixture(autouse=True)
+def outside_a_workflow(monkeypatch):
+    """The desk logs a refusal with the workflow's logger: here, a plain one."""
+    monkeypatch.setattr(desk_module.workflow, "logger", logging.getLogger("desk"))
+
+
+def desk() -> HumanDesk:
+    return HumanDesk(ConversationState(context=ContextState(system_prompt="s")), Limits())
+
+
+def test_a_request_naming_what_a_result_may_bring_waits_for_it_then_is_taken_or_refused():
+    d = desk()
+    d.results_pending = 1  # a model call is in flight
+    early = d.take(ConfirmRequest(request_id="c1", call_ids=["call_1"], approver="ann"), NOW)
+    stray = d.take(ConfirmRequest(request_id="c2", call_ids=["call_9"]), NOW)
+    question = d.take(AnswerRequest(request_id="a1", values=["yes"]), NOW)
+    assert early.verdict is stray.verdict is question.verdict is None  # waiting, not refused
+    assert d.outcome("c1") is None
+
+    d.results_pending = 0  # the reply is in: it names call_1
+    d.hold("call_1", NOTE, {"title": "t"})
+    d.settle(NOW)
+    assert [x.approver for x in early.verdict] == ["ann"]
+    assert stray.verdict.reason == "unknown call id call_9"
+    assert question.verdict.reason == "no question is waiting for an answer"
+    assert d.outcome("c1").accepted and not d.outcome("c2").accepted
+
+
+def test_with_nothing_on_its_way_a_request_is_refused_at_once_and_a_stale_one_always():
+    d = desk()
+    assert d.take(RejectRequest(call_ids=["x"]), NOW).verdict.reason == "unknown call id x"
+    d.hold("call_1", NOTE, {"title": "t"})
+    d.take(ConfirmRequest(call_ids=["call_1"]), NOW)
+    d.results_pending = 1
+    again = d.take(ConfirmRequest(call_ids=["call_1"]), NOW)  # decided: nothing can change that
+    assert again.verdict.reason == "call call_1 was already approved by unknown"
+
+
+def test_a_decision_binds_to_the_arguments_and_calls_its_human_saw():
+    d = desk()
+    d.hold("call_1", NOTE, {"title": "t"})
+    d.hold("call_2", NOTE, {"title": "u"})
+    [shown, _] = d.pending_confirmations()
+    wrong = d.take(ConfirmRequest(call_ids=["call_1"], seen={"call_1": "sha256:00"}), NOW)
+    assert "not the ones this decision saw" in wrong.verdict.reason
+    unseen = d.take(ConfirmRequest(all=True, seen={"call_1": shown.args_hash}), NOW)
+    assert "call call_2 is waiting too" in unseen.verdict.reason
+    right = d.take(ConfirmRequest(call_ids=["call_1"], seen={"call_1": shown.args_hash}), NOW)
+    assert [x.call_id for x in right.verdict] == ["call_1"]
+
+
+def test_an_answer_binds_to_the_question_its_human_saw():
+    d = desk()
+    d.ask("call_1", Question(kind="confirm", message="ok?"))
+    other = d.take(AnswerRequest(values=["yes"], call_id="call_7"), NOW)
+    assert "not the one open" in other.verdict.reason
+    assert d.take(AnswerRequest(values=["yes"], call_id="call_1"), NOW).verdict == "yes"
+
+
+def test_a_request_id_is_taken_once_where_ids_are_deduplicated():
+    d = desk()
+    d.dedupe = True
+    d.hold("call_1", NOTE, {"title": "t"})
+    d.take(ConfirmRequest(request_id="r", call_ids=["call_1"]), NOW)
+    assert d.repeated("r").accepted
+    assert d.repeated(None) is None
+    d.dedupe = False  # runs begun before it
+    assert d.repeated("r") is None
+
+
+PENDING = [
+    PendingConfirmation(call_id="call_0", tool="create_note", args={}, risk="sensitive",
+                        conversation_id="p/a", ref="a/call_0"),
+    PendingConfirmation(call_id="call_0", tool="delete_note", args={}, risk="destructive",
+                        conversation_id="p/b", ref="b/call_0"),
+    PendingConfirmation(call_id="call_5", tool="create_note", args={}, risk="sensitive",
+                        conversation_id="p/a/c", ref="a/c/call_5"),
+]
+
+
+def test_a_pending_call_is_named_by_its_ref_or_an_id_only_one_call_has():
+    assert pending_call("b/call_0", PENDING).tool == "delete_note"
+    assert pending_call("call_5", PENDING).ref == "a/c/call_5"
+    assert pending_call("call_9", PENDING) is None
+    with pytest.raises(Refused, match=r"call_0 names 2 pending calls: a/call_0 .*b/call_0"):
+        pending_call("call_0", PENDING)
+    assert relative_id("p/a/c", "p") == "a/c" and relative_id("q/x", "p") == "q/x"
+
+
+def test_an_observation_is_cut_by_its_json_bytes():
+    control = "\x01" * 1000  # six bytes each in JSON, one in UTF-8
+    cut, full = truncate_observation(control, 600)
+    assert full == 6000 and text_size(cut.split("\n…[truncated")[0]) <= 600
+    assert truncate_observation(control, 600, json_bytes=False)[1] == 1000  # as runs before
+    assert truncate_observation("short", 600) == ("short", None)
+
+
+def test_the_memo_counts_at_most_so_many_tool_names():
+    made_up = Counter({f"tool_{n}": 1 for n in range(500)} | {"get_weather": 40})
+    counted = counted_tools(made_up)
+    assert len(counted) == MAX_MEMO_TOOLS + 1 and counted["get_weather"] == 40
+    assert sum(counted.values()) == sum(made_up.values())
+    assert counted_tools(Counter(counted) + Counter({"new": 1}))[OTHER_TOOLS] == \
+        counted[OTHER_TOOLS] + 1
