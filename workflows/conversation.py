@@ -19,6 +19,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
 from workflows.model_step import Thinker
 from workflows.models import (
@@ -63,13 +64,7 @@ from workflows.rules.start_input import first_state, settled_input
 from workflows.rules.stopping import is_looping, over_budget
 from workflows.state import TurnState
 from workflows.tool_discovery import discover_tools
-from workflows.tool_round import (
-    FAST,
-    Pace,
-    ToolRound,
-    failure_reason,
-    raise_if_cancelled,
-)
+from workflows.tool_round import FAST, Pace, ToolRound
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
@@ -78,9 +73,9 @@ CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
-# Runs with this marker send model calls as deltas (`workflows.rules.delta`) and, as a step then adds
-# little history, hand over to a fresh run for the history's size only well past the server's
-# suggestion; runs begun before it don't.
+# Runs with this marker send model calls as deltas (`workflows.rules.delta`) and, as a step then
+# adds little history, hand over to a fresh run for the history's size only well past the
+# server's suggestion; runs begun before it don't.
 DELTA_CONTEXT_PATCH = "delta-context"
 # Runs with this marker take a request id once, and hold the gate at the seams between
 # conversations (subagents' budgets and ids); runs begun before it don't.
@@ -277,9 +272,9 @@ class ConversationWorkflow:
         if isinstance(seen, SignalOutcome):
             return seen
         taken = seen or self._desk.take(request, workflow.now())
-        if taken.verdict is None:
+        if taken.verdict is None:  # `settle` announces it once its result is in
             await workflow.wait_condition(lambda: taken.verdict is not None)
-        elif seen is None:
+        else:
             self._announce(taken)
         return _outcome(taken.verdict, request.request_id)
 
@@ -340,7 +335,8 @@ class ConversationWorkflow:
     @workflow.query(name=PENDING_PROMPT_QUERY)
     def pending_prompt(self, digest: str) -> PendingPrompt | None:
         """The prompt and tools of the model call this conversation waits on, if it has this
-        digest: for a worker that holds no copy of the previous prompt (`workflows.rules.delta`)."""
+        digest: for a worker that holds no copy of the previous prompt
+        (`workflows.rules.delta`)."""
         return self._thinker.pending(digest)
 
     @workflow.query
@@ -497,8 +493,8 @@ class ConversationWorkflow:
         info = workflow.info()
         if self._delta_context:  # a step adds little: hand over only when the history is large
             if loop.history_full(info.get_current_history_length(),
-                                      info.get_current_history_size(),
-                                      self._input.continue_as_new_after_events):
+                                 info.get_current_history_size(),
+                                 self._input.continue_as_new_after_events):
                 return True
         elif info.is_continue_as_new_suggested():
             return True

@@ -40,6 +40,7 @@ from workflows.rules.bounds import (
     MAX_REMEMBERED_SIGNALS,
     MAX_REQUEST_ID_BYTES,
     MAX_TURN_DECISIONS,
+    MAX_WAITING_REQUESTS,
     Limits,
     Tail,
     check_message,
@@ -53,7 +54,6 @@ from workflows.state import ConversationState
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # What became of a human request: the decisions it took, the answer's text, or a refusal.
 Verdict = list[Decision] | str | Refusal
-MAX_WAITING_REQUESTS = 16
 
 
 @dataclass
@@ -65,14 +65,16 @@ class Taken:
 
 
 class HumanDesk:
-    """Why requests can wait: Temporal may deliver a signal in the same workflow task as the
+    """What waits for a human, and the requests (decisions, answers) that humans send.
+
+    A request may wait too. Temporal can deliver a signal in the same workflow task as the
     result that makes its call pending (a model reply naming the call, a tool asking a
-    question), and applies the signal first, while the run that recorded the history may have
-    applied that result in an earlier task whose completion was lost (a server restart), with
-    the signal in the next one. A request that names what is not there yet must therefore not
-    be refused while such a result is on its way: it waits, and is taken where the conversation
-    makes a call pending or asks, or refused once nothing is on its way. So it has one outcome
-    however the two arrive, live and on replay (`tests/test_decision_order.py`)."""
+    question), and applies the signal first; the run that recorded the history may have applied
+    that result in an earlier task whose completion was lost (a server restart), and the signal
+    in the next one. So a request naming what is not there yet is not refused while such a
+    result is on its way: it waits, and is taken where the conversation makes a call pending or
+    asks (`settle`), or refused once nothing is on its way. It then has one outcome however the
+    two arrive, live and on replay (`tests/test_decision_order.py`)."""
 
     def __init__(self, state: ConversationState, limits: Limits) -> None:
         self._state = state
@@ -146,10 +148,10 @@ class HumanDesk:
         """Take a decision or an answer now, refuse it now, or (a request that a result still
         on its way may make valid) keep it waiting: its `verdict` stays None until `settle`."""
         refusal = self._plan(request)
-        if isinstance(refusal, Refusal) and not refusal.final and self.results_pending:
-            if len(self._waiting) < MAX_WAITING_REQUESTS:
-                self._waiting.append(Taken(request))
-                return self._waiting[-1]
+        if (isinstance(refusal, Refusal) and not refusal.final and self.results_pending
+                and len(self._waiting) < MAX_WAITING_REQUESTS):  # past the bound: refused now
+            self._waiting.append(Taken(request))
+            return self._waiting[-1]
         return Taken(request, self._apply(request, now))
 
     def settle(self, now: datetime, final: bool = False) -> None:
@@ -215,13 +217,13 @@ class HumanDesk:
         if isinstance(targets, Refusal) or request.args is None:
             return targets
         problem = gate.check_edited_args(self.pending[targets[0]], request.args,
-                                              request.call_ids, self._limits.args_bytes)
+                                         request.call_ids, self._limits.args_bytes)
         return problem or targets
 
     def plan_reject(self, request: ConfirmRequest | RejectRequest) -> list[str] | Refusal:
         """The calls a decision names, or why it must be refused. Changes nothing."""
         targets = gate.select_calls(request.call_ids, request.all, self.pending,
-                                         dict(self._state.past_calls))
+                                    dict(self._state.past_calls))
         if isinstance(targets, Refusal):
             return targets
         return gate.check_seen(targets, self.pending, request.seen) or targets

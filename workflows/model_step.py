@@ -1,9 +1,9 @@
-"""Thinking: what the model is shown at each step, and asking it.
+"""One model step (the "think" of think-act-observe): what the model is shown, and asking it.
 
 Before a step, when the prompt would pass the context budget, the oldest turns fold into the
 running summary (the `summarize` activity, recorded like a step), or, if that fails, are dropped
-with a note. Then the step's prompt is built (`workflows.rules.context`) and the model called; what the
-endpoint counted calibrates the next estimate. Its reply is made usable and bounded before the
+with a note. Then the step's prompt is built (`workflows.rules.context`) and the model called;
+what the endpoint counted calibrates the next estimate. Its reply is made usable and bounded before the
 workflow acts on it.
 """
 
@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.models import (
     AuditRecord,
     ChatMessage,
@@ -43,7 +44,7 @@ from workflows.rules.bounds import (
 from workflows.rules.compaction import compact, estimate_tokens
 from workflows.rules.repair import bound_reply, recover_tool_calls, unique_call_ids
 from workflows.state import ConversationState
-from workflows.tool_round import Pace, failure_reason, raise_if_cancelled
+from workflows.tool_round import Pace
 
 LLM_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
 LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`workflows.rules.delta`)

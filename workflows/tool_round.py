@@ -1,4 +1,4 @@
-"""Acting: one round of tool calls, with the human gate.
+"""One round of tool calls (the "act" of think-act-observe), through the human gate.
 
 Read then write: safe calls run at once; risky ones then wait for their own decision and run as
 soon as approved; questions come last, one at a time. Every call gets exactly one tool message, in
@@ -15,43 +15,27 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    ChildWorkflowError,
-    TimeoutError,
-    WorkflowAlreadyStartedError,
-)
-from temporalio.workflow import ParentClosePolicy
+from temporalio.exceptions import ActivityError, TimeoutError
 
+from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk
 from workflows.models import (
-    AgentSpec,
     AuditAction,
     ChatMessage,
-    ChildReport,
     ConversationInput,
-    ConversationStatus,
     Decision,
     Question,
     ToolCall,
     ToolInvocation,
     ToolOutcome,
-    Usage,
 )
 from workflows.reporting import Narrator
 from workflows.rules import gate, loop
-from workflows.rules.bounds import (
-    MAX_CHILDREN,
-    MAX_TOOLS_USED,
-    clip,
-    keep_last,
-    truncate_observation,
-)
+from workflows.rules.bounds import MAX_TOOLS_USED, truncate_observation
 from workflows.rules.questions import question_from_args
-from workflows.rules.stopping import CallRecord, call_record, child_share, dollars
+from workflows.rules.stopping import CallRecord, call_record
 from workflows.state import ConversationState
+from workflows.subagents import Subagents
 
 
 @dataclass(frozen=True)
@@ -67,32 +51,12 @@ class Pace:
 FAST = Pace(tool_heartbeat=timedelta(seconds=5), first_retry=timedelta(milliseconds=200))
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
-CONVERSATION_WORKFLOW = "ConversationWorkflow"  # a subagent is a conversation too
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
 MAX_APPROVAL_ROUNDS = 2  # a call the worker finds riskier than approved is asked about once more
 TRUNCATED_HINT = (
     " Your reply was cut off at the model's output limit (finish_reason=length): send shorter "
     "arguments."
 )
-
-
-@dataclass(frozen=True)
-class Share:
-    """A subagent's share of its parent's budgets: tokens and dollars (None: no such budget)."""
-
-    tokens: int | None
-    usd: float | None
-
-    def used_up(self) -> bool:
-        return self.tokens == 0 or self.usd == 0
-
-    def plus(self, other: Share) -> Share:
-        return Share((self.tokens or 0) + (other.tokens or 0),
-                     round((self.usd or 0.0) + (other.usd or 0.0), 10))
-
-    def minus(self, other: Share) -> Share:
-        return Share((self.tokens or 0) - (other.tokens or 0),
-                     round((self.usd or 0.0) - (other.usd or 0.0), 10))
 
 
 @dataclass
@@ -115,11 +79,8 @@ class ToolRound:
         self._desk = desk
         self._narrator = narrator
         self._sync_status = sync_status
-        # Subagents share the conversation's budgets: each reserves its share as it starts
-        # (runs begun before this give each child what is left of the cost budget instead).
         self._seams = seams
-        self._reserved = Share(0, 0.0)  # the shares of the subagents running now
-        self._agents_to_start = 0
+        self._subagents: Subagents | None = None  # the round's, once it knows its calls
 
     async def run(
         self, calls: list[ToolCall], cut_off: bool, share: int | None,
@@ -147,7 +108,9 @@ class ToolRound:
                 safe.append(i)
                 self._desk.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
-        self._agents_to_start = sum(1 for i in safe + gated if checked[i].tool.agent is not None)
+        self._subagents = Subagents(self._input, self._state, self._narrator, self._sync_status,
+                                    self._seams, sum(1 for i in safe + gated
+                                                     if checked[i].tool.agent is not None))
 
         ran = await asyncio.gather(*(
             self._execute(checked[i], checked[i].arguments, keys[i], self._policy(checked[i]))
@@ -289,8 +252,9 @@ class ToolRound:
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
             turn.tools_used.append(tool.name)
         if tool.agent is not None:
+            assert self._subagents is not None
             with self._desk.awaiting_results():
-                return await self._delegate(item, tool.agent, args)
+                return await self._subagents.run(item, tool.agent, args)
         attempts = tool.max_attempts if tool.retry_safe else 1
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
@@ -322,97 +286,6 @@ class ToolRound:
                 observation=loop.tool_failure_observation(tool, reason, attempts),
             )
 
-    async def _delegate(self, item: loop.ReadyCall, spec: AgentSpec, args: dict
-                        ) -> ToolOutcome:
-        """Run a subagent: a one-shot child conversation with its profile's prompt, tools and
-        limits. Its steps stay in its own history; its answer is the observation, and its
-        usage is added to this conversation's."""
-        inp, turn = self._input, self._state.current
-        share = self._next_share() if self._seams else Share(
-            spec.max_total_tokens, _left(inp.max_cost_usd, self._state.usage))
-        depth = inp.depth + 1
-        if depth > inp.max_depth:
-            return ToolOutcome(status="error", observation=(
-                f"Error: not delegated: {item.tool.name} would run at depth {depth}, past the "
-                f"limit of {inp.max_depth}. Do the task yourself, or answer without it."))
-        if share.used_up():
-            return ToolOutcome(status="error", observation=(
-                f"Error: not delegated: the conversation's budget is used up "
-                f"({self._budget_note()}). Answer with what you have."))
-        child_id = f"{workflow.info().workflow_id}/{item.call.id}"
-        turn.children = keep_last([*turn.children,
-                                   ChildReport(workflow_id=child_id, profile=spec.profile,
-                                               status="running")], MAX_CHILDREN)
-        self._narrator.emit("child_started", call_id=item.call.id, tool=spec.profile,
-                            text=child_id)
-        task = str(args.get("task", ""))
-        child = ConversationInput(
-            prompt=task, one_shot=True, profile=spec.profile, model=spec.model or inp.model,
-            max_steps=spec.max_steps,
-            max_total_tokens=_tighter(spec.max_total_tokens, share.tokens),
-            max_cost_usd=_tighter(spec.max_cost_usd, share.usd),
-            depth=depth, max_depth=inp.max_depth, approval=inp.approval, llm=inp.llm,
-            decision_timeout_s=inp.decision_timeout_s,
-            max_observation_bytes=inp.max_observation_bytes,
-        )
-        self._reserved = self._reserved.plus(share)
-        try:
-            result = await workflow.execute_child_workflow(
-                CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
-                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=clip(f"agent {spec.profile}: {task}", 200),
-            )
-        except ChildWorkflowError as err:
-            if isinstance(err.cause, CancelledError):
-                raise asyncio.CancelledError() from err
-            self._child_done(child_id, "failed")
-            return ToolOutcome(status="error", observation=(
-                f"Error: the {spec.profile} agent failed: {failure_reason(err.cause or err)}"))
-        except WorkflowAlreadyStartedError:
-            if not self._seams:
-                raise
-            # Someone else holds the id (started it by hand, say): not this conversation's child.
-            self._child_done(child_id, "failed")
-            return ToolOutcome(status="error", observation=(
-                f"Error: the {spec.profile} agent could not start: a conversation with the id "
-                f"{child_id} already exists"))
-        finally:
-            self._reserved = self._reserved.minus(share)
-        self._child_done(child_id, result.status)
-        self._state.usage = self._state.usage + result.usage
-        turn.usage = turn.usage + result.usage
-        if result.stop_reason == "answered" and result.final_answer:
-            return ToolOutcome(observation=result.final_answer)
-        partial = f" Its last words: {result.final_answer}" if result.final_answer else ""
-        return ToolOutcome(status="error", observation=(
-            f"Error: the {spec.profile} agent stopped ({result.stop_reason}): "
-            f"{result.error or 'it gave no answer'}.{partial}"))
-
-    def _next_share(self) -> Share:
-        """The next subagent's share of the conversation's budgets, reserved as it starts."""
-        inp, used, starting = self._input, self._state.usage, self._agents_to_start
-        self._agents_to_start = max(starting - 1, 0)
-        tokens = child_share(inp.max_total_tokens, used.total_tokens, self._reserved.tokens or 0,
-                             starting)
-        usd = child_share(inp.max_cost_usd, used.known_cost, self._reserved.usd or 0.0, starting)
-        return Share(None if tokens is None else int(tokens),
-                     None if usd is None else round(usd, 10))
-
-    def _budget_note(self) -> str:
-        inp, used, reserved = self._input, self._state.usage, self._reserved
-        if inp.max_total_tokens is not None and used.total_tokens + (reserved.tokens or 0) \
-                >= inp.max_total_tokens:
-            return (f"{used.total_tokens} of {inp.max_total_tokens} tokens used, "
-                    f"{reserved.tokens} reserved by running subagents")
-        return (f"{dollars(used.known_cost)} of {dollars(inp.max_cost_usd)} used, "
-                f"{dollars(reserved.usd)} reserved by running subagents")
-
-    def _child_done(self, child_id: str, status: str) -> None:
-        for child in self._state.current.children:
-            if child.workflow_id == child_id:
-                child.status, child.pending_confirmations, child.pending_question = status, [], None
-        self._sync_status()
-
     async def _ask(self, call_id: str, question: Question) -> str | None:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
         async with self._desk.question_lock:
@@ -439,37 +312,8 @@ class ToolRound:
         return "no answer: the question timed out"
 
 
-def _left(budget: float | None, used: Usage) -> float | None:
-    """What is left of a cost budget (None: no budget, or an unknown cost)."""
-    if budget is None or used.cost_usd is None:
-        return None
-    return max(budget - used.cost_usd, 1e-9)
-
-
-def _tighter(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
 def _rejected(decision: Decision) -> ToolOutcome:
     if decision.approver == "system":
         status = "timed_out" if decision.reason == "approval timed out" else "rejected"
         return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")
     return ToolOutcome(status="rejected", observation=f"rejected by user: {decision.reason}")
-
-
-def raise_if_cancelled(err: ActivityError) -> None:
-    """An activity failed because the conversation is being cancelled: let that win."""
-    if isinstance(err.cause, CancelledError):
-        raise asyncio.CancelledError() from err
-
-
-def failure_reason(err: BaseException) -> str:
-    """The innermost readable cause of an activity failure."""
-    cause: BaseException | None = err
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, TimeoutError):
-        return f"timed out ({cause.type.name.lower().replace('_', '-') if cause.type else 'timeout'})"
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause)

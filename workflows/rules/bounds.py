@@ -45,6 +45,7 @@ MAX_AUDIT_RECORD_BYTES = 8 * KiB  # a step with more actions lists the first one
 STREAM_CARRY_BYTES = 32 * KiB
 MAX_STREAM_ITEMS = 1000  # in a run; each item is clipped (`MAX_EVENT_TEXT_BYTES`)
 MAX_REMEMBERED_SIGNALS = 64
+MAX_WAITING_REQUESTS = 16  # decisions and answers waiting for the result they name
 MAX_REMEMBERED_CALLS = 64
 MAX_SEEN_CALL_IDS = 128
 MAX_TURN_DECISIONS = 32

@@ -1,0 +1,31 @@
+"""How a failed activity or child workflow reads: its innermost cause, and whether it failed
+because the conversation itself is being cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+)
+
+
+def raise_if_cancelled(err: ActivityError) -> None:
+    """An activity failed because the conversation is being cancelled: let that win."""
+    if isinstance(err.cause, CancelledError):
+        raise asyncio.CancelledError() from err
+
+
+def failure_reason(err: BaseException) -> str:
+    """The innermost readable cause of an activity failure."""
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, TimeoutError):
+        return f"timed out ({cause.type.name.lower().replace('_', '-') if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause)
