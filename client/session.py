@@ -290,6 +290,8 @@ class Session:
         pending = status.pending_confirmations
         if request.all and not pending:
             raise Refused("no call is waiting for a decision")
+        if request.all and getattr(request, "args", None) is not None:
+            raise Refused("edited args apply to exactly one call id, named explicitly")
         names = [p.ref or p.call_id for p in pending] if request.all else request.call_ids
         groups: dict[str, tuple[list[str], dict[str, str]]] = {}
         for name in names:

@@ -7,7 +7,6 @@ import json
 import random
 
 import httpx
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 

@@ -23,6 +23,7 @@ from workflows.models import (
 )
 from workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
 from workflows.rules.bounds import Limits, text_size, truncate_observation
+from workflows.rules.compaction import tool_counts
 from workflows.state import ContextState, ConversationState
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -134,3 +135,13 @@ def test_the_memo_counts_at_most_so_many_tool_names():
     assert sum(counted.values()) == sum(made_up.values())
     assert counted_tools(Counter(counted) + Counter({"new": 1}))[OTHER_TOOLS] == \
         counted[OTHER_TOOLS] + 1
+
+
+def test_the_dropped_rounds_note_names_at_most_a_few_tools():
+    few = Counter({"get_weather": 3, "list_notes": 1})
+    assert tool_counts(few) == "get_weather x3, list_notes x1"  # as before, in full
+    made_up = Counter({f"made_up_tool_{n}_with_a_long_name": 1 for n in range(500)})
+    made_up["get_weather"] = 9
+    note = tool_counts(made_up)
+    assert note.startswith("get_weather x9, ") and note.endswith("498 call(s) of 498 other tool(s)")
+    assert len(note) < 200  # within the note's reserve, however many names the model made up

@@ -27,6 +27,7 @@ from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
+    FAST_LLM,
     WORKFLOW_TASK_EVENTS,
     note_rows,
     reaches,
@@ -40,7 +41,7 @@ from tests.helpers import (
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import ConfirmRequest, EndRequest
+from workflows.models import ConfirmRequest, ConversationInput, EndRequest
 
 PROFILES = {
     "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",
@@ -458,3 +459,25 @@ async def test_children_share_what_is_left_of_the_parents_budgets(
         assert given["max_total_tokens"] == (100_000 - first.total_tokens) // 2
         assert given["max_cost_usd"] == pytest.approx((1.0 - first.cost_usd) / 2)
     await replay(handle, "subagents_share_the_budgets")
+
+
+async def test_a_child_whose_id_someone_holds_is_an_observation_not_a_failed_parent(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    """A child's id is `<parent>/<call id>`: someone who can start conversations can start one
+    with it first (AG-UI's thread id, say). The parent is told, and goes on."""
+    parent_id = unique("squatted")
+    squatter = await client.start_workflow(
+        ConversationWorkflow.run, ConversationInput(prompt=script(
+            model, unique("squatter"), ScriptedReply(content="mine"))),
+        id=f"{parent_id}/sq1", task_queue=agents_queue)
+    await reaches(squatter, "idle")
+    parent = delegating(model, "squatted", "researcher", "sq1",
+                        [ScriptedReply(content="never")], "after: {last_tool}")
+    handle = await client.start_workflow(
+        ConversationWorkflow.run, ConversationInput(prompt=parent, llm=FAST_LLM), id=parent_id,
+        task_queue=agents_queue)
+    status = await reaches(handle, "idle", timeout_s=60)
+    assert status.stop_reason == "answered", status
+    assert status.final_answer.startswith("after: Error: the researcher agent could not start")
+    assert f"{parent_id}/sq1 already exists" in status.final_answer
+    await squatter.signal(ConversationWorkflow.end, EndRequest())

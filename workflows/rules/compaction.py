@@ -12,12 +12,15 @@ import re
 from collections import Counter
 
 from workflows.models import ChatMessage
+from workflows.rules.bounds import clip
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 ELIDED_PREFIX = "[elided to bound the context:"
 DROPPED_NOTE = "[{steps} earlier tool steps dropped to bound the context: {tools}]"
 NOTE_RESERVE_TOKENS = 64  # room for the note that replaces the dropped rounds
+NOTE_TOOLS = 8  # tool names the note lists in full; past them, the most used few, clipped
+NOTE_TOP_TOOLS, MAX_NOTE_TOOL_BYTES = 3, 24
 _DROPPED = re.compile(r"^\[(\d+) earlier tool steps dropped")
 
 
@@ -78,6 +81,17 @@ def compact(messages: list[ChatMessage], budget_tokens: int | None) -> list[Chat
     return _drop_rounds(out, older, budget_tokens, total)
 
 
+def tool_counts(tools: Counter[str]) -> str:
+    """`get_weather x3, list_notes x1`. Past a few names, the most used ones, clipped, and the
+    rest counted: a model calling a new made-up name at every step keeps the note small."""
+    if len(tools) <= NOTE_TOOLS:
+        return ", ".join(f"{name} x{n}" for name, n in sorted(tools.items()))
+    top = sorted(tools.most_common(NOTE_TOP_TOOLS))
+    rest = sum(tools.values()) - sum(n for _, n in top)
+    return ", ".join([*(f"{clip(name, MAX_NOTE_TOOL_BYTES)} x{n}" for name, n in top),
+                      f"{rest} call(s) of {len(tools) - len(top)} other tool(s)"])
+
+
 def _elide(m: ChatMessage) -> ChatMessage:
     content = m.content or ""
     if content.startswith(ELIDED_PREFIX):
@@ -99,7 +113,7 @@ def _drop_rounds(
         tools.update(c.function.name for c in out[start].tool_calls or [])
     if not dropped:
         return out
-    summary = ", ".join(f"{name} x{n}" for name, n in sorted(tools.items()))
+    summary = tool_counts(tools)
     steps = sum(1 for start, _ in older if start in dropped)
     note = ChatMessage(role="system", content=DROPPED_NOTE.format(steps=steps, tools=summary))
     first = min(dropped)
