@@ -207,9 +207,9 @@ class ConversationWorkflow:
         """A subagent's pending call or question, with the conversation that owns it and its
         ref from here: the owner's id relative to this one's, then the call id."""
         owner = pending.conversation_id or child_id
-        return pending.model_copy(update={
-            "conversation_id": owner, "ref": f"{relative_id(owner, workflow.info().workflow_id)}"
-                                             f"/{pending.call_id}"})
+        path = relative_id(owner, workflow.info().workflow_id)
+        return pending.model_copy(update={"conversation_id": owner,
+                                          "ref": f"{path}/{pending.call_id}"})
 
     @workflow.signal
     def end(self, request: EndRequest) -> None:
@@ -440,10 +440,10 @@ class ConversationWorkflow:
                 return
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
-            done = await ToolRound(self._input, state, self._desk, self._narrator,
-                                   self._sync_status, self._pace, self._seams).run(decision.calls,
-                                                          reply.finish_reason == "length",
-                                                          share, refused)
+            tool_round = ToolRound(self._input, state, self._desk, self._narrator,
+                                   self._sync_status, self._pace, self._seams)
+            done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
+                                        refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
             self._record_step(step, message.content, reply.usage, done.actions)
             if is_looping(turn.call_records):

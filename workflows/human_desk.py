@@ -147,9 +147,7 @@ class HumanDesk:
     def take(self, request: HumanRequest, now: datetime) -> Taken:
         """Take a decision or an answer now, refuse it now, or (a request that a result still
         on its way may make valid) keep it waiting: its `verdict` stays None until `settle`."""
-        refusal = self._plan(request)
-        if (isinstance(refusal, Refusal) and not refusal.final and self.results_pending
-                and len(self._waiting) < MAX_WAITING_REQUESTS):  # past the bound: refused now
+        if len(self._waiting) < MAX_WAITING_REQUESTS and self._waits(request):  # past: refused
             self._waiting.append(Taken(request))
             return self._waiting[-1]
         return Taken(request, self._apply(request, now))
@@ -159,9 +157,7 @@ class HumanDesk:
         the conversation ends or hands over); `on_settled` announces them."""
         settled = []
         for taken in list(self._waiting):
-            refusal = self._plan(taken.request)
-            if (isinstance(refusal, Refusal) and not refusal.final and self.results_pending
-                    and not final):
+            if not final and self._waits(taken.request):
                 continue
             taken.verdict = self._apply(taken.request, now)
             self._waiting.remove(taken)
@@ -181,7 +177,11 @@ class HumanDesk:
         finally:
             self.results_pending -= 1
 
-    def _plan(self, request: HumanRequest) -> Refusal | None:
+    def _waits(self, request: HumanRequest) -> bool:
+        """Whether a request must wait: it cannot be taken now, and a result on its way may
+        change that (`Refusal.final` False)."""
+        if not self.results_pending:
+            return False
         plan: object
         if isinstance(request, ConfirmRequest):
             plan = self.plan_confirm(request)
@@ -189,7 +189,7 @@ class HumanDesk:
             plan = self.plan_reject(request)
         else:
             plan = self.plan_answer(request)
-        return plan if isinstance(plan, Refusal) else None
+        return isinstance(plan, Refusal) and not plan.final
 
     def _apply(self, request: HumanRequest, now: datetime) -> Verdict:
         if isinstance(request, ConfirmRequest):

@@ -3,8 +3,8 @@
 Before a step, when the prompt would pass the context budget, the oldest turns fold into the
 running summary (the `summarize` activity, recorded like a step), or, if that fails, are dropped
 with a note. Then the step's prompt is built (`workflows.rules.context`) and the model called;
-what the endpoint counted calibrates the next estimate. Its reply is made usable and bounded before the
-workflow acts on it.
+what the endpoint counted calibrates the next estimate. Its reply is made usable and bounded
+before the workflow acts on it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from workflows.state import ConversationState
 from workflows.tool_round import Pace
 
 LLM_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
-LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`workflows.rules.delta`)
+LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`rules.delta`)
 SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"

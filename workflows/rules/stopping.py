@@ -71,11 +71,11 @@ def over_budget(usage: Usage, max_total_tokens: int | None,
                     f"token budget ({max_total_tokens} tokens) cannot be enforced")
     if max_cost_usd is None:
         return None
-    if fail_closed and (usage.unpriced or usage.unmetered_calls):
-        why = usage.cost_note or "the endpoint reported no usage"
-        return (f"the cost of {usage.unpriced or usage.unmetered_calls} model call(s) is "
-                f"unknown ({why}), so the cost budget ({dollars(max_cost_usd)}) cannot be "
-                f"enforced; {dollars(usage.known_cost)} is known")
+    if fail_closed and usage.unpriced:  # a call with no usage reported is one of them
+        why = usage.cost_note or "no price known"
+        return (f"the cost of {usage.unpriced} model call(s) is unknown ({why}), so the cost "
+                f"budget ({dollars(max_cost_usd)}) cannot be enforced; "
+                f"{dollars(usage.known_cost)} is known")
     if usage.cost_usd is not None and usage.cost_usd >= max_cost_usd:
         return (f"the conversation used its cost budget ({dollars(usage.cost_usd)} of "
                 f"{dollars(max_cost_usd)})")
