@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from temporalio import activity
@@ -22,8 +22,10 @@ def interval() -> float:
     return max(0.1, min(MAX_INTERVAL_S, timeout.total_seconds() / 4))
 
 
-async def heartbeating(awaitable: Awaitable[T], interval_s: float | None = None) -> T:
-    """Await `awaitable`, heartbeating often enough for the activity's heartbeat timeout."""
+async def heartbeating(awaitable: Awaitable[T], interval_s: float | None = None,
+                      beat: Callable[[], None] = activity.heartbeat) -> T:
+    """Await `awaitable`, heartbeating often enough for the activity's heartbeat timeout (with
+    `beat`, which may carry details)."""
     interval_s = interval() if interval_s is None else interval_s
     task = asyncio.ensure_future(awaitable)
     try:
@@ -31,7 +33,7 @@ async def heartbeating(awaitable: Awaitable[T], interval_s: float | None = None)
             done, _ = await asyncio.wait({task}, timeout=interval_s)
             if done:
                 return task.result()
-            activity.heartbeat()
+            beat()
     finally:
         # Reached with the task still running only when the activity itself is cancelled.
         if not task.done():

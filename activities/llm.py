@@ -92,12 +92,15 @@ class LLMActivities:
         )
         self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
         self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
+        # Models whose endpoint refused `response_format`: typed results are then only checked.
+        self._unstructured: set[str] = set()
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
         """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
         return await self._complete(request.model, [m.to_openai() for m in request.messages],
-                                    request.tools, request.tool_choice, request.turn, request.step)
+                                    request.tools, request.tool_choice, request.turn, request.step,
+                                    request.response_format)
 
     @activity.defn(name="llm_step")
     async def llm_step(self, request: LLMStepRequest) -> LLMReply:
@@ -109,7 +112,7 @@ class LLMActivities:
         except ContextMiss as miss:
             raise ApplicationError(str(miss), type="ContextMiss", non_retryable=True) from None
         return await self._complete(request.model, messages, tools, request.tool_choice,
-                                    request.turn, request.step)
+                                    request.turn, request.step, request.response_format)
 
     async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict]]:
         """The prompt's messages as the endpoint receives them, and its tools."""
@@ -163,8 +166,8 @@ class LLMActivities:
         return pending
 
     async def _complete(self, model: str | None, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]], tool_choice: str, turn: int, step: int
-                        ) -> LLMReply:
+                        tools: list[dict[str, Any]], tool_choice: str, turn: int, step: int,
+                        response_format: dict[str, Any] | None = None) -> LLMReply:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
         model = model or self._default_model
         attempt = activity.info().attempt
@@ -178,9 +181,8 @@ class LLMActivities:
                     tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
                                                attempt=attempt, text=text[i:i + TOKEN_ITEM_CHARS]))
 
-            reply = await _classified(heartbeating(stream_completion(
-                self._client, model, messages, tools, tool_choice, on_text,
-            )))
+            reply = await _classified(heartbeating(self._stream(
+                model, messages, tools, tool_choice, on_text, response_format)))
         reply.usage = self._prices.priced(reply.model or model, reply.usage)
         log.info(
             "llm reply",
@@ -191,6 +193,26 @@ class LLMActivities:
             cost_usd=reply.usage.cost_usd,
         )
         return reply
+
+    async def _stream(self, model: str, messages: list[dict[str, Any]],
+                      tools: list[dict[str, Any]], tool_choice: str, on_text: Callable[[str], None],
+                      response_format: dict[str, Any] | None) -> LLMReply:
+        """The completion, in structured-output mode when a typed result is asked and the
+        endpoint has it. An endpoint that refuses the mode is asked without it (the conversation
+        checks the answer either way), and is not asked with it again."""
+        if response_format is not None and model not in self._unstructured:
+            try:
+                return await stream_completion(self._client, model, messages, tools, tool_choice,
+                                               on_text, response_format)
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
+                refused = _error_detail(err)
+            reply = await stream_completion(self._client, model, messages, tools, tool_choice,
+                                            on_text)
+            log.warning("the endpoint refused response_format; typed results are checked only",
+                        model=model, error=refused)
+            self._unstructured.add(model)
+            return reply
+        return await stream_completion(self._client, model, messages, tools, tool_choice, on_text)
 
     @activity.defn(name="summarize")
     async def summarize(self, request: SummaryRequest) -> SummaryReply:
@@ -242,6 +264,7 @@ async def stream_completion(
     tools: list[dict[str, Any]],
     tool_choice: str,
     on_text: Callable[[str], None],
+    response_format: dict[str, Any] | None = None,
 ) -> LLMReply:
     """A streamed chat completion, assembled into one reply; `on_text` sees each text delta.
 
@@ -254,6 +277,8 @@ async def stream_completion(
     if tools:
         body["tools"] = tools
         extra["tool_choice"] = tool_choice
+    if response_format is not None:
+        body["response_format"] = response_format
     chunks = await client.chat.completions.create(
         model=model, messages=[], stream=True, stream_options={"include_usage": True},
         extra_body=body, **extra,

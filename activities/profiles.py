@@ -4,7 +4,8 @@ the profile's system prompt, tools, model and limits.
 
     {"agents": {"researcher": {"description": "Finds facts", "system_prompt": "You research.",
                                "tools": ["get_weather", "create_note"], "model": null,
-                               "max_steps": 6, "max_cost_usd": null}}}
+                               "max_steps": 6, "max_cost_usd": null,
+                               "output_schema": null}}}
 
 A profile's `tools` name native tools, MCP tools (`server__tool`) or other profiles (`writer` or
 `agent__writer`). The worker loads the file; a conversation's history holds the profile's name
@@ -16,10 +17,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from workflows.models import AgentSpec, ToolDefinition
+from workflows.rules.output import output_schema_problem
 
 AGENT_PREFIX = "agent__"
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
@@ -37,6 +40,15 @@ class AgentProfile(BaseModel):
     max_steps: int = Field(default=6, ge=1, le=100)
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, gt=0)
+    output_schema: dict[str, Any] | None = None  # the agent answers with JSON that fits it
+
+    @field_validator("output_schema")
+    @classmethod
+    def _usable(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = None if schema is None else output_schema_problem(schema)
+        if problem is not None:
+            raise ValueError(problem)
+        return schema
 
 
 class ProfilesFile(BaseModel):
@@ -80,7 +92,8 @@ class Profiles:
             risk="safe",  # delegating runs nothing risky itself: the child's own gate applies
             timeout_s=3600.0,
             agent=AgentSpec(profile=name, model=p.model, max_steps=p.max_steps,
-                            max_cost_usd=p.max_cost_usd, max_total_tokens=p.max_total_tokens),
+                            max_cost_usd=p.max_cost_usd, max_total_tokens=p.max_total_tokens,
+                            output_schema=p.output_schema),
         )
 
     def tools(self) -> list[ToolDefinition]:

@@ -33,6 +33,10 @@ class ActivitySettings:
     context_cache_bytes: int = DEFAULT_CONTEXT_CACHE_BYTES
     prices: Prices = field(default_factory=Prices)  # AGENT_PRICES over genai-prices
     profiles: Profiles = field(default_factory=Profiles)  # AGENT_PROFILES: subagents
+    # AGENT_TOOLS: modules of `@tool` functions, comma-separated (installed packages that declare
+    # the entry-point group `durable_react_agent.tools` come too).
+    tool_modules: tuple[str, ...] = ()
+    builtin_tools: bool = True  # AGENT_BUILTIN_TOOLS=off: no get_weather, no notes
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -52,6 +56,10 @@ class ActivitySettings:
             prices=Prices.load(Path(env["AGENT_PRICES"]) if env.get("AGENT_PRICES") else None),
             profiles=Profiles.load(Path(env["AGENT_PROFILES"]) if env.get("AGENT_PROFILES")
                                    else None),
+            tool_modules=tuple(m.strip() for m in env.get("AGENT_TOOLS", "").split(",")
+                               if m.strip()),
+            builtin_tools=on_or_off("AGENT_BUILTIN_TOOLS", env.get("AGENT_BUILTIN_TOOLS", ""),
+                                    default=True),
         )
 
 
@@ -59,6 +67,13 @@ def auto_approvable(value: str) -> frozenset[str] | None:
     """`AGENT_AUTO_APPROVE`: tool names, comma-separated; `*` for any."""
     names = frozenset(n.strip() for n in value.split(",") if n.strip())
     return None if "*" in names else names
+
+
+def on_or_off(name: str, value: str, default: bool) -> bool:
+    value = value.strip().lower()
+    if value not in ("", "on", "off"):
+        raise ValueError(f"{name} must be on or off, not {value!r}")
+    return default if not value else value == "on"
 
 
 def megabytes(name: str, value: str, default: int) -> int:

@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from activities.tools.reporter import CallReporter
 from workflows.models import (
     Risk,
     ToolCatalog,
@@ -94,15 +95,18 @@ class ToolActivities:
             parsed = spec.args_model.model_validate(invocation.arguments)
         except ValidationError as exc:
             return ToolOutcome(status="error", observation=f"Error: invalid arguments for {name}: {exc}")
+        reporter = CallReporter(name, invocation.call_id, invocation.turn, invocation.step)
         ctx = ToolContext(
             settings=self._settings,
             http=self._http,
             call_id=invocation.call_id,
             idempotency_key=invocation.idempotency_key,
             answer=invocation.answer,
+            heartbeat_details=next(iter(activity.info().heartbeat_details), None),
+            reporter=reporter,
         )
         try:
-            observation = await heartbeating(spec.handler(parsed, ctx))
+            observation = await heartbeating(spec.handler(parsed, ctx), beat=reporter.beat)
         except NeedsInput as exc:
             log.info("tool needs input", kind=exc.question.kind)
             return ToolOutcome(status="needs_input", question=exc.question)
@@ -110,6 +114,8 @@ class ToolActivities:
             log.info("tool refused", error=str(exc))
             return bounded(ToolOutcome(status="error", observation=f"Error: {exc}"),
                            invocation.max_observation_bytes)
+        finally:
+            await reporter.aclose()
         log.info("tool done", observation_bytes=len(observation.encode()))
         return bounded(ToolOutcome(status="ok", observation=observation),
                        invocation.max_observation_bytes)

@@ -23,8 +23,10 @@ def main() -> int:
     print(f"console and API on http://{settings.host}:{settings.port}/ "
           f"(OpenAPI docs at /docs){' with bearer tokens' if settings.auth_required else ''}",
           flush=True)
+    # log_config=None: uvicorn's own records go through the JSON handler above, one line each
+    # (a traceback inside its line), instead of uvicorn's multi-line text.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                timeout_graceful_shutdown=2)
+                log_config=None, timeout_graceful_shutdown=2)
     return 0
 
 

@@ -1,28 +1,33 @@
-"""AG-UI over SSE: one `POST /agui` run of a conversation, in the protocol's own models.
+"""AG-UI 1.0 over SSE: one `POST /agui` run of a conversation, in the protocol's own models.
 
 A run is stateless on the server: everything it needs is in the conversation (the workflow) and
 in the request. So the run that ends in an interrupt and the run that resumes it can reach two
 different API processes.
 
-- `threadId` is the conversation id. A new thread starts a conversation with the last user
-  message; on an existing one that message is a `say`. Its AG-UI message id is the request id, so
-  a retried run never sends it twice.
+- `threadId` is the conversation id, checked like any conversation id. A new thread starts a
+  conversation with the last user message; on an existing one that message is a `say`. Its AG-UI
+  message id makes the request id, so a retried run never sends it twice.
 - The run streams what the turn does from the stream offset it started at: tokens as
   `TEXT_MESSAGE_*`, tool calls as `TOOL_CALL_START/ARGS/END/RESULT`.
-- When the conversation waits for a human, the run ends with `RUN_FINISHED` whose outcome is an
-  interrupt: one per pending confirmation, or one for the pending question, each with a
-  `responseSchema`. The next run's `resume` entries become confirm, reject or answer, through the
-  workflow's Update twins; a refused one ends that run with `RUN_ERROR` and the reason.
+- When the conversation waits for a human, the run announces every call it waits on and ends with
+  `RUN_FINISHED` whose outcome is an interrupt: one per pending confirmation, or one for the
+  pending question, each with a `responseSchema`. The next run's `resume` entries become confirm,
+  reject or answer, through the workflow's Update twins (`plan_resume`: checked as a whole first).
+- Every run ends with RUN_FINISHED or RUN_ERROR, whatever fails below it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     BaseEvent,
     Interrupt,
     ResumeEntry,
@@ -40,9 +45,16 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
-from temporalio.service import RPCError
 
-from client.session import CliError, NotFound, Refused, Session, UsageError
+from client.session import (
+    CliError,
+    NotFound,
+    NoWorker,
+    Refused,
+    Session,
+    UsageError,
+    check_conversation_id,
+)
 from workflows.conversation import ConversationWorkflow
 from workflows.models import (
     CLOSED_STATUSES,
@@ -52,13 +64,17 @@ from workflows.models import (
     ConversationInput,
     ConversationStatus,
     PendingQuestion,
+    Question,
     RejectRequest,
     SayRequest,
     StreamEvent,
 )
+from workflows.rules.gate import Refusal, check_answer
 
 log = structlog.get_logger("api")
-ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found"}
+ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",
+               NoWorker: "no_worker"}
+HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # Events after which the conversation may have come to wait for a human.
 MAY_WAIT = frozenset({"approval_requested", "question_asked", "decision_taken", "answered",
                       "decision_refused"})
@@ -79,7 +95,14 @@ def last_user_text(inp: RunAgentInput) -> tuple[str, str] | None:
 
 
 def message_request_id(message_id: str) -> str:
-    return f"agui-message:{message_id}"
+    """The request id of a user message, by its AG-UI id: a retried run never sends it twice."""
+    return f"agui-message:{_digest(message_id)}"
+
+
+def _digest(*parts: str) -> str:
+    """A bounded, plain id from a client's ids, whatever they hold."""
+    joined = "\0".join(parts).encode(errors="surrogatepass")
+    return hashlib.sha256(joined).hexdigest()[:32]
 
 
 # ----- interrupts: what the conversation waits for, and how an answer maps back -----
@@ -137,15 +160,57 @@ def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -
     return found
 
 
+@dataclass
+class ResumePlan:
+    """What a run's `resume` entries do: the requests to send, and the entries ignored."""
+
+    requests: dict[str, HumanRequest] = field(default_factory=dict)  # by interrupt id
+    ignored: list[dict[str, str]] = field(default_factory=list)  # {interruptId, reason}
+
+
+def plan_resume(entries: list[ResumeEntry], status: ConversationStatus, principal: str,
+                run: str) -> ResumePlan:
+    """The requests a run's resume entries stand for, checked as a whole before any is sent, so
+    which of them apply never depends on their order. An entry naming no open interrupt (one
+    already answered, say by this same resume sent again, or one never raised) is ignored, as
+    AG-UI says; the open interrupts must all be answered, unless no entry names any: then the
+    run just reports what the conversation waits for now. Raises UsageError (nothing sent)."""
+    open_ids = [i.id for i in interrupts(status, {})]
+    plan, seen = ResumePlan(), set()
+    for entry in entries:
+        if entry.interrupt_id in seen:
+            raise UsageError(f"interrupt {entry.interrupt_id} is answered twice")
+        seen.add(entry.interrupt_id)
+        if entry.interrupt_id not in open_ids:
+            plan.ignored.append({"interruptId": entry.interrupt_id,
+                                 "reason": "no open interrupt has this id (answered already, "
+                                           "or never raised)"})
+            continue
+        request_id = resume_request_id(run, entry.interrupt_id)
+        plan.requests[entry.interrupt_id] = resume_request(entry, status, principal, request_id)
+    missing = [i for i in open_ids if i not in plan.requests]
+    if plan.requests and missing:
+        raise UsageError("a resume answers every open interrupt; not answered: "
+                         f"{', '.join(missing)}")
+    return plan
+
+
+def resume_request_id(run: str, interrupt_id: str) -> str:
+    """The request id of a run's answer to one interrupt: the same resume sent again (the same
+    run id) is the same request, which the conversation takes once."""
+    return f"agui:{_digest(run, interrupt_id)}"
+
+
 def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: str,
-                   request_id: str) -> ConfirmRequest | RejectRequest | AnswerRequest:
-    """The confirm, reject or answer a resume entry stands for. An entry naming no pending
-    interrupt is sent as a confirm, so that the conversation says why it refuses it (already
-    decided, by whom, or unknown)."""
+                   request_id: str) -> HumanRequest:
+    """The confirm, reject or answer an entry for an open interrupt stands for; UsageError for a
+    payload that does not fit the interrupt's `responseSchema`, or an answer the question
+    would refuse."""
     q = status.pending_question
     if q is not None and entry.interrupt_id == (q.ref or q.call_id):
-        if entry.status == "cancelled":
-            raise UsageError("a question cannot be cancelled: answer it, or end the conversation")
+        if entry.status == "cancelled":  # the question is withdrawn: the model reads so
+            return AnswerRequest(request_id=request_id, values=[], call_id=q.call_id,
+                                 declined=True)
         payload = entry.payload
         value = payload.get("answer") if isinstance(payload, dict) else payload
         if isinstance(value, bool):
@@ -157,7 +222,10 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
         else:
             raise UsageError("the answer to a question is {\"answer\": ...}: a string, a list "
                              "of strings, or a boolean")
-        return AnswerRequest(request_id=request_id, values=values)
+        checked = check_answer(Question(kind=q.kind, message=q.message, options=q.options), values)
+        if isinstance(checked, Refusal):
+            raise UsageError(f"the answer to {entry.interrupt_id} is refused: {checked.reason}")
+        return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id)
     ids = [entry.interrupt_id]
     if entry.status == "cancelled":
         return RejectRequest(request_id=request_id, call_ids=ids, reason="cancelled",
@@ -217,51 +285,71 @@ class Translator:
         return []
 
     def _announce(self, e: StreamEvent) -> list[BaseEvent]:
-        call_id = e.call_id or ""
+        return self.announce(e.call_id or "", e.tool or "", e.args or {})
+
+    def announce(self, call_id: str, tool: str, args: dict[str, Any]) -> list[BaseEvent]:
+        """A tool call's START/ARGS/END, once per run."""
         if call_id in self._announced:
             return []
         self._announced.add(call_id)
         return [
-            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=e.tool or "",
+            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=tool,
                                parent_message_id=self._last_message),
-            ToolCallArgsEvent(tool_call_id=call_id,
-                              delta=json.dumps(e.args or {}, ensure_ascii=False)),
+            ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args, ensure_ascii=False)),
             ToolCallEndEvent(tool_call_id=call_id),
         ]
+
+    def waiting(self, status: ConversationStatus) -> list[BaseEvent]:
+        """Before a run ends in interrupts: every call they name is announced in this run, so a
+        client that missed the run that raised them (a lost response, a retried run) has it."""
+        out = self.close_text()
+        for p in status.pending_confirmations:
+            out += self.announce(p.ref or p.call_id, p.tool, p.args)
+        return out
 
 
 async def run_agui(session: Session, inp: RunAgentInput, principal: str,
                    ) -> AsyncIterator[BaseEvent]:
     """One AG-UI run: RUN_STARTED, what the conversation does, then RUN_FINISHED (an answer or
-    an interrupt) or RUN_ERROR (a refusal, or a conversation that cannot go on)."""
+    an interrupt) or RUN_ERROR (a refusal, or a conversation that cannot go on). Whatever goes
+    wrong, the run ends with one of the two: a client never waits on a silent stream."""
     thread, run = inp.thread_id, inp.run_id
-    yield RunStartedEvent(thread_id=thread, run_id=run)
+    yield RunStartedEvent(thread_id=thread, run_id=run, protocol_version=PROTOCOL_VERSION)
     try:
-        async for event in _run(session, inp, principal):
+        async for event in _run(session, inp, principal):  # ends in RUN_FINISHED, or raises
             yield event
     except (Refused, UsageError, CliError) as err:
         yield RunErrorEvent(message=str(err), code=ERROR_CODES.get(type(err), "error"))
-    except RPCError as err:
-        log.warning("agui_run_failed", thread=thread, run=run, error=err.message)
-        yield RunErrorEvent(message=f"Temporal refused the request: {err.message}",
-                            code="temporal_error")
+    except Exception as err:  # a Temporal error, or a bug: logged, never echoed
+        error_id = uuid.uuid4().hex[:12]
+        log.warning("agui_run_failed", thread=thread[:200], run=run[:200], error_id=error_id,
+                    error=f"{type(err).__name__}: {getattr(err, 'message', None) or err}")
+        yield RunErrorEvent(message=f"the run failed (error id {error_id}); it is logged",
+                            code="internal_error")
 
 
 async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIterator[BaseEvent]:
     thread, run = inp.thread_id, inp.run_id
-    announced: set[str] = set()
+    reason = check_conversation_id(thread)
+    if reason is not None:
+        raise UsageError(f"threadId: {reason}")
     offset, status = await _position(session, thread)
+    metadata: dict[str, Any] | None = None
     if inp.resume:
         if status is None:
             raise NotFound(f"no such conversation: {thread}")
-        answer_turn = status.turn  # the run ends when this turn is answered
-        for n, entry in enumerate(inp.resume):
-            request = resume_request(entry, status, principal, f"agui:{run}:{n}")
+        plan = plan_resume(inp.resume, status, principal, run)
+        if plan.ignored:
+            log.warning("agui_resume_ignored", thread=thread, run=run[:200],
+                        interrupts=[i["interruptId"][:200] for i in plan.ignored])
+            metadata = {"ignoredResume": plan.ignored}
+        for request in plan.requests.values():
             await session.decide(thread, request, by_update=True)
-            announced.add(entry.interrupt_id)
+        translator = Translator(set(plan.requests))  # the run that raised them announced them
+        answer_turn, sent = status.turn, bool(plan.requests)
     else:
+        translator = Translator(set())
         message = last_user_text(inp)
-        started = False
         if status is None:
             if message is None:
                 raise UsageError("a new thread starts with a user message")
@@ -271,45 +359,64 @@ async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIte
                 thread, source="AG-UI", existing_ok=True)
             if not started:  # another run started it meanwhile
                 offset, status = await _position(session, thread)
-        if started or status is None:
-            offset, answer_turn = 0, 1
+        if status is None:
+            answer_turn, sent = 1, True
         else:
-            taken = await _take_message(session, thread, run, status, message)
-            if isinstance(taken, RunFinishedEvent):
-                yield taken
-                return
-            answer_turn = taken
-    translator = Translator(announced)
+            answer_turn, sent = await _take_message(session, thread, status, message)
+    if not sent and status is not None:  # a retried run, or one that answers nothing new
+        end = await _end_now(session, translator, thread, run, status, answer_turn, metadata)
+        if end:
+            for event in end:
+                yield event
+            return
     async for item in session.follow(thread, offset):
         for event in translator.translate(item.offset, item.data):
             yield event
         kind = item.data.kind
         if kind == "turn_finished" and item.data.turn >= answer_turn:
-            yield _finished(thread, run, item.data.text, item.data.stop_reason)
+            yield _finished(thread, run, item.data.text, item.data.stop_reason, metadata)
             return
         if kind in MAY_WAIT:
             status = await session.status(thread)
             if status.status in WAITING_STATUSES:
-                for event in translator.close_text():
+                for event in await _interrupted(session, translator, thread, run, status,
+                                                metadata):
                     yield event
-                yield await _finished_waiting(session, thread, run, status)
                 return
     status = await session.status(thread)  # the conversation completed
-    yield _finished(thread, run, status.final_answer, status.stop_reason)
+    yield _finished(thread, run, status.final_answer, status.stop_reason, metadata)
 
 
-def _finished(thread: str, run: str, answer: str | None, stop_reason: str | None
-              ) -> RunFinishedEvent:
+def _finished(thread: str, run: str, answer: str | None, stop_reason: str | None,
+              metadata: dict[str, Any] | None) -> RunFinishedEvent:
     return RunFinishedEvent(thread_id=thread, run_id=run, outcome=RunFinishedSuccessOutcome(),
-                            result={"answer": answer, "stop_reason": stop_reason})
+                            result={"answer": answer, "stop_reason": stop_reason},
+                            metadata=metadata)
 
 
-async def _finished_waiting(session: Session, thread: str, run: str,
-                            status: ConversationStatus) -> RunFinishedEvent:
+async def _interrupted(session: Session, translator: Translator, thread: str, run: str,
+                       status: ConversationStatus, metadata: dict[str, Any] | None,
+                       ) -> list[BaseEvent]:
+    """The run's end when the conversation waits for a human: the calls it waits on, announced,
+    then RUN_FINISHED with an interrupt for each."""
     schemas = await session.pending_schemas(thread, status) if status.pending_confirmations else {}
-    return RunFinishedEvent(thread_id=thread, run_id=run,
-                            outcome=RunFinishedInterruptOutcome(
-                                interrupts=interrupts(status, schemas)))
+    return [*translator.waiting(status),
+            RunFinishedEvent(thread_id=thread, run_id=run, metadata=metadata,
+                             outcome=RunFinishedInterruptOutcome(
+                                 interrupts=interrupts(status, schemas)))]
+
+
+async def _end_now(session: Session, translator: Translator, thread: str, run: str,
+                   status: ConversationStatus, answer_turn: int,
+                   metadata: dict[str, Any] | None) -> list[BaseEvent]:
+    """The run's end from the status alone, when nothing new is on its way: the interrupts the
+    conversation waits for, or the answer of `answer_turn`; nothing while that turn runs."""
+    if status.status in WAITING_STATUSES:
+        return await _interrupted(session, translator, thread, run, status, metadata)
+    if status.status in CLOSED_STATUSES or (status.status == "idle"
+                                            and status.turn >= answer_turn):
+        return [_finished(thread, run, status.final_answer, status.stop_reason, metadata)]
+    return []
 
 
 async def _position(session: Session, thread: str) -> tuple[int, ConversationStatus | None]:
@@ -322,26 +429,20 @@ async def _position(session: Session, thread: str) -> tuple[int, ConversationSta
     return offset, await session.status(thread)
 
 
-async def _take_message(session: Session, thread: str, run: str, status: ConversationStatus,
-                        message: tuple[str, str] | None) -> int | RunFinishedEvent:
-    """Send the run's message unless the conversation took it already (a retried run). Returns
-    the turn that answers it, or the run's end when there is nothing left to stream."""
+async def _take_message(session: Session, thread: str, status: ConversationStatus,
+                        message: tuple[str, str] | None) -> tuple[int, bool]:
+    """Send the run's message unless the conversation took it already (a retried run): the turn
+    that answers it, and whether it was sent now."""
     if status.status in CLOSED_STATUSES:
         raise Refused(f"conversation {thread} has ended ({status.stop_reason})")
-    taken = None
-    if message is not None:
-        request_id = message_request_id(message[0])
-        taken = await session.query(thread, ConversationWorkflow.signal_outcome, request_id)
-        if taken is None:
-            if status.status in WAITING_STATUSES:
-                raise Refused(f"conversation {thread} waits for a human: resume its "
-                              "interrupts before sending a message")
-            outcome = await session.update(thread, SayRequest(text=message[1],
-                                                              request_id=request_id))
-            return outcome.turn or status.turn + 1
-    turn = taken.turn if taken is not None and taken.turn else status.turn
+    if message is None:
+        return status.turn, False
+    request_id = message_request_id(message[0])
+    taken = await session.query(thread, ConversationWorkflow.signal_outcome, request_id)
+    if taken is not None:
+        return taken.turn or status.turn, False
     if status.status in WAITING_STATUSES:
-        return await _finished_waiting(session, thread, run, status)
-    if status.status == "idle" and status.turn >= turn:  # answered already
-        return _finished(thread, run, status.final_answer, status.stop_reason)
-    return turn
+        raise Refused(f"conversation {thread} waits for a human: resume its interrupts "
+                      "before sending a message")
+    outcome = await session.update(thread, SayRequest(text=message[1], request_id=request_id))
+    return outcome.turn or status.turn + 1, True

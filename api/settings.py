@@ -96,6 +96,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_loopback_host(header: str) -> bool:
+    """Whether a Host header names a loopback address (`localhost`, 127.0.0.0/8, `[::1]`), with or
+    without a port."""
+    bracketed = header.startswith("[")
+    if bracketed:  # an IPv6 address: `[::1]` or `[::1]:8000`
+        host, _, rest = header[1:].partition("]")
+        sep, port = rest[:1], rest[1:]
+        if sep not in ("", ":"):
+            return False
+    else:
+        host, sep, port = header.partition(":")
+    if sep and not port.isdigit():
+        return False
+    return is_loopback(host.lower())
+
+
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if not raw:

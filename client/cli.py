@@ -13,6 +13,7 @@ import os
 import sys
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
@@ -40,6 +41,7 @@ from workflows.models import (
     SignalOutcome,
 )
 from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from workflows.rules.output import output_schema_problem
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:
@@ -61,6 +63,23 @@ def message_text(given: str, limit: int) -> str:
     return text
 
 
+def read_output_schema(given: str) -> dict[str, Any]:
+    """`--output-schema`: a JSON Schema inline (it starts with `{`) or in a file, checked before
+    anything is sent (argparse exits 2 with the reason)."""
+    try:
+        text = given if given.lstrip().startswith("{") else Path(given).read_text()
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot read {given}: {err.strerror or err}") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from None
+    problem = output_schema_problem(schema)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return schema
+
+
 async def cmd_start(s: Session, a: argparse.Namespace) -> int:
     workflow_id = a.id or new_conversation_id()
     inp = ConversationInput(
@@ -71,6 +90,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         one_shot=a.one_shot,
         max_message_bytes=s.max_message_bytes,
         max_cost_usd=a.max_cost_usd,
+        output_schema=a.output_schema,
     )
     await s.start(inp, workflow_id)
     if not a.wait:
@@ -231,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
     p.add_argument("--max-cost-usd", type=float, default=None,
                    help="stop a turn once the conversation has cost this many dollars")
+    p.add_argument("--output-schema", metavar="FILE_OR_JSON", type=read_output_schema,
+                   help="a JSON Schema the final answer must fit; status shows it parsed as "
+                        "final_output")
     _add_wait(p)
 
     p = command("say", cmd_say, "send the next user message")

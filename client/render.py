@@ -19,6 +19,8 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"tools used: {', '.join(s.tools_used)}")
     if s.final_answer is not None:
         lines.append(f"answer: {s.final_answer}")
+    if s.final_output is not None:
+        lines.append(f"output: {json.dumps(s.final_output, ensure_ascii=False)}")
     if s.stop_reason:
         lines.append(f"stop reason: {s.stop_reason}")
     if s.error:

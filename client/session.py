@@ -13,6 +13,7 @@ Two ways to send a human's input, with the same rules:
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,7 +55,8 @@ from workflows.models import (
     StreamEvent,
 )
 from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES
+from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from workflows.rules.output import output_schema_problem
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -81,6 +83,55 @@ class NoWorker(CliError):
 
 class UsageError(Exception):
     """A request that cannot be sent as it is (the CLI exits 2)."""
+
+
+# A conversation id a user may choose: it is a path segment of the REST API, a Temporal workflow id
+# and a log field, so only characters that are plain in all three. A subagent's id has a `/` (its
+# parent's id, then its call), so no user can take one.
+CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,199}$"
+_CONVERSATION_ID = re.compile(CONVERSATION_ID_PATTERN)
+
+
+def check_conversation_id(cid: str) -> str | None:
+    """Why `cid` cannot name a new conversation, or None."""
+    if _CONVERSATION_ID.fullmatch(cid):
+        return None
+    return (f"a conversation id is 1-200 letters, digits and _ . : @ + = - (not starting with "
+            f". : @ + = or -), not {cid[:60]!r}{'…' if len(cid) > 60 else ''}")
+
+
+# Deeper JSON than any tool schema needs; far below where encoding it would recurse too deep.
+MAX_JSON_DEPTH = 64
+
+
+def unsendable(value: Any) -> str | None:
+    """Why a request cannot travel in a Temporal payload, or None: text that is not valid
+    Unicode (a lone surrogate such as "\\ud800", valid in JSON but not in UTF-8), or nesting deeper
+    than MAX_JSON_DEPTH. Checked before anything is sent, so such input is a usage error with
+    nothing changed, not a failure in the middle of sending it."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"the request nests deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return "the request holds text that is not valid Unicode (a lone surrogate)"
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in (*item.keys(), *item.values()))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return None
+
+
+def check_sendable(value: Any) -> None:
+    reason = unsendable(value)
+    if reason is not None:
+        raise UsageError(reason)
 
 
 class Refused(Exception):
@@ -119,6 +170,13 @@ class Session:
                     existing_ok: bool = False) -> bool:
         """Start a conversation. With `existing_ok`, an id already in use (running or closed) is
         that conversation, and the call is idempotent: returns whether it started a new one."""
+        reason = (check_conversation_id(workflow_id)
+                  or check_message(inp.prompt, inp.max_message_bytes)
+                  or (output_schema_problem(inp.output_schema)
+                      if inp.output_schema is not None else None))
+        if reason is not None:
+            raise UsageError(reason)
+        check_sendable(inp)
         try:
             await self.client.start_workflow(
                 ConversationWorkflow.run,
@@ -216,6 +274,7 @@ class Session:
     # ----- a human's input: by signal, then the recorded outcome -----
 
     async def signal(self, workflow_id: str, signal: Any, arg: Any) -> None:
+        check_sendable(arg)
         try:
             await self.handle(workflow_id).signal(signal, arg)
         except RPCError as err:
@@ -317,6 +376,7 @@ class Session:
         """Send a message, a decision or an answer through its Update twin. Raises `Refused` with
         the conversation's reason, `NotFound`, or `NoWorker` past the session's timeout."""
         update = _UPDATES[type(request)]
+        check_sendable(request)
         try:
             async with asyncio.timeout(self.timeout_s):
                 outcome = await self.handle(workflow_id).execute_update(

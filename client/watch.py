@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from contextlib import aclosing
 from typing import TextIO
 
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from client.session import NotFound, follow
+from client.tree import follow_tree
 from workflows.conversation import relative_id
 from workflows.models import StreamEvent
 from workflows.rules.stopping import dollars
-
-CHILD_APPEARS_TRIES = 50
 
 
 class Renderer:
@@ -53,6 +51,8 @@ class Renderer:
             case "tool_started":
                 args = ", ".join(f"{k}={v}" for k, v in (e.args or {}).items())
                 return f"→ {e.tool}({args})"
+            case "tool_progress":
+                return f"  ⋯ {e.tool}: {e.text}"
             case "tool_finished":
                 return f"← {e.tool} {e.status} ({e.observation_bytes} bytes, {e.ms} ms)"
             case "approval_requested":
@@ -101,53 +101,15 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0,
     marked with its profile; reconnect from the last offset on errors. Returns the next offset
     to read of the conversation's own stream."""
     renderer = renderer or Renderer(workflow_id)
-    # (agent, its conversation, event, offset): event None when that stream ended, an error
-    # when the parent's failed
-    items: asyncio.Queue[tuple[str | None, str, StreamEvent | BaseException | None, int]] = \
-        asyncio.Queue()
-    followers: list[asyncio.Task[None]] = []
+    offset = from_offset
 
     def interrupted(err: RPCError, at: int) -> None:
         print(f"\n[stream interrupted ({err.message}); resuming from offset {at}]",
               file=sys.stderr, flush=True)
 
-    async def pump(wid: str, start: int, agent: str | None) -> None:
-        # A subagent's start is announced in the same workflow task that starts it, so its
-        # workflow may not exist yet for a moment.
-        tries = CHILD_APPEARS_TRIES if agent else 1
-        for attempt in range(1, tries + 1):
-            try:
-                async for item in follow(client, wid, start, on_interrupted=interrupted):
-                    await items.put((agent, wid, item.data, item.offset))
-                break
-            except Exception as err:  # noqa: BLE001 - a subagent's stream just ends; the parent's is raised
-                if isinstance(err, NotFound) and attempt < tries:
-                    await asyncio.sleep(0.2)
-                    continue
-                if agent is None:
-                    await items.put((None, wid, err, -1))
-                    return
-                break
-        await items.put((agent, wid, None, -1))
-
-    followers.append(asyncio.create_task(pump(workflow_id, from_offset, None)))
-    offset, open_streams = from_offset, 1
-    try:
-        while open_streams:
-            agent, owner, event, at = await items.get()
-            if event is None:  # a stream ended: its conversation completed
-                open_streams -= 1
-                continue
-            if isinstance(event, BaseException):
-                raise event
-            if agent is None:
+    async with aclosing(follow_tree(client, workflow_id, from_offset, interrupted)) as tree:
+        async for agent, owner, event, at in tree:
+            if at is not None:
                 offset = at + 1
-            if event.kind == "child_started" and event.text:
-                name = f"{agent}/{event.tool}" if agent else event.tool
-                followers.append(asyncio.create_task(pump(event.text, 0, name)))
-                open_streams += 1
             renderer.render(event, agent, owner)
-        return offset
-    finally:
-        for task in followers:
-            task.cancel()
+    return offset

@@ -1,6 +1,8 @@
 """A scripted, deterministic OpenAI-compatible server (plus a fake Open-Meteo) for tests and the offline demo."""
 
-from .script import Scenario, Script, ScriptedReply, ScriptedToolCall, load_script, select_reply
+from .intents import read_intent
+from .replies import ScriptedReply, ScriptedToolCall
+from .script import Scenario, Script, load_script, select_reply
 from .server import RecordedRequest, ScriptedModelServer
 
 __all__ = [
@@ -11,5 +13,6 @@ __all__ = [
     "ScriptedReply",
     "ScriptedToolCall",
     "load_script",
+    "read_intent",
     "select_reply",
 ]

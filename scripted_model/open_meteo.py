@@ -19,6 +19,7 @@ _CITIES: list[tuple[str, float, float, str, str]] = [
     ("Berlin", 52.52437, 13.41053, "Germany", "Europe/Berlin"),
     ("Sydney", -33.86785, 151.20732, "Australia", "Australia/Sydney"),
 ]
+CITY_NAMES = tuple(city[0] for city in _CITIES)  # what the offline model recognises in a message
 
 _WEATHER_CODES = [0, 1, 2, 3, 45, 61, 71, 80]
 

@@ -16,37 +16,8 @@ from pydantic import BaseModel
 
 from workflows.rules.prompts import SUMMARIZER_PROMPT
 
-
-class ScriptedToolCall(BaseModel):
-    """One tool call the model "decides" to make."""
-
-    name: str
-    arguments: str | dict = {}
-    id: str | None = None  # None: a deterministic id; "" sends a call with no id at all
-
-    def arguments_text(self) -> str:
-        """A dict is JSON-encoded; a str is sent verbatim (it may be invalid JSON on purpose)."""
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments)
-
-
-class ScriptedReply(BaseModel):
-    """What the model answers at one step of a conversation."""
-
-    content: str | None = None
-    tool_calls: list[ScriptedToolCall] = []
-    errors: list[int] = []
-    hold: bool = False
-    delay_s: float = 0.0
-    finish_reason: str | None = None
-    content_without_tools: str | None = None  # the answer instead, when no tools are offered
-    no_usage: bool = False  # answer without any usage, as some endpoints do
-
-    def effective_finish_reason(self) -> str:
-        if self.finish_reason is not None:
-            return self.finish_reason
-        return "tool_calls" if self.tool_calls else "stop"
+from .intents import read_intent
+from .replies import ScriptedReply, ScriptedToolCall, message_text
 
 
 class Scenario(BaseModel):
@@ -73,20 +44,6 @@ class Selection(BaseModel):
 
 def load_script(path: str | Path) -> Script:
     return Script.model_validate_json(Path(path).read_text(encoding="utf-8"))
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """Text of a message whose content is a str, a list of text parts, or absent."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "")
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-        )
-    return ""
 
 
 def _text_of(messages: list[dict[str, Any]], role: str, last: bool) -> str:
@@ -150,10 +107,11 @@ def select_summary(script: Script, messages: list[dict[str, Any]]) -> Selection:
 def select_reply(script: Script, messages: list[dict[str, Any]], tools_offered: bool = True
                  ) -> Selection:
     """Pick the reply for a request: scenario by first user message, step by assistant turns
-    (counting those the context folded or dropped); a summary request gets a summary."""
+    (counting those the context folded or dropped); a summary request gets a summary. With no
+    scenario, the intent reader answers what the latest user message asks."""
     if is_summary_request(messages):
         return select_summary(script, messages)
-    selection = _select_step(script, messages)
+    selection = _select_step(script, messages, tools_offered)
     without = selection.reply.content_without_tools
     if tools_offered or without is None:
         return selection
@@ -161,7 +119,8 @@ def select_reply(script: Script, messages: list[dict[str, Any]], tools_offered: 
     return selection.model_copy(update={"reply": reply})
 
 
-def _select_step(script: Script, messages: list[dict[str, Any]]) -> Selection:
+def _select_step(script: Script, messages: list[dict[str, Any]], tools_offered: bool
+                 ) -> Selection:
     first_user = _text_of(messages, "user", last=False)
     step = sum(1 for m in messages if m.get("role") == "assistant") + _dropped_steps(messages)
     folded = next((found for msg in messages if msg.get("role") == "system"
@@ -169,8 +128,7 @@ def _select_step(script: Script, messages: list[dict[str, Any]]) -> Selection:
     known = first_user + ("\n" + folded.group(1) if folded else "")  # a summary keeps the scenario
     scenario = next((s for s in script.scenarios if s.trigger in known), None)
     if scenario is None:
-        fallback = f"I am the offline scripted model. Nothing is scripted for: {first_user}"
-        return Selection(trigger=None, step=step, reply=ScriptedReply(content=fallback))
+        return Selection(trigger=None, step=step, reply=read_intent(messages, tools_offered))
     if step >= len(scenario.replies):
         exhausted = (
             f"The script for {scenario.trigger!r} is exhausted at step {step} "

@@ -18,15 +18,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from . import open_meteo
-from .script import (
-    Script,
-    ScriptedReply,
-    Selection,
-    message_text,
-    select_reply,
-    tool_call_payloads,
-    usage,
-)
+from .replies import ScriptedReply, message_text
+from .script import Script, Selection, select_reply, tool_call_payloads, usage
 
 CREATED = 1767268800  # fixed so responses are byte-for-byte reproducible
 MODEL_ID = "scripted"

@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class LogTail:
+    """The lines a process writes (stdout and stderr), read as it writes them: a pipe nobody
+    reads fills up, and then the process blocks on its next log line."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:  # type: ignore[union-attr]
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+
+    def mark(self) -> int:
+        return len(self.lines)
+
+    def since(self, mark: int, settle_s: float = 0.5) -> list[str]:
+        time.sleep(settle_s)  # the last answers' lines are written just after them
+        return self.lines[mark:]
+
+
 class ApiProcess:
     """One API process on a free loopback port, talking to the tests' dev server and queue."""
 
@@ -33,15 +54,17 @@ class ApiProcess:
                     "AGENT_TASK_QUEUE": task_queue,
                     "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}", **env}
         self.proc: subprocess.Popen | None = None
-        self.log = b""
+        self.tail: LogTail | None = None
 
     def start(self, timeout_s: float = 30) -> ApiProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "api"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.tail = LogTail(self.proc)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the API exited: {self.proc.stdout.read().decode()}")  # type: ignore[union-attr]
+                time.sleep(0.2)  # its last lines
+                raise RuntimeError("the API exited: " + "\n".join(self.tail.lines))
             try:
                 httpx.get(f"{self.url}/openapi.json", timeout=1)
                 return self

@@ -7,9 +7,10 @@ import json
 
 import httpx
 import pytest
-from ag_ui.core import EventType
+from ag_ui.core import PROTOCOL_VERSION, EventType
 from ag_ui.core.events import Event
 from pydantic import TypeAdapter
+from temporalio.service import RPCError
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
@@ -18,9 +19,10 @@ from tests.helpers import note_rows, replay, script, tool_call, unique
 EVENTS = TypeAdapter(Event)
 
 
-async def run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume=None) -> list:
-    body = {"threadId": thread, "runId": unique("run"), "messages": messages, "state": None,
-            "tools": [], "context": [], "forwardedProps": {}}
+async def run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume=None,
+              run_id: str | None = None) -> list:
+    body = {"threadId": thread, "runId": run_id or unique("run"), "messages": messages,
+            "state": None, "tools": [], "context": [], "forwardedProps": {}}
     if resume is not None:
         body["resume"] = resume
     r = await http.post("/agui", json=body)
@@ -28,7 +30,9 @@ async def run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume
     assert r.headers["content-type"].startswith("text/event-stream")
     events = [EVENTS.validate_json(e["data"]) for e in sse_events(r.text)]
     assert events[0].type == EventType.RUN_STARTED and events[0].thread_id == thread
+    assert events[0].protocol_version == PROTOCOL_VERSION == "1.0"
     assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    assert [e for e in events if e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)] == [events[-1]]
     return events
 
 
@@ -38,6 +42,12 @@ def of(events: list, kind: EventType) -> list:
 
 def user(mid: str, text: str) -> dict:
     return {"id": mid, "role": "user", "content": text}
+
+
+@pytest.fixture
+async def http(api: ApiProcess):
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as c:
+        yield c
 
 
 @pytest.fixture
@@ -85,7 +95,8 @@ async def test_interrupt_on_one_api_resumed_on_another(two_apis, model: Scripted
 
     approve = [{"interruptId": interrupt.id, "status": "resolved",
                 "payload": {"approved": True, "args": {"title": title, "body": "via AG-UI"}}}]
-    events = await run(second, thread, messages, resume=approve)
+    resume_run = unique("run")
+    events = await run(second, thread, messages, resume=approve, run_id=resume_run)
     assert not of(events, EventType.TOOL_CALL_START)  # announced by the first run
     result, = of(events, EventType.TOOL_CALL_RESULT)
     assert result.tool_call_id == interrupt.id and result.content.startswith("Created note")
@@ -97,9 +108,15 @@ async def test_interrupt_on_one_api_resumed_on_another(two_apis, model: Scripted
     decision = next(a["decision"] for r in history for a in r["actions"] if a["decision"])
     assert decision["approver"] == "anonymous"
 
-    again = await run(first, thread, messages, resume=approve)  # the same resume, retried
-    assert again[-1].type == EventType.RUN_ERROR and again[-1].code == "refused"
-    assert "already approved by anonymous" in again[-1].message
+    # The same resume sent again (its response was lost) answers as the first did, and a client
+    # still holding the old interrupt is told it is gone, not refused: it is never stuck.
+    again = await run(first, thread, messages, resume=approve, run_id=resume_run)
+    assert again[-1].type == EventType.RUN_FINISHED and again[-1].result == events[-1].result
+    ignored, = again[-1].metadata["ignoredResume"]
+    assert ignored["interruptId"] == interrupt.id and "no open interrupt" in ignored["reason"]
+    stale = await run(second, thread, messages, resume=approve)
+    assert stale[-1].type == EventType.RUN_FINISHED and stale[-1].result == events[-1].result
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
 
     calls = model.count(trigger)
     retried = await run(second, thread, messages)  # the first run's message, sent again
@@ -118,11 +135,13 @@ async def test_interrupt_on_one_api_resumed_on_another(two_apis, model: Scripted
     await replay(handle, "agui_interrupt_resume")  # a start with a request id, two Update decisions
 
 
-async def test_questions_refusals_and_cancelled_approvals(two_apis, model: ScriptedModelServer):
+async def test_questions_refusals_and_cancelled_interrupts(two_apis, model: ScriptedModelServer,
+                                                           client):
     first, second = two_apis
     trigger = script(model, unique("agui-ask"),
                      ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Proceed?"})]),
                      ScriptedReply(tool_calls=[tool_call("delete_note", {"note_id": 99})]),
+                     ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "Why?"})]),
                      ScriptedReply(content="Heard: {last_tool}"))
     thread = unique("agui-thread")
     messages = [user("q1", trigger)]
@@ -150,15 +169,101 @@ async def test_questions_refusals_and_cancelled_approvals(two_apis, model: Scrip
         {"interruptId": approval.id, "status": "cancelled"}])
     result, = of(events, EventType.TOOL_CALL_RESULT)
     assert result.content == "rejected by user: cancelled"
-    assert events[-1].result["answer"] == "Heard: rejected by user: cancelled"
+    why, = events[-1].outcome.interrupts
+    assert why.reason == "input_required" and why.message == "Why?"
+
+    # A question cancelled is withdrawn: the model reads that the user declined, and goes on.
+    events = await run(second, thread, messages, resume=[
+        {"interruptId": why.id, "status": "cancelled"}])
+    assert events[-1].type == EventType.RUN_FINISHED and events[-1].outcome.type == "success"
+    assert events[-1].result["answer"] == "Heard: no answer: the user declined to answer"
+    status = (await first.get(f"/conversations/{thread}")).json()
+    assert status["status"] == "idle" and status["pending_question"] is None
+
+    assert (await first.post(f"/conversations/{thread}/end", json={})).status_code == 200
+    handle = client.get_workflow_handle(thread)
+    await handle.result()
+    await replay(handle, "agui_question_declined")
 
 
-async def test_a_new_thread_needs_a_message(api: ApiProcess):
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        events = await run(http, unique("agui-empty"), [])
-        assert events[-1].type == EventType.RUN_ERROR and "user message" in events[-1].message
-        unknown = await run(http, unique("agui-none"), [], resume=[
-            {"interruptId": "call_x", "status": "resolved", "payload": {"approved": True}}])
-        assert unknown[-1].code == "not_found"
-        bad = await http.post("/agui", json={"threadId": "t"})
-        assert bad.status_code == 422
+async def test_every_pending_call_is_announced_and_a_resume_applies_as_a_whole(
+        two_apis, model: ScriptedModelServer, activity_settings):
+    first, second = two_apis
+    kept, dropped = unique("agui-kept"), unique("agui-dropped")
+    trigger = script(model, unique("agui-two"),
+                     ScriptedReply(tool_calls=[
+                         tool_call("create_note", {"title": kept, "body": "1"}),
+                         tool_call("create_note", {"title": dropped, "body": "2"})]),
+                     ScriptedReply(content="Done: {last_tool}"))
+    thread = unique("agui-thread")
+    messages = [user("t1", trigger)]
+    events = await run(first, thread, messages)
+    starts = of(events, EventType.TOOL_CALL_START)
+    assert [s.tool_call_name for s in starts] == ["create_note", "create_note"]
+    assert [e.tool_call_id for e in of(events, EventType.TOOL_CALL_END)] == \
+        [s.tool_call_id for s in starts]
+    args = {e.tool_call_id: json.loads(e.delta) for e in of(events, EventType.TOOL_CALL_ARGS)}
+    a, b = events[-1].outcome.interrupts
+    assert [a.id, b.id] == [s.tool_call_id for s in starts]
+    assert args[a.id]["title"] == kept and args[b.id]["title"] == dropped
+
+    async def pending() -> list[str]:
+        status = (await first.get(f"/conversations/{thread}")).json()
+        return [p["call_id"] for p in status["pending_confirmations"]]
+
+    approve_a = {"interruptId": a.id, "status": "resolved", "payload": {"approved": True}}
+    # Checked as a whole before anything is sent: a bad entry after a good one applies neither,
+    bad = await run(second, thread, messages, resume=[
+        approve_a, {"interruptId": b.id, "status": "resolved", "payload": {"approved": "yes"}}])
+    assert bad[-1].type == EventType.RUN_ERROR and bad[-1].code == "bad_request"
+    # and so does a resume that leaves an open interrupt unanswered.
+    partial = await run(second, thread, messages, resume=[approve_a])
+    assert partial[-1].type == EventType.RUN_ERROR and b.id in partial[-1].message
+    assert await pending() == [a.id, b.id] and not note_rows(activity_settings.data_dir, kept)
+
+    # An entry naming no open interrupt is ignored (and said so); the order does not matter.
+    events = await run(first, thread, messages, resume=[
+        {"interruptId": "call_nope", "status": "resolved", "payload": {"approved": True}},
+        {"interruptId": b.id, "status": "resolved",
+         "payload": {"approved": False, "reason": "one is enough"}},
+        approve_a])
+    assert events[-1].type == EventType.RUN_FINISHED and events[-1].outcome.type == "success"
+    assert [i["interruptId"] for i in events[-1].metadata["ignoredResume"]] == ["call_nope"]
+    results = {r.tool_call_id: r.content for r in of(events, EventType.TOOL_CALL_RESULT)}
+    assert results[b.id] == "rejected by user: one is enough"
+    assert results[a.id].startswith("Created note")
+    assert len(note_rows(activity_settings.data_dir, kept)) == 1
+    assert not note_rows(activity_settings.data_dir, dropped)
+
+
+@pytest.mark.parametrize("thread", ["a/b", "../x", "with space", "a?b", "a#b", "line\nbreak",
+                                    "%d%s", "", "x" * 201, "conv-\u00e9"])
+async def test_a_thread_id_is_checked_like_a_rest_id(http: httpx.AsyncClient, client,
+                                                     thread: str):
+    events = await run(http, thread, [user("m1", "hello")])
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "bad_request"
+    assert "threadId" in events[-1].message
+    if thread:
+        with pytest.raises(RPCError):  # nothing started
+            await client.get_workflow_handle(thread).describe()
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t", "x" * (256 * 1024 + 1)])
+async def test_a_first_message_refused_ends_the_run(http: httpx.AsyncClient, client, text: str):
+    """Not RUN_STARTED and then silence: the run ends, and no conversation is left at turn 0."""
+    thread = unique("agui-refused")
+    events = await run(http, thread, [user("m1", text)])
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "bad_request"
+    assert "message" in events[-1].message
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle(thread).describe()
+
+
+async def test_a_new_thread_needs_a_message(http: httpx.AsyncClient):
+    events = await run(http, unique("agui-empty"), [])
+    assert events[-1].type == EventType.RUN_ERROR and "user message" in events[-1].message
+    unknown = await run(http, unique("agui-none"), [], resume=[
+        {"interruptId": "call_x", "status": "resolved", "payload": {"approved": True}}])
+    assert unknown[-1].code == "not_found"
+    bad = await http.post("/agui", json={"threadId": "t"})
+    assert bad.status_code == 422

@@ -1,10 +1,11 @@
 """The API's pure rules, without a server: settings, who may call which route and with what body
-(the app in-process, every route enumerated), AG-UI resume entries and the translation of stream
-events into AG-UI events."""
+(the app in-process, every route enumerated), what the OpenAPI document promises, how a failure is
+answered, AG-UI resume entries and the translation of stream events into AG-UI events."""
 
 from __future__ import annotations
 
-from typing import get_args
+import re
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -13,12 +14,15 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
+from api import errors
 from api.agui import Translator, question_schema, resume_request
 from api.app import create_app
+from api.bodies import NOT_BLANK, MessageBody
 from api.settings import (
     ApiSettings,
     SettingsError,
     is_loopback,
+    is_loopback_host,
     parse_address,
     parse_tokens,
 )
@@ -35,6 +39,7 @@ from workflows.models import (
     StreamEvent,
     Usage,
 )
+from workflows.rules.bounds import check_message
 
 
 def status(**fields) -> ConversationStatus:
@@ -63,6 +68,11 @@ def test_settings_parse_and_refuse_what_they_cannot_use():
             parse_tokens(bad)
     assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+    for host in ["localhost", "LOCALHOST:8000", "127.0.0.1", "127.9.9.9:80", "[::1]", "[::1]:80"]:
+        assert is_loopback_host(host), host
+    for host in ["evil.example:8000", "::1", "localhost:", "localhost:x", "[::1]x", "",
+                 "127.0.0.1.evil.example", "localhost.", "0.0.0.0:8000"]:
+        assert not is_loopback_host(host), host
     with pytest.raises(SettingsError, match="without AGENT_API_TOKENS"):
         ApiSettings.from_env({"AGENT_API_ADDRESS": "0.0.0.0:8000"})
     with pytest.raises(SettingsError, match="AGENT_API_MAX_BODY_BYTES"):
@@ -137,6 +147,111 @@ async def test_every_body_refuses_an_unknown_field_such_as_an_approver(field: st
             assert (error["loc"], error["type"]) == (["body", field], "extra_forbidden"), path
 
 
+async def test_a_stranger_is_refused_before_the_body_is_read():
+    """Authentication comes first: without a valid token, a malformed, oversized or hostile body
+    is a 401, never a 422 or a 413 that would tell a stranger what the route expects."""
+    app = guarded_app()
+    bodies = [b'{"prompt": ', b"\xff\xfe", b'{"prompt": "x", "approver": "mallory"}',
+              b"[" * 5000, b"x" * (2 << 20)]
+    async with caller(app) as anonymous, caller(app, Authorization="Bearer wrong") as stranger:
+        for who in (anonymous, stranger):
+            for path in ["/conversations", "/conversations/x/confirm", "/agui"]:
+                for body in bodies:
+                    r = await who.post(path, content=body,
+                                       headers={"content-type": "application/json"})
+                    assert r.status_code == 401, (path, body[:20], r.status_code, r.text)
+                    assert r.headers["www-authenticate"] == "Bearer"
+
+
+async def test_the_api_own_422s_have_fastapi_shape():
+    app = guarded_app()
+    async with caller(app, Authorization=f"Bearer {TOKEN}") as alice:
+        answers = [
+            await alice.post("/conversations", content=b'{"prompt": ',
+                             headers={"content-type": "application/json"}),
+            await alice.post("/conversations", content=b'{"prompt": "\xff"}',
+                             headers={"content-type": "application/json"}),
+            await alice.post("/conversations/x/confirm", json={"call_ids": ["a"], "all": True}),
+            await alice.post("/conversations/x/messages", content=b'{"text": "\\ud800"}',
+                             headers={"content-type": "application/json"}),
+            await alice.get("/conversations/x/events", headers={"Last-Event-ID": "seven"}),
+            await alice.get("/conversations/x/events", params={"from_offset": -1}),
+        ]
+    for r in answers:
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert set(error) == {"loc", "msg", "type"}, error
+    assert answers[0].json()["detail"][0]["msg"].startswith("the body is not valid JSON")
+    assert "UTF-8" in answers[1].json()["detail"][0]["msg"]
+    assert answers[4].json()["detail"][0]["loc"] == ["header", "last-event-id"]
+
+
+class Recorded:
+    """A stand-in for the API's logger: what was logged, and how."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.calls.append((level, event, fields))
+
+
+async def test_an_unexpected_failure_is_a_generic_500_with_a_request_id(monkeypatch):
+    """The backstop: what failed is logged once, with its traceback; the client gets the request
+    id, never the exception's text."""
+    recorded = Recorded()
+    monkeypatch.setattr(errors, "log", recorded)
+    app = guarded_app()  # no Temporal client: the route fails with an AttributeError
+    async with caller(app, Authorization=f"Bearer {TOKEN}") as alice:
+        r = await alice.get("/conversations")
+    assert r.status_code == 500
+    assert r.json()["request_id"] == r.headers["x-request-id"]
+    assert r.json()["request_id"] in r.json()["detail"]
+    assert "NoneType" not in r.text and "Traceback" not in r.text
+    assert recorded.calls == [("exception", "request_failed",
+                               {"method": "GET", "path": "/conversations"})]
+
+
+def test_the_openapi_document_lists_every_answer_and_links_a_conversation_to_its_routes():
+    doc = create_app(ApiSettings(), TemporalSettings()).openapi()
+    operations = {op["operationId"]: (path, op) for path, item in doc["paths"].items()
+                  for op in item.values()}
+    for name, (path, op) in operations.items():
+        codes = set(op["responses"])
+        assert {"401", "403"} <= codes, name
+        assert "{cid}" not in path or {"404", "422"} <= codes, name
+        assert "requestBody" not in op or {"413", "422"} <= codes, name
+        assert "input" not in op["tags"] or "409" in codes, name
+        assert name in ("config", "agui") or "502" in codes, name
+        for code, answer in op["responses"].items():
+            if code >= "400":
+                ref = answer["content"]["application/json"]["schema"]["$ref"]
+                assert ref.rsplit("/", 1)[1] == ("HTTPValidationError" if code == "422"
+                                                 else "Error"), (name, code)
+    started = doc["paths"]["/conversations"]["post"]["responses"]
+    for code in ("200", "201"):
+        links = started[code]["links"]
+        assert {link["operationId"] for link in links.values()} == {
+            name for name, (path, _) in operations.items() if "{cid}" in path}
+        assert all(link["parameters"] == {"cid": "$response.body#/workflow_id"}
+                   for link in links.values())
+
+
+def test_blank_means_the_same_to_python_json_schema_and_the_conversation():
+    """A message the schema takes is never refused as empty by the conversation (which strips
+    Python's whitespace), and what ECMAScript calls space is blank too."""
+    ecma_space = "\t\n\v\f\r \xa0\u1680\u2000\u2001\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+    blank = {c for c in map(chr, range(0x110000)) if c.isspace()} | set(ecma_space)
+    not_blank = re.compile(NOT_BLANK)
+    assert all(not not_blank.search(c) for c in blank)
+    assert all(c.strip() for c in map(chr, range(0x110000)) if not_blank.search(c))
+    for c in blank:
+        with pytest.raises(ValueError):
+            MessageBody(text=c * 3)
+        assert c not in ecma_space[:-1] or check_message(c * 3, None) == "the message is empty"
+    MessageBody(text=" \ufeffa ")
+
+
 def test_resume_entries_become_the_decision_they_stand_for():
     approve = resume_request(entry("c1", {"approved": True, "args": {"title": "t"}}), WAITING,
                              "alice", "r")
@@ -146,19 +261,17 @@ def test_resume_entries_become_the_decision_they_stand_for():
     assert isinstance(no, RejectRequest) and (no.reason, no.approver) == ("why", "bob")
     cancelled = resume_request(entry("c1", state="cancelled"), WAITING, "bob", "r")
     assert isinstance(cancelled, RejectRequest) and cancelled.reason == "cancelled"
-    # An id that is not pending goes to the conversation, which says why it refuses it.
-    stale = resume_request(entry("gone", {"approved": True}), WAITING, "alice", "r")
-    assert isinstance(stale, ConfirmRequest) and stale.call_ids == ["gone"]
     for payload in [None, {"approved": "yes"}, {"approved": True, "args": [1]}]:
         with pytest.raises(UsageError):
             resume_request(entry("c1", payload), WAITING, "alice", "r")
 
     answer = resume_request(entry("q1", {"answer": ["a", "b"]}), ASKING, "alice", "r")
     assert isinstance(answer, AnswerRequest) and answer.values == ["a", "b"]
-    assert resume_request(entry("q1", True), ASKING, "x", "r").values == ["yes"]
+    with pytest.raises(UsageError, match="not one of the options"):  # checked before sending
+        resume_request(entry("q1", True), ASKING, "x", "r")
     assert resume_request(entry("q1", {"answer": "a"}), ASKING, "x", "r").values == ["a"]
-    with pytest.raises(UsageError, match="cannot be cancelled"):
-        resume_request(entry("q1", state="cancelled"), ASKING, "x", "r")
+    declined = resume_request(entry("q1", state="cancelled"), ASKING, "x", "r")
+    assert isinstance(declined, AnswerRequest) and declined.declined
     with pytest.raises(UsageError):
         resume_request(entry("q1", {"answer": 3}), ASKING, "x", "r")
 

@@ -112,6 +112,7 @@ LANDS: dict[str, tuple[Callable[[ConversationState], Any], Callable[[Any], Any]]
 NOT_IN_THE_OLD_SHAPE = {
     "context.summary", "context.folded_turns", "context.folded_steps", "context.dropped_turns",
     "context.drop_reason", "context.token_ratio", "context.prompt_tokens", "current.children",
+    "current.final_output", "current.corrections",
 }
 
 
@@ -162,6 +163,7 @@ def full_state() -> ConversationState:
         "drop_reason": "why", "token_ratio": 1.5, "prompt_tokens": 99})
     state.current.children = [ChildReport(workflow_id="conv/w1", profile="writer",
                                           status="waiting_for_confirmation")]
+    state.current.final_output, state.current.corrections = {"typed": True}, 1
     return state
 
 

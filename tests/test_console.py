@@ -26,10 +26,12 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess, sse_events
-from tests.helpers import note_rows, script, tool_call, unique
+from tests.helpers import note_rows, script, start, tool_call, unique
+from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
 from workflows.rules.gate import args_hash
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -421,6 +423,76 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
         assert console.errors == []
     finally:
         await asyncio.to_thread(own.stop)
+
+
+async def test_console_shows_a_subagents_events_under_the_call_that_started_it(
+        api: ApiProcess, client: Client, agents_queue: str,  # noqa: F811
+        model: ScriptedModelServer, console: Console):
+    parent = delegating(model, "console-sub", "researcher", "c1", [
+        ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+        ScriptedReply(content="Paris is mild.")], "The researcher says: {last_tool}")
+    handle = await start(client, agents_queue, parent)
+    page = console.page
+    await page.goto(f"{api.url}/#/c/{quote(handle.id)}")
+    own = page.locator('[data-testid="chat"] > [data-testid="tool-card"]')  # the parent's calls
+    await expect(own).to_have_attribute("data-call-id", "c1")
+    sub = own.get_by_test_id("subagent")
+    await expect(sub).to_have_attribute("data-agent", "researcher")
+    await expect(sub).to_have_attribute("data-conversation-id", f"{handle.id}/c1")
+    await expect(sub.get_by_test_id("agent-name")).to_have_text("researcher")
+    await expect(sub.get_by_test_id("user-message")).to_have_text(
+        re.compile(r"^Task\s*console-sub-child-\w+: go$"))  # the task its parent gave it
+    weather = sub.get_by_test_id("tool-card")
+    await expect(weather.get_by_test_id("tool-name")).to_have_text("get_weather")
+    await expect(weather).to_have_attribute("data-status", "ok")
+    await expect(sub.get_by_test_id("final-answer")).to_have_text("Paris is mild.")
+    await expect(own).to_have_attribute("data-status", "ok")
+    await expect(page.locator('[data-testid="chat"] > [data-testid="final-answer"]')).to_have_text(
+        "The researcher says: Paris is mild.")
+    await expect(page.locator('[data-testid="chat"] > [data-testid="user-message"]')).to_have_count(1)
+    assert console.errors == []
+
+
+def sse(event: dict, offset: int | None = None) -> str:
+    return (f"id: {offset}\n" if offset is not None else "") + \
+        f"event: {event['kind']}\ndata: {json.dumps(event)}\n\n"
+
+
+async def test_console_shows_a_running_tools_progress_on_its_card(
+        api: ApiProcess, console: Console):
+    """A stream played to the page: a tool's progress (`tool_progress`) shows on its card, the
+    conversation's own and a subagent's alike."""
+    cid = unique("progress")
+    child = {"agent": "researcher", "conversation_id": f"{cid}/c1"}
+    body = "".join([
+        sse({"kind": "turn_started", "turn": 1, "text": "Go"}, 0),
+        sse({"kind": "tool_started", "turn": 1, "step": 1, "call_id": "c1",
+             "tool": "agent__researcher", "args": {"task": "look"}}, 1),
+        sse({"kind": "child_started", "turn": 1, "step": 1, "call_id": "c1", "tool": "researcher",
+             "text": f"{cid}/c1"}, 2),
+        sse({"kind": "tool_started", "turn": 1, "step": 1, "call_id": "c2", "tool": "count_up",
+             "args": {"to": 3}}, 3),
+        sse({"kind": "tool_started", "turn": 1, "step": 1, "call_id": "c2", "tool": "fetch",
+             **child}),  # the subagent's call ids are its own: the same id is another call
+        sse({"kind": "tool_progress", "turn": 1, "step": 1, "call_id": "c2", "tool": "fetch",
+             "text": "page 1 of 2", **child}),
+        sse({"kind": "tool_progress", "turn": 1, "step": 1, "call_id": "c2", "tool": "count_up",
+             "text": "2 of 3"}, 4),
+        sse({"kind": "tool_progress", "turn": 1, "step": 1, "call_id": "c2", "tool": "fetch",
+             "text": "page 2 of 2", **child}),
+        "event: end\ndata: {}\n\n"])
+    page = console.page
+    await page.route(f"**/conversations/{cid}/events", lambda route: route.fulfill(
+        status=200, headers={"content-type": "text/event-stream"}, body=body))
+    await page.goto(f"{api.url}/#/c/{cid}")
+    counting = page.locator('[data-testid="chat"] > [data-testid="tool-card"][data-call-id="c2"]')
+    await expect(counting.get_by_test_id("tool-name")).to_have_text("count_up")
+    await expect(counting.get_by_test_id("tool-progress")).to_have_text("2 of 3")
+    await expect(counting).to_have_attribute("data-status", "running")
+    fetching = page.locator('[data-call-id="c1"] [data-testid="subagent"] [data-testid="tool-card"]')
+    await expect(fetching.get_by_test_id("tool-name")).to_have_text("fetch")
+    await expect(fetching.get_by_test_id("tool-progress")).to_have_text("page 2 of 2")
+    assert console.errors == []
 
 
 VALIDATION_CASES = [

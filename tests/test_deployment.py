@@ -42,9 +42,21 @@ def test_the_stack_has_its_services_with_pinned_images():
 
 def test_ports_match_the_local_defaults():
     host, port = TemporalSettings().address.rsplit(":", 1)
-    assert f"{port}:7233" in SERVICES["temporal"]["ports"]
-    assert "8233:8080" in SERVICES["temporal-ui"]["ports"]  # the UI where the dev server has it
+    assert f"127.0.0.1:{port}:7233" in SERVICES["temporal"]["ports"]
+    # the UI where the dev server has it
+    assert "127.0.0.1:8233:8080" in SERVICES["temporal-ui"]["ports"]
     assert SERVICES["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+
+
+def test_every_port_is_published_on_loopback_only():
+    """Temporal's frontend and UI take no token: published on all interfaces, anyone who
+    reaches the host could approve any write, bypassing the API's tokens."""
+    published = [(name, p) for name, service in SERVICES.items()
+                 for p in service.get("ports", [])]
+    assert published
+    for name, port in published:
+        assert isinstance(port, str) and port.startswith("127.0.0.1:") and port.count(":") == 2, \
+            f"{name} publishes {port!r} beyond loopback"
 
 
 def test_worker_is_built_here_configured_by_env_and_scalable():

@@ -235,6 +235,8 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     [pending] = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
     await handle.signal("confirm", {"call_ids": 5, "request_id": "wrong-types"})
     await handle.signal("say", ["not", "an", "object"])
+    for name in ("confirm", "reject", "answer", "say", "child_status"):
+        await handle.signal(name)  # no request at all
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update("decide_confirm", {"call_ids": {"a": 1}}, result_type=dict)
     with pytest.raises(WorkflowUpdateFailedError):

@@ -21,6 +21,7 @@ from scripted_model import (
     ScriptedToolCall,
     select_reply,
 )
+from scripted_model.intents import HELP
 from tests.devserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -173,11 +174,10 @@ def test_hold_blocks_until_release(server, client):
     assert result["reply"].choices[0].message.content == "released"
 
 
-def test_fallback_for_unscripted_prompt(server, client):
+def test_unscripted_prompt_gets_the_intent_reader(server, client):
     reply = ask(client, [{"role": "system", "content": "sys"}, {"role": "user", "content": "tell a joke"}])
-    assert reply.choices[0].message.content == (
-        "I am the offline scripted model. Nothing is scripted for: tell a joke"
-    )
+    assert reply.choices[0].message.content == HELP
+    assert reply.choices[0].finish_reason == "stop"
     assert server.requests[0].trigger is None
 
 
@@ -221,7 +221,7 @@ def test_fake_open_meteo(server):
     assert (server.geocoding_calls, server.forecast_calls) == (2, 4)
 
 
-def test_cli_serves_demo_script():
+def test_cli_serves_the_intent_reader():
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "scripted_model", "--port", str(port)],
@@ -234,8 +234,10 @@ def test_cli_serves_demo_script():
         line = proc.stdout.readline().strip()
         assert line == f"scripted model listening on http://127.0.0.1:{port}/v1"
         with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0) as c:
-            reply = ask(c, [{"role": "user", "content": "weather in Paris?"}])
-        assert reply.choices[0].message.tool_calls[0].function.name == "get_weather"
+            reply = ask(c, [{"role": "user", "content": "weather in Tokyo?"}])
+        (call,) = reply.choices[0].message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "get_weather", {"location": "Tokyo"})
     finally:
         proc.terminate()
         assert proc.wait(timeout=5) == 0

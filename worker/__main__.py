@@ -16,11 +16,13 @@ from temporalio.client import Client
 
 from activities.mcp import McpConfigError
 from activities.settings import ActivitySettings
+from activities.tools.loader import ToolLoadError
 from client.connection import TemporalSettings, connect
 from worker.app import (
     build_worker,
     ensure_search_attributes,
     mcp_toolbox,
+    tool_registry,
     workflow_sandbox,
 )
 from worker.logging import configure_logging
@@ -53,6 +55,11 @@ async def main() -> None:
     except ValueError as err:
         log.error("cannot start: bad environment", error=str(err))
         raise SystemExit(2) from None
+    try:
+        registry = tool_registry(settings)
+    except ToolLoadError as err:
+        log.error("cannot start: cannot load tools", source=err.source, error=err.reason)
+        raise SystemExit(2) from None
     client = await connect_patiently(temporal)
     await ensure_search_attributes(client, temporal.namespace)
     stop = asyncio.Event()
@@ -65,7 +72,7 @@ async def main() -> None:
         log.error("cannot start: bad MCP config", error=str(err))
         raise SystemExit(2) from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
-        worker = build_worker(client, temporal.task_queue, settings, http, mcp=mcp,
+        worker = build_worker(client, temporal.task_queue, settings, http, registry, mcp=mcp,
                               sandboxed=sandboxed)
         async with worker:
             log.info(
@@ -76,6 +83,7 @@ async def main() -> None:
                 model=settings.openai_model,
                 base_url=settings.openai_base_url or "default",
                 workflow_sandbox="on" if sandboxed else "off",
+                tools=registry.names(),
             )
             await stop.wait()
             log.info("worker stopping")

@@ -19,7 +19,8 @@ from activities.llm import LLMActivities
 from activities.mcp import load_mcp_config
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
-from activities.tools import ToolRegistry, default_registry
+from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
+from activities.tools.loader import load_tools
 from worker.logging import LoggingInterceptor
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 
@@ -105,6 +106,13 @@ def workflow_sandbox(value: str) -> bool:
     if value not in ("", "on", "off"):
         raise ValueError(f"AGENT_WORKFLOW_SANDBOX must be on or off, not {value!r}")
     return value == "on"
+
+
+def tool_registry(settings: ActivitySettings) -> ToolRegistry:
+    """The built-in tools (unless `AGENT_BUILTIN_TOOLS=off`), and those of the modules in
+    `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one cannot be used)."""
+    return ToolRegistry(load_tools(settings.tool_modules,
+                                   BUILTIN_TOOLS if settings.builtin_tools else ()))
 
 
 def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:

@@ -48,7 +48,7 @@ from workflows.models import (
     Usage,
 )
 from workflows.reporting import Narrator
-from workflows.rules import context, loop
+from workflows.rules import context, loop, output
 from workflows.rules.bounds import (
     MAX_CALLS_PER_REPLY,
     MAX_ERROR_BYTES,
@@ -173,9 +173,13 @@ class ConversationWorkflow:
 
     # ----- signals, updates and queries -----
 
+    # A signal's request defaults to None: a signal sent without one (any client can send it)
+    # is dropped with a warning, where a missing argument would fail the workflow task.
+
     @workflow.signal
-    def say(self, request: SayRequest) -> None:
-        self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
+    def say(self, request: SayRequest | None = None) -> None:
+        if _sent(request, "say"):
+            self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
 
     @workflow.update
     def send_message(self, request: SayRequest) -> SignalOutcome:
@@ -190,9 +194,11 @@ class ConversationWorkflow:
             raise ValueError(reason)
 
     @workflow.signal(name=CHILD_STATUS_SIGNAL)
-    def child_status(self, report: ChildReport) -> None:
+    def child_status(self, report: ChildReport | None = None) -> None:
         """A subagent's status and what it waits for (its own subagents' calls and questions
         included), so that this conversation shows them, each named by its path from here."""
+        if not _sent(report, CHILD_STATUS_SIGNAL):
+            return
         for child in self._state.current.children:
             if child.workflow_id == report.workflow_id and child.status not in CLOSED_STATUSES:
                 child.status = report.status
@@ -212,7 +218,8 @@ class ConversationWorkflow:
                                           "ref": f"{path}/{pending.call_id}"})
 
     @workflow.signal
-    def end(self, request: EndRequest) -> None:
+    def end(self, request: EndRequest | None = None) -> None:
+        request = request or EndRequest()  # an end needs no more than its name
         self._state.end_requested = True
         self._desk.accept(request.request_id)
         if self._turn_task is not None and not self._turn_task.done():
@@ -220,16 +227,19 @@ class ConversationWorkflow:
             self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
 
     @workflow.signal
-    async def confirm(self, request: ConfirmRequest) -> None:
-        await self._human(request)
+    async def confirm(self, request: ConfirmRequest | None = None) -> None:
+        if _sent(request, "confirm"):
+            await self._human(request)
 
     @workflow.signal
-    async def reject(self, request: RejectRequest) -> None:
-        await self._human(request)
+    async def reject(self, request: RejectRequest | None = None) -> None:
+        if _sent(request, "reject"):
+            await self._human(request)
 
     @workflow.signal
-    async def answer(self, request: AnswerRequest) -> None:
-        await self._human(request)
+    async def answer(self, request: AnswerRequest | None = None) -> None:
+        if _sent(request, "answer"):
+            await self._human(request)
 
     # Update twins of the decision signals, for callers that want a synchronous answer: the
     # validator refuses before anything reaches the history; the handler is the signal's.
@@ -301,7 +311,7 @@ class ConversationWorkflow:
             workflow_id=workflow.info().workflow_id, status=self._current_status(),
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
             tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
-            final_answer=turn.final_answer,
+            final_answer=turn.final_answer, final_output=turn.final_output,
             pending_confirmations=self._pending_confirmations(),
             pending_question=self._pending_question(),
             usage=state.usage,
@@ -436,7 +446,10 @@ class ConversationWorkflow:
                 decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
             if isinstance(decision, loop.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
+                again = self._check_output()
                 self._record_step(step, message.content, reply.usage)
+                if again:
+                    continue
                 return
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
@@ -475,6 +488,30 @@ class ConversationWorkflow:
             turn.error = "the answer was cut off at the model's output limit (finish_reason=length)"
         elif not answer.text.strip():
             turn.error = "the model returned an empty reply"
+
+    def _check_output(self) -> bool:
+        """With an output schema, the final answer must be JSON that fits it: its value becomes
+        `final_output`. A miss is sent back once with the reason (True: ask again); then the
+        turn ends as `invalid_output`."""
+        schema, turn = self._input.output_schema, self._state.current
+        if schema is None or turn.stop_reason not in ("answered", "max_steps"):
+            return False
+        problem = output.output_schema_problem(schema)
+        if problem is None:
+            checked = output.check_output(turn.final_answer or "", schema)
+            if isinstance(checked, output.Output):
+                turn.final_output = checked.value
+                return False
+            problem = checked
+            if turn.corrections < output.MAX_CORRECTIONS:
+                turn.corrections += 1
+                workflow.logger.info("turn %d: %s; asking again", turn.number, problem)
+                self._state.context.messages.append(
+                    ChatMessage(role="user", content=output.correction(problem, schema)))
+                turn.stop_reason = turn.final_answer = turn.error = None
+                return True
+        self._stop("invalid_output", problem)
+        return False
 
     def _over_budget(self) -> str | None:
         """Why the conversation's budget is used up, or None."""
@@ -568,3 +605,11 @@ def _outcome(result: object, request_id: str | None) -> SignalOutcome:
     if isinstance(result, Refusal):
         return SignalOutcome(request_id=request_id or "", accepted=False, reason=result.reason)
     return SignalOutcome(request_id=request_id or "", accepted=True)
+
+
+def _sent(request: object, signal: str) -> bool:
+    """Whether a signal came with its request; one without is dropped, with a warning."""
+    if request is None:
+        workflow.logger.warning("signal %s came without its request; dropped", signal)
+        return False
+    return True

@@ -49,6 +49,7 @@ from workflows.rules.bounds import (
     text_size,
 )
 from workflows.rules.gate import PendingCall, Refusal
+from workflows.rules.questions import DECLINED
 from workflows.state import ConversationState
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
@@ -89,6 +90,7 @@ class HumanDesk:
         self.question_lock = asyncio.Lock()
         self._question: PendingQuestion | None = None
         self._answer: str | None = None
+        self.declined = False  # the human withdrew the open question instead of answering it
 
     # ----- messages -----
 
@@ -271,9 +273,14 @@ class HumanDesk:
     def ask(self, call_id: str, question: Question) -> None:
         self._question = PendingQuestion(call_id=call_id, **question.model_dump())
         self._answer = None
+        self.declined = False
 
     def has_answer(self) -> bool:
-        return self._answer is not None
+        """Whether the open question was answered or declined."""
+        return self._answer is not None or self.declined
+
+    def _open_question(self) -> PendingQuestion | None:
+        return None if self.has_answer() else self._question
 
     def take_answer(self) -> str | None:
         answer, self._question, self._answer = self._answer, None, None
@@ -281,13 +288,16 @@ class HumanDesk:
 
     def plan_answer(self, request: AnswerRequest) -> gate.AnswerCheck | Refusal:
         """The answer as the tool will receive it, or why it must be refused. Changes nothing."""
-        if self._question is None or self._answer is not None:
+        open_question = self._open_question()
+        if open_question is None:
             return Refusal("no question is waiting for an answer", final=False)
-        if request.call_id is not None and request.call_id != self._question.call_id:
+        if request.call_id is not None and request.call_id != open_question.call_id:
             return Refusal(f"the question of call {request.call_id} is not the one open "
-                           f"(call {self._question.call_id})", final=False)
-        question = Question(kind=self._question.kind, message=self._question.message,
-                            options=self._question.options)
+                           f"(call {open_question.call_id})", final=False)
+        if request.declined:
+            return gate.AnswerCheck(text=DECLINED, values=[])
+        question = Question(kind=open_question.kind, message=open_question.message,
+                            options=open_question.options)
         return gate.check_answer(question, request.values, self._limits.message_bytes)
 
     def answer(self, request: AnswerRequest) -> str | Refusal:
@@ -295,7 +305,10 @@ class HumanDesk:
         checked = self.plan_answer(request)
         if isinstance(checked, Refusal):
             return self.refuse(request.request_id, checked.reason)
-        self._answer = checked.text
+        if request.declined:
+            self.declined = True
+        else:
+            self._answer = checked.text
         self.accept(request.request_id)
         return checked.text
 
@@ -304,7 +317,7 @@ class HumanDesk:
     def waiting_status(self) -> Status | None:
         if any(p.decision is None for p in self.pending.values()):
             return "waiting_for_confirmation"
-        if self._question is not None and self._answer is None:
+        if self._open_question() is not None:
             return "waiting_for_input"
         return None
 
@@ -321,9 +334,10 @@ class HumanDesk:
                 if p.decision is None}
 
     def pending_question(self) -> PendingQuestion | None:
-        if self._question is None or self._answer is not None:
+        open_question = self._open_question()
+        if open_question is None:
             return None
-        return self._question.model_copy(update={"ref": self._question.call_id})
+        return open_question.model_copy(update={"ref": open_question.call_id})
 
     def details_markdown(
         self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None,

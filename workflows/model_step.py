@@ -31,7 +31,7 @@ from workflows.models import (
     Usage,
 )
 from workflows.reporting import Narrator
-from workflows.rules import context, delta
+from workflows.rules import context, delta, output
 from workflows.rules.bounds import (
     MAX_ERROR_BYTES,
     MAX_SEEN_CALL_IDS,
@@ -138,7 +138,7 @@ class Thinker:
         else:
             reply = await self._call(LLM_ACTIVITY, LLMRequest(
                 model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
-                turn=turn.number, step=step), step)
+                turn=turn.number, step=step, response_format=self._response_format()), step)
         sent_tools = budget.tools if send_tools else 0
         ctx.token_ratio = context.calibrated_ratio(
             estimate_tokens(messages) + sent_tools, reply.usage.prompt_tokens, ctx.token_ratio)
@@ -159,7 +159,8 @@ class Thinker:
                 base=previous.digest if previous is not None else None, digest=self._sent.digest,
                 tools_digest=self._tools_digest if tools else None,
                 tools=tools if previous is None and tools else None, tool_choice=tool_choice,
-                turn=self._state.current.number, step=step)
+                turn=self._state.current.number, step=step,
+                response_format=self._response_format())
             try:
                 return await self._call(LLM_STEP_ACTIVITY, request, step)
             except ActivityError as err:
@@ -170,6 +171,11 @@ class Thinker:
             finally:
                 self._pending = None
         raise AssertionError("unreachable: the whole prompt was sent")
+
+    def _response_format(self) -> dict | None:
+        """Structured output, for a conversation asked for a typed result."""
+        schema = self._input.output_schema
+        return output.response_format(schema) if schema is not None else None
 
     async def _call(self, activity: str, request: LLMRequest | LLMStepRequest, step: int
                     ) -> LLMReply:

@@ -27,6 +27,7 @@ StopReason = Literal[
     "ended",
     "idle_timeout",
     "cancelled",
+    "invalid_output",
 ]
 
 # Statuses in which a turn is no longer making progress on its own.
@@ -116,6 +117,7 @@ class AgentSpec(BaseModel):
     max_steps: int = Field(default=6, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_total_tokens: int | None = Field(default=None, gt=0)
+    output_schema: dict[str, Any] | None = None  # the child answers with JSON that fits it
 
 
 class ToolDefinition(BaseModel):
@@ -203,6 +205,8 @@ class ConversationInput(BaseModel):
     continue_as_new_after_events: int = Field(default=HANDOVER_EVENTS, ge=1)
     max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
     profile: str | None = None  # set for a subagent: the profile it runs as
+    # a JSON Schema the final answer must fit (`workflows.rules.output`); status.final_output
+    output_schema: dict[str, Any] | None = None
     depth: int = Field(default=0, ge=0)  # 0 for a top-level conversation, 1 for its children...
     max_depth: int = Field(default=2, ge=0)  # delegation deeper than this is refused
     # the first message's request id, recorded as taken (turn 1): a client that retries the
@@ -219,6 +223,7 @@ class LLMRequest(BaseModel):
     tool_choice: Literal["auto", "none"] = "auto"
     turn: int = 0
     step: int = 0
+    response_format: dict[str, Any] | None = None  # structured output, when a schema is asked
 
 
 class PromptPart(BaseModel):
@@ -242,6 +247,7 @@ class LLMStepRequest(BaseModel):
     tool_choice: Literal["auto", "none"] = "auto"
     turn: int = 0
     step: int = 0
+    response_format: dict[str, Any] | None = None
 
 
 PENDING_PROMPT_QUERY = "pending_prompt"
@@ -347,6 +353,7 @@ class AnswerRequest(BaseModel):
     request_id: str | None = None
     values: list[str]
     call_id: str | None = None  # the question the human answered; another one open is refused
+    declined: bool = False  # the human withdrew the question instead of answering (`values` unused)
 
 
 class Decision(BaseModel):
@@ -439,6 +446,7 @@ class StreamEvent(BaseModel):
         "turn_started", "llm_started", "token", "reset", "tool_started", "tool_finished",
         "approval_requested", "decision_taken", "decision_refused", "question_asked", "answered",
         "turn_finished", "summary_started", "summary_finished", "child_started",
+        "tool_progress",  # published by a running tool (ctx.progress), on the tokens topic
     ]
     turn: int = 0
     step: int = 0
@@ -494,6 +502,7 @@ class ConversationStatus(BaseModel):
     stop_reason: StopReason | None
     final_answer: str | None
     pending_confirmations: list[PendingConfirmation] = []
+    final_output: Any = None  # the final answer's JSON, with an `output_schema`
     pending_question: PendingQuestion | None = None
     usage: Usage
     error: str | None

@@ -4,6 +4,8 @@ continue-as-new. A new turn starts from a fresh `TurnState`; every list here has
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
@@ -33,6 +35,8 @@ class TurnState(BaseModel):
     tools_used: list[str] = []
     stop_reason: StopReason | None = None
     final_answer: str | None = None
+    final_output: Any = None  # the final answer's JSON, with an output schema
+    corrections: int = 0  # answers sent back for missing the output schema
     error: str | None = None
     forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
     call_records: list[CallRecord] = []  # the latest two, for loop detection

@@ -9,6 +9,7 @@ may. Its steps stay in its own history; its answer is the observation.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,7 +102,7 @@ class Subagents:
             max_cost_usd=_tighter(spec.max_cost_usd, share.usd),
             depth=depth, max_depth=inp.max_depth, approval=inp.approval, llm=inp.llm,
             decision_timeout_s=inp.decision_timeout_s,
-            max_observation_bytes=inp.max_observation_bytes,
+            max_observation_bytes=inp.max_observation_bytes, output_schema=spec.output_schema,
         )
         self._reserved = self._reserved.plus(share)
         try:
@@ -129,6 +130,8 @@ class Subagents:
         self._child_done(child_id, result.status)
         self._state.usage = self._state.usage + result.usage
         turn.usage = turn.usage + result.usage
+        if result.final_output is not None:  # its typed result, as JSON
+            return ToolOutcome(observation=json.dumps(result.final_output, ensure_ascii=False))
         if result.stop_reason == "answered" and result.final_answer:
             return ToolOutcome(observation=result.final_answer)
         partial = f" Its last words: {result.final_answer}" if result.final_answer else ""

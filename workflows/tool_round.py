@@ -32,7 +32,7 @@ from workflows.models import (
 from workflows.reporting import Narrator
 from workflows.rules import gate, loop
 from workflows.rules.bounds import MAX_TOOLS_USED, truncate_observation
-from workflows.rules.questions import question_from_args
+from workflows.rules.questions import DECLINED, question_from_args
 from workflows.rules.stopping import CallRecord, call_record
 from workflows.state import ConversationState
 from workflows.subagents import Subagents
@@ -307,6 +307,8 @@ class ToolRound:
             return answer
 
     def _no_answer(self) -> str:
+        if self._desk.declined:
+            return DECLINED
         if self._state.end_requested:
             return "no answer: the conversation was ended"
         return "no answer: the question timed out"

@@ -1,4 +1,4 @@
-"""Native tools, one file per family."""
+"""Native tools, one file per family, each made with `@tool` as any user's tool is."""
 
 from activities.tools.notes import NOTES_TOOLS
 from activities.tools.registry import (
@@ -8,11 +8,14 @@ from activities.tools.registry import (
     ToolRegistry,
     ToolSpec,
 )
-from activities.tools.weather import WEATHER
+from activities.tools.weather import get_weather
+
+BUILTIN_TOOLS: tuple[ToolSpec, ...] = (get_weather, *NOTES_TOOLS)
 
 
 def default_registry() -> ToolRegistry:
-    return ToolRegistry([WEATHER, *NOTES_TOOLS])
+    return ToolRegistry(BUILTIN_TOOLS)
 
 
-__all__ = ["NeedsInput", "ToolContext", "ToolError", "ToolRegistry", "ToolSpec", "default_registry"]
+__all__ = ["BUILTIN_TOOLS", "NeedsInput", "ToolContext", "ToolError", "ToolRegistry", "ToolSpec",
+           "default_registry"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from activities.tools.registry import NeedsInput, ToolContext, ToolError, ToolSpec
-from workflows.models import Question
+from activities.tools.function_tool import tool
+from activities.tools.registry import NeedsInput, ToolContext, ToolError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -49,10 +49,6 @@ def _connect(data_dir: Path) -> sqlite3.Connection:
     conn.execute(SCHEMA)
     conn.execute(DELETIONS)
     return conn
-
-
-class ListNotesArgs(BaseModel):
-    query: str = Field(default="", description="Text to look for in titles and bodies; empty lists all")
 
 
 class CreateNoteArgs(BaseModel):
@@ -123,11 +119,10 @@ def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None, key: str) 
             if len(matches) == 1:
                 target = matches[0][0]
             elif answer is None:
-                raise NeedsInput(Question(
-                    kind="choice",
-                    message=f"{len(matches)} notes are titled {args.title!r}. Which one to delete?",
+                raise NeedsInput(
+                    f"{len(matches)} notes are titled {args.title!r}. Which one to delete?",
                     options=options,
-                ))
+                )
             else:
                 chosen = OPTION_ID.match(answer)
                 target = int(chosen.group(1)) if chosen else -1
@@ -142,33 +137,27 @@ def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None, key: str) 
     return f"Deleted note #{target} {row[0]!r}."
 
 
-async def list_notes(args: ListNotesArgs, ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_list, ctx.settings.data_dir, args.query)
+@tool(timeout_s=10)
+async def list_notes(ctx: ToolContext, query: str = "") -> str:
+    """List the user's notes, optionally filtered by a text.
+
+    Args:
+        query: Text to look for in titles and bodies; empty lists all
+    """
+    return await asyncio.to_thread(_list, ctx.settings.data_dir, query)
 
 
-async def create_note(args: CreateNoteArgs, ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_create, ctx.settings.data_dir, args, ctx.idempotency_key)
+@tool(risk="sensitive", idempotent=False, keyed=True, timeout_s=10)
+async def create_note(note: CreateNoteArgs, ctx: ToolContext) -> str:
+    """Create a note with a title and a body."""
+    return await asyncio.to_thread(_create, ctx.settings.data_dir, note, ctx.idempotency_key)
 
 
-async def delete_note(args: DeleteNoteArgs, ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_delete, ctx.settings.data_dir, args, ctx.answer,
+@tool(risk="destructive", idempotent=False, keyed=True, timeout_s=10)
+async def delete_note(target: DeleteNoteArgs, ctx: ToolContext) -> str:
+    """Delete a note by id, or by title (the user picks when several match)."""
+    return await asyncio.to_thread(_delete, ctx.settings.data_dir, target, ctx.answer,
                                    ctx.idempotency_key)
 
 
-NOTES_TOOLS = [
-    ToolSpec(
-        name="list_notes", description="List the user's notes, optionally filtered by a text.",
-        args_model=ListNotesArgs, handler=list_notes, risk="safe", idempotent=True, timeout_s=10,
-    ),
-    ToolSpec(
-        name="create_note", description="Create a note with a title and a body.",
-        args_model=CreateNoteArgs, handler=create_note, risk="sensitive", idempotent=False,
-        keyed=True, timeout_s=10,
-    ),
-    ToolSpec(
-        name="delete_note",
-        description="Delete a note by id, or by title (the user picks when several match).",
-        args_model=DeleteNoteArgs, handler=delete_note, risk="destructive", idempotent=False,
-        keyed=True, timeout_s=10,
-    ),
-]
+NOTES_TOOLS = [list_notes, create_note, delete_note]

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel
 
 from activities.settings import ActivitySettings
-from workflows.models import Question, Risk, ToolDefinition
+from workflows.models import Question, QuestionKind, Risk, ToolDefinition
+from workflows.rules.questions import ASK_TOOLS
 
-# Activity types already taken by the runtime; a tool with one of these names would shadow them.
-RESERVED_NAMES = frozenset({"llm_call", "list_tools"})
+if TYPE_CHECKING:
+    from activities.tools.reporter import CallReporter
+
+# Names a tool cannot take: the runtime's own activity types, which a tool would shadow, and the
+# ask_* tools, which every conversation has and which would hide it.
+RESERVED_NAMES = frozenset({"llm_call", "llm_step", "summarize", "list_tools",
+                            *(t.name for t in ASK_TOOLS)})
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 
 
 class ToolError(Exception):
@@ -21,20 +29,46 @@ class ToolError(Exception):
 
 
 class NeedsInput(Exception):
-    """The tool cannot go on without a human's answer; it is run again with `ctx.answer` set."""
+    """The tool cannot go on without a human's answer; it is run again with `ctx.answer` set.
 
-    def __init__(self, question: Question):
+    `NeedsInput("Which account?", options=["savings", "checking"])` asks a choice (a free-text
+    question without options); `kind` asks otherwise ("multi_choice", "confirm")."""
+
+    def __init__(self, question: Question | str, *, options: Iterable[str] = (),
+                 kind: QuestionKind | None = None):
+        if isinstance(question, str):
+            options = list(options)
+            question = Question(kind=kind or ("choice" if options else "input"),
+                                message=question, options=options)
         super().__init__(question.message)
         self.question = question
 
 
 @dataclass(frozen=True)
 class ToolContext:
+    """What a running tool may use: the worker's settings and HTTP client, the call's ids and the
+    human's answer (after `NeedsInput`), and a line to the conversation while it runs."""
+
     settings: ActivitySettings
     http: httpx.AsyncClient
     call_id: str
-    idempotency_key: str
+    idempotency_key: str  # the same on every attempt of this call: write under it (`keyed`)
     answer: str | None = None
+    heartbeat_details: Any = None  # what the previous attempt last heartbeated, to resume from
+    # Absent outside a worker (a tool's own unit tests): heartbeats and progress then go nowhere.
+    reporter: CallReporter | None = field(default=None, repr=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Tell Temporal the call is alive; `details` (JSON-able) reach the next attempt as
+        `heartbeat_details`. The worker heartbeats on its own while a tool runs, repeating the
+        latest details, so call this to record progress, not to stay alive."""
+        if self.reporter is not None:
+            self.reporter.heartbeat(details)
+
+    def progress(self, text: str) -> None:
+        """Show a line of progress on the conversation's live stream (a `tool_progress` event)."""
+        if self.reporter is not None:
+            self.reporter.progress(text)
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[str]]
@@ -50,7 +84,7 @@ class ToolSpec:
     idempotent: bool = True
     keyed: bool = False  # writes under `ctx.idempotency_key`, so a retry cannot write twice
     timeout_s: float = 30.0
-    max_attempts: int = 3
+    max_attempts: int = 3  # for a tool a retry cannot harm (idempotent or keyed); others run once
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(
@@ -65,14 +99,24 @@ class ToolSpec:
         )
 
 
+def name_problem(name: str) -> str | None:
+    """Why a tool cannot be called `name`, if it cannot."""
+    if name in RESERVED_NAMES:
+        return f"tool name {name!r} is reserved"
+    if "__" in name:
+        return f"tool name {name!r}: '__' is kept for MCP tools (server__tool) and agent profiles"
+    if not NAME_PATTERN.match(name):
+        return f"tool name {name!r} must be 1-64 letters, digits, _ or -"
+    return None
+
+
 class ToolRegistry:
     def __init__(self, specs: Iterable[ToolSpec]):
         self._specs: dict[str, ToolSpec] = {}
         for spec in specs:
-            if spec.name in RESERVED_NAMES:
-                raise ValueError(f"tool name {spec.name!r} is reserved")
-            if "__" in spec.name:
-                raise ValueError(f"tool name {spec.name!r}: '__' is kept for MCP tools (server__tool)")
+            problem = name_problem(spec.name)
+            if problem is not None:
+                raise ValueError(problem)
             if spec.name in self._specs:
                 raise ValueError(f"tool {spec.name!r} is registered twice")
             self._specs[spec.name] = spec
@@ -81,6 +125,9 @@ class ToolRegistry:
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._specs)
 
     def definitions(self) -> list[ToolDefinition]:
         return list(self._definitions)

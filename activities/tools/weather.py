@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import httpx
-from pydantic import BaseModel, Field
+from typing import Annotated
 
-from activities.tools.registry import ToolContext, ToolError, ToolSpec
+import httpx
+from pydantic import Field
+
+from activities.tools.function_tool import tool
+from activities.tools.registry import ToolContext, ToolError
 
 CURRENT_FIELDS = "temperature_2m,relative_humidity_2m,wind_speed_10m,weather_code"
 WMO_CODES = {
@@ -17,19 +20,21 @@ WMO_CODES = {
 }
 
 
-class WeatherArgs(BaseModel):
-    location: str = Field(min_length=1, description="A city or place name, e.g. 'Paris'")
+@tool(timeout_s=20.0)
+async def get_weather(location: Annotated[str, Field(min_length=1)], ctx: ToolContext) -> str:
+    """Get the current weather (temperature, sky, humidity, wind) for a place.
 
-
-async def get_weather(args: WeatherArgs, ctx: ToolContext) -> str:
+    Args:
+        location: A city or place name, e.g. 'Paris'
+    """
     geo = await _get_json(
         ctx.http, ctx.settings.geocoding_url,
-        {"name": args.location, "count": 1, "language": "en", "format": "json"},
+        {"name": location, "count": 1, "language": "en", "format": "json"},
     )
     results = geo.get("results") or []
     if not results:
         raise ToolError(
-            f"no place named {args.location!r} was found; check the spelling or name a larger "
+            f"no place named {location!r} was found; check the spelling or name a larger "
             "place nearby"
         )
     place = results[0]
@@ -60,12 +65,4 @@ async def _get_json(http: httpx.AsyncClient, url: str, params: dict) -> dict:
     return response.json()
 
 
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Get the current weather (temperature, sky, humidity, wind) for a place.",
-    args_model=WeatherArgs,
-    handler=get_weather,
-    risk="safe",
-    idempotent=True,
-    timeout_s=20.0,
-)
+WEATHER = get_weather  # the name tests/fake_tools.py and tests/test_gate.py import

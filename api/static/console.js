@@ -598,17 +598,26 @@
 
   // ----- one conversation -----
 
+  /** Where one conversation's events go: the view's own chat, or a subagent's box inside it.
+   *  Each keeps its own bubbles and cards, as turn, step and call ids repeat across agents. */
+  class AgentLog {
+    constructor(root, agent) {
+      this.root = root;
+      this.agent = agent; // the profile path from the viewed conversation; null for its own
+      this.bubbles = new Map(); // "turn:step" -> the assistant bubble
+      this.cards = new Map(); // call_id -> the tool card
+      this.lastAssistant = null;
+    }
+  }
+
   class ConversationView {
     constructor(root, cid) {
       this.root = root;
       this.cid = cid;
       this.status = null;
       this.schemas = {};
-      this.bubbles = new Map(); // "turn:step" -> the assistant bubble
-      this.cards = new Map(); // call_id -> the tool card in the chat
       this.approvals = new Map(); // call_id -> the approval card
       this.question = null; // the question form
-      this.lastAssistant = null;
       this.statusTimer = null;
       this.statusSoon = null;
       this.gone = false;
@@ -649,6 +658,8 @@
         tabChat: h('button', { type: 'button', class: 'tab active', testid: 'tab-chat', onclick: () => this.tab('chat') }, 'Chat'),
         tabAudit: h('button', { type: 'button', class: 'tab', testid: 'tab-audit', onclick: () => this.tab('audit') }, 'Audit trail'),
       };
+      this.own = new AgentLog(this.el.log, null);
+      this.logs = new Map([[this.cid, this.own]]); // conversation id -> where its events go
       this.composer = this.buildComposer();
       this.chatPane = h('div', { class: 'chat-pane' }, this.el.log, this.el.pending, this.composer.form);
       fill(this.root, h('section', { class: 'conversation', testid: 'conversation', dataset: { id: this.cid } },
@@ -728,24 +739,51 @@
       return log.scrollHeight - log.scrollTop - log.clientHeight < 60;
     }
 
-    add(node) {
+    add(node, log = this.own) {
       const stick = this.atBottom();
-      this.el.log.append(node);
+      log.root.append(node);
       if (stick) this.el.log.scrollTop = this.el.log.scrollHeight;
       return node;
     }
 
-    note(text, kind) {
-      return this.add(h('div', { class: `note note-${kind || 'info'}`, testid: 'chat-note' }, text));
+    note(text, kind, log = this.own) {
+      return this.add(h('div', { class: `note note-${kind || 'info'}`, testid: 'chat-note' }, text), log);
     }
 
-    setActivity(text) { this.el.activity.textContent = text; }
+    /** What the conversation is doing, or a subagent, named. A subagent's idling clears only its
+     *  own word: its events can come after the conversation's later ones. */
+    setActivity(text, log = this.own) {
+      const el = this.el.activity;
+      if (!log.agent) el.textContent = text;
+      else if (text) el.textContent = `${log.agent}: ${text}`;
+      else if (el.textContent.startsWith(`${log.agent}: `)) el.textContent = '';
+    }
+
+    /** Where an event goes: the API marks a subagent's event with its conversation id. */
+    logOf(e) {
+      if (!e.conversation_id) return this.own;
+      return this.logs.get(e.conversation_id) || this.subagent(e.agent, e.conversation_id, this.own);
+    }
+
+    /** A subagent's box: under the card of the call that started it, as `watch` shows it. */
+    subagent(agent, cid, parent, callId) {
+      const box = h('div', { class: 'subagent', testid: 'subagent', dataset: { agent, conversationId: cid } },
+        h('div', { class: 'subagent-head' }, '⇢ ', h('strong', { testid: 'agent-name' }, agent), ' agent ',
+          h('code', { class: 'muted' }, cid)));
+      const card = parent.cards.get(callId);
+      if (card) card.el.root.append(box);
+      else this.add(box, parent);
+      const log = new AgentLog(box, agent);
+      this.logs.set(cid, log);
+      return log;
+    }
 
     onEvent(kind, e) {
       if (this.gone) return;
       const stick = this.atBottom();
+      const log = this.logOf(e);
       const handler = this[`on_${kind}`];
-      if (handler) handler.call(this, e);
+      if (handler) handler.call(this, e, log);
       if (kind !== 'token') {
         for (const b of this.el.log.querySelectorAll('.bubble.streaming')) b.classList.remove('streaming');
       }
@@ -755,47 +793,55 @@
           || kind === 'decision_taken' || kind === 'answered') refreshList();
     }
 
-    on_turn_started(e) {
-      message(this.composer.info, '');
-      this.add(h('div', { class: 'turn-divider' }, h('span', null, `turn ${e.turn}`)));
-      this.add(h('div', { class: 'bubble user', testid: 'user-message', dataset: { turn: e.turn } }, e.text || ''));
-      this.setActivity('working…');
+    on_child_started(e, log) {
+      if (!e.text || this.logs.has(e.text)) return;
+      this.subagent(log.agent ? `${log.agent}/${e.tool}` : e.tool, e.text, log, e.call_id);
     }
 
-    on_llm_started(e) { this.setActivity(`model thinking · step ${e.step}`); }
+    on_turn_started(e, log) {
+      if (!log.agent) {
+        message(this.composer.info, '');
+        this.add(h('div', { class: 'turn-divider' }, h('span', null, `turn ${e.turn}`)));
+      }
+      this.add(h('div', { class: 'bubble user', testid: 'user-message', dataset: { turn: e.turn } },
+        log.agent ? h('div', { class: 'label' }, 'Task') : null, e.text || ''), log);
+      this.setActivity('working…', log);
+    }
 
-    bubble(e) {
+    on_llm_started(e, log) { this.setActivity(`model thinking · step ${e.step}`, log); }
+
+    bubble(e, log) {
       const key = `${e.turn}:${e.step}`;
-      let bubble = this.bubbles.get(key);
+      let bubble = log.bubbles.get(key);
       if (!bubble) {
         const text = h('span', { class: 'text' });
         const el = h('div', { class: 'bubble assistant', testid: 'assistant-text', dataset: { key, turn: e.turn, step: e.step } }, text);
         bubble = { el, text };
-        this.bubbles.set(key, bubble);
-        this.add(el);
+        log.bubbles.set(key, bubble);
+        this.add(el, log);
       }
-      this.lastAssistant = bubble;
+      log.lastAssistant = bubble;
       return bubble;
     }
 
-    on_token(e) {
+    on_token(e, log) {
       if (!e.text) return;
-      const bubble = this.bubble(e);
+      const bubble = this.bubble(e, log);
       bubble.el.classList.add('streaming');
       bubble.text.textContent += e.text;
     }
 
-    on_reset(e) {
-      const bubble = this.bubbles.get(`${e.turn}:${e.step}`);
+    on_reset(e, log) {
+      const bubble = log.bubbles.get(`${e.turn}:${e.step}`);
       if (bubble) {
         bubble.text.textContent = '';
         bubble.el.classList.add('was-reset');
       }
-      this.setActivity(`model call retried · step ${e.step}`);
+      this.setActivity(`model call retried · step ${e.step}`, log);
     }
 
-    card(e) {
-      let card = this.cards.get(e.call_id);
+    card(e, log) {
+      let card = log.cards.get(e.call_id);
       if (!card) {
         const el = {
           root: h('div', { class: 'tool-card', testid: 'tool-card', dataset: { callId: e.call_id || '', tool: e.tool || '' } }),
@@ -804,6 +850,7 @@
           bytes: h('span', { class: 'tool-bytes', testid: 'tool-bytes' }),
           risk: h('span', { class: 'risk', hidden: true }),
           args: h('pre', { class: 'tool-args', testid: 'tool-args' }),
+          progress: h('div', { class: 'tool-progress', testid: 'tool-progress', hidden: true }),
           decision: h('div', { class: 'tool-decision', testid: 'tool-decision', hidden: true }),
           observation: h('details', { class: 'tool-observation', testid: 'tool-observation', hidden: true }),
         };
@@ -812,10 +859,10 @@
             h('span', { class: 'tool-icon', 'aria-hidden': 'true' }, '⚙'),
             h('code', { class: 'tool-name', testid: 'tool-name' }, e.tool || '?'),
             el.risk, el.status, h('span', { class: 'tool-meta' }, el.ms, el.bytes)),
-          el.args, el.decision, el.observation]);
+          el.args, el.progress, el.decision, el.observation]);
         card = { el };
-        this.cards.set(e.call_id, card);
-        this.add(el.root);
+        log.cards.set(e.call_id, card);
+        this.add(el.root, log);
       }
       if (e.args) {
         const flat = JSON.stringify(e.args);
@@ -835,14 +882,22 @@
       card.el.root.dataset.status = status;
     }
 
-    on_tool_started(e) {
-      const card = this.card(e);
+    on_tool_started(e, log) {
+      const card = this.card(e, log);
       this.cardStatus(card, 'running', 'running…');
-      this.setActivity(`running ${e.tool}`);
+      this.setActivity(`running ${e.tool}`, log);
     }
 
-    on_tool_finished(e) {
-      const card = this.card(e);
+    /** The running tool's latest word on how far it got (`ctx.progress`). */
+    on_tool_progress(e, log) {
+      const card = this.card(e, log);
+      card.el.progress.textContent = e.text || '';
+      show(card.el.progress, true);
+      this.setActivity(`${e.tool}: ${e.text || ''}`, log);
+    }
+
+    on_tool_finished(e, log) {
+      const card = this.card(e, log);
       this.cardStatus(card, e.status || 'ok');
       card.el.ms.textContent = e.ms !== undefined ? `${number(e.ms)} ms` : '';
       card.el.bytes.textContent = e.observation_bytes !== undefined ? bytes(e.observation_bytes) : '';
@@ -852,17 +907,17 @@
         fill(card.el.observation, h('summary', null, 'observation'), h('pre', null, e.text));
         show(card.el.observation, true);
       }
-      this.setActivity('');
+      this.setActivity('', log);
     }
 
-    on_approval_requested(e) {
-      const card = this.card(e);
+    on_approval_requested(e, log) {
+      const card = this.card(e, log);
       this.cardStatus(card, 'awaiting', 'waits for approval');
-      this.setActivity('waiting for your approval');
+      this.setActivity('waiting for your approval', log);
     }
 
-    on_decision_taken(e) {
-      const card = this.card(e);
+    on_decision_taken(e, log) {
+      const card = this.card(e, log);
       const approved = e.status === 'approved';
       this.cardStatus(card, approved ? 'approved' : 'rejected');
       fill(card.el.decision,
@@ -870,34 +925,34 @@
         ' by ', h('strong', { testid: 'approver' }, e.approver || 'unknown'),
         e.text ? h('span', null, ': ', h('q', null, e.text)) : null);
       show(card.el.decision, true);
-      if (!approved) this.setActivity('');
+      if (!approved) this.setActivity('', log);
     }
 
-    on_decision_refused(e) {
-      this.note(`A decision was refused: ${e.text || ''}`, 'warn');
+    on_decision_refused(e, log) {
+      this.note(`A decision was refused: ${e.text || ''}`, 'warn', log);
     }
 
-    on_question_asked(e) {
+    on_question_asked(e, log) {
       const options = (e.options || []).length
         ? h('ul', { class: 'options' }, e.options.map((o) => h('li', null, o))) : null;
       this.add(h('div', { class: 'bubble assistant question', testid: 'question', dataset: { callId: e.call_id || '', kind: e.question_kind || '' } },
-        h('div', { class: 'label' }, 'The agent asks'), h('div', null, e.text || ''), options));
-      this.setActivity('waiting for your answer');
+        h('div', { class: 'label' }, 'The agent asks'), h('div', null, e.text || ''), options), log);
+      this.setActivity('waiting for your answer', log);
     }
 
-    on_answered(e) {
+    on_answered(e, log) {
       this.add(h('div', { class: 'bubble user answer', testid: 'answer' },
-        h('div', { class: 'label' }, 'Answer'), e.text || ''));
-      this.setActivity('working…');
+        h('div', { class: 'label' }, 'Answer'), e.text || ''), log);
+      this.setActivity('working…', log);
     }
 
-    on_summary_started() { this.note('Folding earlier turns into a summary…', 'info'); }
+    on_summary_started(e, log) { this.note('Folding earlier turns into a summary…', 'info', log); }
 
-    on_summary_finished() { this.note('Summary updated.', 'info'); }
+    on_summary_finished(e, log) { this.note('Summary updated.', 'info', log); }
 
-    on_turn_finished(e) {
+    on_turn_finished(e, log) {
       const text = (e.text || '').trim();
-      const last = this.lastAssistant;
+      const last = log.lastAssistant;
       if (text) {
         if (last && last.el.dataset.turn === String(e.turn) && last.text.textContent.trim() === text) {
           last.el.dataset.testid = 'final-answer';
@@ -905,13 +960,13 @@
         } else {
           const el = h('div', { class: 'bubble assistant final', testid: 'final-answer', dataset: { turn: e.turn } },
             h('span', { class: 'text' }, e.text));
-          this.add(el);
+          this.add(el, log);
         }
       }
       this.add(h('div', { class: 'turn-end', testid: 'turn-end', dataset: { stopReason: e.stop_reason || '' } },
-        `turn ${e.turn} finished · ${e.stop_reason || 'done'}`));
-      this.lastAssistant = null;
-      this.setActivity('');
+        `turn ${e.turn} finished · ${e.stop_reason || 'done'}`), log);
+      log.lastAssistant = null;
+      this.setActivity('', log);
       if (this.el.audit && !this.el.audit.hidden) this.refreshAudit();
     }
 

@@ -22,6 +22,7 @@ CARRY_BUDGET_BYTES = 1024 * KiB
 # What comes in from outside, at the edge.
 DEFAULT_MESSAGE_BYTES = 256 * KiB  # a user message (`start`, `say`), unless configured lower
 MAX_SYSTEM_PROMPT_BYTES = 32 * KiB
+MAX_OUTPUT_SCHEMA_BYTES = 16 * KiB  # a typed result's JSON Schema (sent with every model call)
 MAX_OBSERVATION_BYTES = 64 * KiB  # the ceiling of `max_observation_bytes`
 MAX_CONTEXT_BUDGET_TOKENS = 128_000  # the ceiling of `context_budget_tokens` (a model request < 2 MiB)
 MAX_MODEL_NAME_BYTES = 256

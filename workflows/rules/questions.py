@@ -8,6 +8,10 @@ from pydantic import BaseModel, Field
 
 from workflows.models import Question, QuestionKind, ToolDefinition
 
+# What the asking tool (and so the model) gets when the human declines to answer (AG-UI's
+# `cancelled` resume of a question).
+DECLINED = "no answer: the user declined to answer"
+
 
 class AskInput(BaseModel):
     message: str = Field(min_length=1, description="The question to ask the user")

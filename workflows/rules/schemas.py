@@ -93,24 +93,35 @@ def argument_errors(
     """Every way `arguments` miss `schema`, or why they cannot be checked. Never raises."""
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {type(arguments).__name__}"
-    problem = depth_problem(arguments)
+    return value_errors(schema, arguments, "the arguments", "the tool's schema", search)
+
+
+def value_errors(schema: dict[str, Any], value: Any, what: str, whose: str,
+                 search: Search = re2_search) -> list[ValidationError] | str:
+    """Every way a JSON value misses `schema`, or why it cannot be checked (`what` names the
+    value, `whose` the schema, in that reason). Never raises."""
+    problem = depth_problem(value)
     if problem is not None:
-        return f"the arguments cannot be checked: {problem}"
+        return f"{what} cannot be checked: {problem}"
     try:
         patterns_anywhere = any("patternProperties" in d for d in _objects(schema))
         validator = _validator_class(search, patterns_anywhere)(_one_dialect(schema),
                                                                 registry=NOTHING_FETCHED)
-        return list(validator.iter_errors(arguments))
+        return list(validator.iter_errors(value))
     except PatternTimeout as exc:
-        return f"the arguments cannot be checked: {exc}"
+        return f"{what} cannot be checked: {exc}"
     except Exception as exc:
-        return f"the tool's schema cannot be applied: {_reason(exc)}"
+        return f"{whose} cannot be applied: {_reason(exc)}"
 
 
 def argument_problem(schema: dict[str, Any], arguments: Any, search: Search = re2_search) -> str | None:
     """Why `arguments` do not fit `schema`, or None when they do. Never raises: a schema that
     cannot be applied is a reason too."""
-    errors = argument_errors(schema, arguments, search)
+    return described(argument_errors(schema, arguments, search))
+
+
+def described(errors: list[ValidationError] | str) -> str | None:
+    """The errors of `value_errors` as one line, or None for none."""
     if isinstance(errors, str):
         return errors
     parts = []

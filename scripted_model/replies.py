@@ -1,0 +1,54 @@
+"""What the scripted model answers, and how it reads a message: shared by scripts and intents."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ScriptedToolCall(BaseModel):
+    """One tool call the model "decides" to make."""
+
+    name: str
+    arguments: str | dict = {}
+    id: str | None = None  # None: a deterministic id; "" sends a call with no id at all
+
+    def arguments_text(self) -> str:
+        """A dict is JSON-encoded; a str is sent verbatim (it may be invalid JSON on purpose)."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+class ScriptedReply(BaseModel):
+    """What the model answers at one step of a conversation."""
+
+    content: str | None = None
+    tool_calls: list[ScriptedToolCall] = []
+    errors: list[int] = []
+    hold: bool = False
+    delay_s: float = 0.0
+    finish_reason: str | None = None
+    content_without_tools: str | None = None  # the answer instead, when no tools are offered
+    no_usage: bool = False  # answer without any usage, as some endpoints do
+
+    def effective_finish_reason(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Text of a message whose content is a str, a list of text parts, or absent."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""

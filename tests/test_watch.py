@@ -1,0 +1,33 @@
+"""How `watch` renders the stream: a unit test of its Renderer, no server."""
+
+from __future__ import annotations
+
+import io
+
+from client.watch import Renderer
+from workflows.models import StreamEvent
+
+
+def test_a_running_tools_progress_shows_under_it_a_subagents_marked():
+    out = io.StringIO()
+    renderer = Renderer("conv-1", out)
+    shown = [
+        (StreamEvent(kind="tool_started", turn=1, step=1, call_id="c1", tool="send_sms",
+                     args={"to": "+49"}), None),
+        (StreamEvent(kind="token", turn=1, step=2, text="Sending"), "researcher"),
+        (StreamEvent(kind="tool_progress", turn=1, step=1, call_id="c1", tool="send_sms",
+                     text="1 of 2 sent"), None),
+        (StreamEvent(kind="tool_progress", turn=1, step=1, call_id="call_0", tool="fetch",
+                     text="page 3"), "researcher"),
+        (StreamEvent(kind="tool_finished", turn=1, step=1, call_id="c1", tool="send_sms",
+                     status="ok", observation_bytes=4, ms=12), None),
+    ]
+    for event, agent in shown:
+        renderer.render(event, agent, f"conv-1/{agent}" if agent else None)
+    assert out.getvalue().splitlines() == [
+        "→ send_sms(to=+49)",
+        "[researcher] Sending",  # the open line of tokens is closed before the next line
+        "  ⋯ send_sms: 1 of 2 sent",
+        "[researcher]   ⋯ fetch: page 3",
+        "← send_sms ok (4 bytes, 12 ms)",
+    ]
