@@ -13,6 +13,7 @@ Two ways to send a human's input, with the same rules:
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import time
 import uuid
@@ -21,10 +22,12 @@ from datetime import timedelta
 from typing import Any, get_args
 
 from pydantic import BaseModel
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -33,7 +36,12 @@ from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.contrib.workflow_streams import (
+    PollInput,
+    PollResult,
+    WorkflowStreamClient,
+    WorkflowStreamItem,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -64,6 +72,11 @@ NO_ANSWER_YET = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEE
                            RPCStatusCode.UNAVAILABLE})
 POLL_INTERVAL_S = 0.25
 RECONNECT_DELAY_S = 1.0
+# The stream's own query: an immediate read of what it holds from an offset (the library names
+# it in `temporalio.contrib.workflow_streams`); polled while caught up.
+STREAM_POLL_QUERY = "__temporal_workflow_stream_poll"
+STREAM_POLL_INTERVAL_S = 0.2
+CLOSED_CHECK_EVERY = 10  # empty reads between two looks at whether the conversation closed
 LIST_LABEL, LIST_LABEL_CHARS = "prompt", 120  # the memo a conversation is listed by
 STATUSES: list[str] = list(get_args(Status))
 STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
@@ -416,22 +429,52 @@ async def follow(client: Client, workflow_id: str, from_offset: int = 0,
                  ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
     """A conversation's durable events from an offset, live, across continue-as-new, until it
     completes. A lost connection or a restarting server is survived: it resumes from the next
-    offset after a short pause, so nothing is lost or repeated."""
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    offset = from_offset
+    offset after a short pause, so nothing is lost or repeated.
+
+    It reads with the stream's query, never its long-poll Update: a watcher then holds nothing
+    of the conversation (Temporal lets a workflow have 10 Updates in flight, and a dropped or an
+    idle watcher's poll would hold one until the next event, so ten watchers would block every
+    decision), and adds nothing to its history. The handle names no run, so each read reaches
+    the latest run: continue-as-new is followed as it happens."""
+    handle = client.get_workflow_handle(workflow_id)
+    convert = client.data_converter.payload_converter
+    offset, empty = from_offset, 0
     while True:
         try:
-            async for item in stream.subscribe(STREAM_TOPICS, from_offset=offset,
-                                               result_type=StreamEvent):
-                offset = item.offset + 1
-                yield item
-            return
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
+            result = await handle.query(STREAM_POLL_QUERY, PollInput(STREAM_TOPICS, offset),
+                                        result_type=PollResult, rpc_timeout=QUERY_RPC_TIMEOUT)
+            for wire in result.items:
+                payload = Payload()
+                payload.ParseFromString(base64.b64decode(wire.data))
+                yield WorkflowStreamItem(topic=wire.topic, offset=wire.offset,
+                                         data=convert.from_payload(payload, StreamEvent))
+            offset = result.next_offset
+            if result.items or result.more_ready:
+                empty = 0
+                continue
+            # Caught up: is the conversation over? Asked now and then, not on every read.
+            if empty % CLOSED_CHECK_EVERY == 0 and await _closed(handle):
+                final = await handle.query(STREAM_POLL_QUERY, PollInput(STREAM_TOPICS, offset),
+                                           result_type=PollResult,
+                                           rpc_timeout=QUERY_RPC_TIMEOUT)
+                if not final.items:  # what it published last is read before the end
+                    return
+                continue
+            empty += 1
+            await asyncio.sleep(STREAM_POLL_INTERVAL_S)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
                 raise NotFound(f"no such conversation: {workflow_id}") from None
             if on_interrupted is not None:
-                on_interrupted(err, offset)
+                on_interrupted(err, offset)  # type: ignore[arg-type]
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+
+async def _closed(handle: WorkflowHandle) -> bool:
+    """Whether the conversation's latest run has closed (completed, failed, ended)."""
+    status = (await handle.describe()).status
+    return status not in (None, WorkflowExecutionStatus.RUNNING,
+                          WorkflowExecutionStatus.CONTINUED_AS_NEW)
 
 
 def pending_call(name: str, pending: list[PendingConfirmation]) -> PendingConfirmation | None:

@@ -280,3 +280,26 @@ async def test_fuzzing_every_route_finds_no_5xx_hang_or_log_flood(edge_api,
     print(report.summary())
     assert report.requests > 200 and len({route for route, _ in report.statuses}) >= 12
     assert report.findings == [], report.summary()
+
+
+async def test_watchers_hold_nothing_of_the_conversation(http: httpx.AsyncClient, client,
+                                                        model: ScriptedModelServer):
+    """A stream reads with a query: twelve open streams on an idle conversation (more than the
+    10 Updates Temporal lets a workflow have in flight) neither block its input nor grow its
+    history while nothing happens."""
+    trigger = script(model, unique("edge-watchers"), ScriptedReply(content="first"),
+                     ScriptedReply(content="second"))
+    cid = unique("edge")
+    await http.post("/conversations", json={"prompt": trigger, "id": cid})
+    await until(http, cid, "idle")
+    handle = client.get_workflow_handle(cid)
+    before = await recorded_events(handle)
+    streams = [asyncio.create_task(first_events(http, cid, params={"from_offset": 10**9},
+                                                wait_s=8)) for _ in range(12)]
+    await asyncio.sleep(2)
+    assert await recorded_events(handle) == before  # watching adds nothing to the history
+    said = await http.post(f"/conversations/{cid}/messages", json={"text": "still here?"})
+    assert said.status_code == 200, said.text
+    await until(http, cid, "idle", turn=2)
+    seen = await asyncio.gather(*streams)
+    assert all(any(e.get("event") == "turn_finished" for e in events) for events in seen)
