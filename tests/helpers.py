@@ -25,7 +25,7 @@ from scripted_model import (
     ScriptedToolCall,
 )
 from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
+from workflows.conversation import ConversationWorkflow, SignalGuard
 from workflows.models import (
     SETTLED_STATUSES,
     ConversationInput,
@@ -36,7 +36,7 @@ from workflows.models import (
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
 REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                    workflow_runner=workflow_runner())
+                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
 
 
 async def replay(handle: WorkflowHandle, record_as: str) -> None:

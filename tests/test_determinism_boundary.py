@@ -33,12 +33,12 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
+from workflows.conversation import ConversationWorkflow, SignalGuard
 
 data = json.loads(Path(sys.argv[1]).read_text())
 history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)
 replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                    workflow_runner=workflow_runner())
+                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
 result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
 print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_failure}")
 """

@@ -237,6 +237,8 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     await handle.signal("say", ["not", "an", "object"])
     for name in ("confirm", "reject", "answer", "say", "child_status"):
         await handle.signal(name)  # no request at all
+    await handle.signal("confirm", args=[{"call_ids": [pending.call_id]}, "one too many"])
+    await handle.signal("end", args=[{}, {}])
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update("decide_confirm", {"call_ids": {"a": 1}}, result_type=dict)
     with pytest.raises(WorkflowUpdateFailedError):

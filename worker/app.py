@@ -22,7 +22,7 @@ from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.loader import load_tools
 from worker.logging import LoggingInterceptor
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
+from workflows.conversation import AGENT_STATUS, ConversationWorkflow, SignalGuard
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox
@@ -84,7 +84,7 @@ def build_worker(
         workflow_runner=workflow_runner(sandboxed),
         activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool]
                     if activities else []),
-        interceptors=[LoggingInterceptor()],
+        interceptors=[LoggingInterceptor(), SignalGuard()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )

@@ -18,6 +18,12 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.worker import (
+    HandleSignalInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
@@ -613,3 +619,23 @@ def _sent(request: object, signal: str) -> bool:
         workflow.logger.warning("signal %s came without its request; dropped", signal)
         return False
     return True
+
+
+class SignalGuard(Interceptor):
+    """Drops a signal sent with more than the one request every signal here takes: the SDK
+    would call its handler with all of them, and the TypeError would fail the workflow task
+    (a signal without its request is `_sent`'s to drop). The worker and every replayer run it."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _OneRequestPerSignal
+
+
+class _OneRequestPerSignal(WorkflowInboundInterceptor):
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        if len(input.args) > 1:
+            workflow.logger.warning("signal %s came with %d arguments, not one; dropped",
+                                    input.signal, len(input.args))
+            return
+        await super().handle_signal(input)
