@@ -273,6 +273,9 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         resumed after a subagent's `child_started` does not send that subagent's events, even
         those still to come; one that starts at or before it sends them all again. The `end`
         comes once the subagents' streams have ended too (they end with the conversation)."""
+        # The stream is open at once, whatever the first read costs (a finished conversation's
+        # is a replay on a worker): a client never waits on a response that has not begun.
+        yield ServerSentEvent(comment="open")
         async with aclosing(follow_tree(s.client, cid, offset)) as tree:
             async for agent, owner, event, at in tree:
                 data = event.model_dump(mode="json", exclude_none=True)

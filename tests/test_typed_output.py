@@ -142,7 +142,9 @@ async def test_the_http_api_takes_an_output_schema(api, model: ScriptedModelServ
         assert status["final_output"] == {"city": "Rome", "celsius": 20}
 
 
-async def test_the_cli_starts_a_typed_conversation(cli, model: ScriptedModelServer, tmp_path):
+async def test_the_cli_starts_a_typed_conversation(
+        cli,  # noqa: F811 - the fixture, imported above
+        model: ScriptedModelServer, tmp_path):
     schema = tmp_path / "weather.json"
     schema.write_text(json.dumps(WEATHER))
     trigger = script(model, unique("typed-cli"),
