@@ -63,6 +63,7 @@ from workflows.models import (
     ConfirmRequest,
     ConversationInput,
     ConversationStatus,
+    PendingConfirmation,
     PendingQuestion,
     Question,
     RejectRequest,
@@ -137,13 +138,23 @@ def question_schema(q: PendingQuestion) -> dict[str, Any]:
             "additionalProperties": False}
 
 
+def interrupt_id(pending: PendingConfirmation | PendingQuestion) -> str:
+    """What an interrupt is named by: the ref, so that a subagent's never shares an id."""
+    return pending.ref or pending.call_id
+
+
+def open_interrupt_ids(status: ConversationStatus) -> list[str]:
+    q = status.pending_question
+    return [*map(interrupt_id, status.pending_confirmations), *([interrupt_id(q)] if q else [])]
+
+
 def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -> list[Interrupt]:
     found = [
-        Interrupt(  # a subagent's call is named by its ref, so that two never share an id
-            id=p.ref or p.call_id, reason="tool_approval", tool_call_id=p.ref or p.call_id,
+        Interrupt(
+            id=interrupt_id(p), reason="tool_approval", tool_call_id=interrupt_id(p),
             message=f"{p.tool}({json.dumps(p.args, ensure_ascii=False)}) is {p.risk} and waits "
                     "for approval",
-            response_schema=confirmation_schema(schemas.get(p.ref or p.call_id)),
+            response_schema=confirmation_schema(schemas.get(interrupt_id(p))),
             metadata={"tool": p.tool, "args": p.args, "risk": p.risk,
                       "conversation_id": p.conversation_id or status.workflow_id},
         )
@@ -152,7 +163,7 @@ def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -
     q = status.pending_question
     if q is not None:
         found.append(Interrupt(
-            id=q.ref or q.call_id, reason="input_required", message=q.message,
+            id=interrupt_id(q), reason="input_required", message=q.message,
             response_schema=question_schema(q),
             metadata={"kind": q.kind, "options": q.options,
                       "conversation_id": q.conversation_id or status.workflow_id},
@@ -175,7 +186,7 @@ def plan_resume(entries: list[ResumeEntry], status: ConversationStatus, principa
     already answered, say by this same resume sent again, or one never raised) is ignored, as
     AG-UI says; the open interrupts must all be answered, unless no entry names any: then the
     run just reports what the conversation waits for now. Raises UsageError (nothing sent)."""
-    open_ids = [i.id for i in interrupts(status, {})]
+    open_ids = open_interrupt_ids(status)
     plan, seen = ResumePlan(), set()
     for entry in entries:
         if entry.interrupt_id in seen:
@@ -207,7 +218,7 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
     payload that does not fit the interrupt's `responseSchema`, or an answer the question
     would refuse."""
     q = status.pending_question
-    if q is not None and entry.interrupt_id == (q.ref or q.call_id):
+    if q is not None and entry.interrupt_id == interrupt_id(q):
         if entry.status == "cancelled":  # the question is withdrawn: the model reads so
             return AnswerRequest(request_id=request_id, values=[], call_id=q.call_id,
                                  declined=True)
@@ -304,7 +315,7 @@ class Translator:
         client that missed the run that raised them (a lost response, a retried run) has it."""
         out = self.close_text()
         for p in status.pending_confirmations:
-            out += self.announce(p.ref or p.call_id, p.tool, p.args)
+            out += self.announce(interrupt_id(p), p.tool, p.args)
         return out
 
 

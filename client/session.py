@@ -65,6 +65,7 @@ from workflows.models import (
 from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
 from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from workflows.rules.output import output_schema_problem
+from workflows.rules.schemas import MAX_DEPTH
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -113,8 +114,8 @@ def check_conversation_id(cid: str) -> str | None:
             f". : @ + = or -), not {cid[:60]!r}{'…' if len(cid) > 60 else ''}")
 
 
-# Deeper JSON than any tool schema needs; far below where encoding it would recurse too deep.
-MAX_JSON_DEPTH = 64
+# The nesting a tool's arguments may have, so what the conversation accepts can also be sent.
+MAX_JSON_DEPTH = MAX_DEPTH
 
 
 def unsendable(value: Any) -> str | None:
@@ -438,7 +439,7 @@ async def follow(client: Client, workflow_id: str, from_offset: int = 0,
     the latest run: continue-as-new is followed as it happens."""
     handle = client.get_workflow_handle(workflow_id)
     convert = client.data_converter.payload_converter
-    offset, empty = from_offset, 0
+    offset, empty, closed = from_offset, 0, False
     while True:
         try:
             result = await handle.query(STREAM_POLL_QUERY, PollInput(STREAM_TOPICS, offset),
@@ -452,13 +453,11 @@ async def follow(client: Client, workflow_id: str, from_offset: int = 0,
             if result.items or result.more_ready:
                 empty = 0
                 continue
+            if closed:  # read once more after the close was seen: nothing came after it
+                return
             # Caught up: is the conversation over? Asked now and then, not on every read.
             if empty % CLOSED_CHECK_EVERY == 0 and await _closed(handle):
-                final = await handle.query(STREAM_POLL_QUERY, PollInput(STREAM_TOPICS, offset),
-                                           result_type=PollResult,
-                                           rpc_timeout=QUERY_RPC_TIMEOUT)
-                if not final.items:  # what it published last is read before the end
-                    return
+                closed = True  # what it published last is read before the end
                 continue
             empty += 1
             await asyncio.sleep(STREAM_POLL_INTERVAL_S)
