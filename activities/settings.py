@@ -12,6 +12,7 @@ from activities.profiles import Profiles
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
+FOUR_EYES_RISKS = ("sensitive", "destructive")  # a safe call waits for nobody
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class ActivitySettings:
     # the entry-point group `durable_react_agent.tools` come too).
     tool_modules: tuple[str, ...] = ()
     builtin_tools: bool = True  # AGENT_BUILTIN_TOOLS=off: no get_weather, no notes
+    # AGENT_FOUR_EYES: risks (comma-separated) whose calls someone other than the conversation's
+    # owner must decide; reaches each conversation with its tools, as the floor above does
+    four_eyes: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -60,6 +64,7 @@ class ActivitySettings:
                                if m.strip()),
             builtin_tools=on_or_off("AGENT_BUILTIN_TOOLS", env.get("AGENT_BUILTIN_TOOLS", ""),
                                     default=True),
+            four_eyes=four_eyes(env.get("AGENT_FOUR_EYES", "")),
         )
 
 
@@ -67,6 +72,16 @@ def auto_approvable(value: str) -> frozenset[str] | None:
     """`AGENT_AUTO_APPROVE`: tool names, comma-separated; `*` for any."""
     names = frozenset(n.strip() for n in value.split(",") if n.strip())
     return None if "*" in names else names
+
+
+def four_eyes(value: str) -> tuple[str, ...]:
+    """`AGENT_FOUR_EYES`: risks, comma-separated (`destructive`, or `sensitive,destructive`)."""
+    risks = tuple(dict.fromkeys(r.strip().lower() for r in value.split(",") if r.strip()))
+    unknown = [r for r in risks if r not in FOUR_EYES_RISKS]
+    if unknown:
+        raise ValueError(f"AGENT_FOUR_EYES names {', '.join(map(repr, unknown))}: the risks it "
+                         f"may name are {', '.join(FOUR_EYES_RISKS)}")
+    return risks
 
 
 def on_or_off(name: str, value: str, default: bool) -> bool:

@@ -50,9 +50,10 @@ class ToolActivities:
         profile allows, with the profile's system prompt."""
         allowed = self._settings.auto_approvable
         floor = None if allowed is None else sorted(allowed)
+        rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes)}
         profiles = self._settings.profiles
         if request is not None and request.profile not in profiles.agents:
-            return ToolCatalog(tools=[], auto_approvable=floor,
+            return ToolCatalog(tools=[], **rules,
                                errors=[f"no agent profile {request.profile!r} on this worker"])
         tools, errors = self._registry.definitions(), []
         if self._mcp is not None:
@@ -62,9 +63,8 @@ class ToolActivities:
             tools, errors = tools + discovery.tools, discovery.errors
         tools = tools + profiles.tools()
         if request is None:
-            return ToolCatalog(tools=tools, errors=errors, auto_approvable=floor)
-        return ToolCatalog(tools=profiles.allowed(request.profile, tools), errors=errors,
-                           auto_approvable=floor,
+            return ToolCatalog(tools=tools, errors=errors, **rules)
+        return ToolCatalog(tools=profiles.allowed(request.profile, tools), errors=errors, **rules,
                            system_prompt=profiles.agents[request.profile].system_prompt)
 
     @activity.defn(dynamic=True)

@@ -1,4 +1,7 @@
-"""`python -m api`: the HTTP API and web console on AGENT_API_ADDRESS (default 127.0.0.1:8000)."""
+"""`python -m api`: the HTTP API and web console on AGENT_API_ADDRESS (default 127.0.0.1:8000).
+
+`python -m api hash-token` reads a token on stdin and prints what AGENT_API_TOKENS_FILE holds for
+it (its SHA-256), so the token itself need not be stored where the API runs."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import sys
 
 import uvicorn
 
+from api.access import hash_token
 from api.app import create_app
 from api.settings import ApiSettings, SettingsError
 from client.connection import TemporalSettings
@@ -13,6 +17,16 @@ from worker.logging import configure_logging
 
 
 def main() -> int:
+    if sys.argv[1:] == ["hash-token"]:
+        token = sys.stdin.read().strip()
+        if not token:
+            print("error: give the token on stdin", file=sys.stderr)
+            return 2
+        print(hash_token(token))
+        return 0
+    if sys.argv[1:]:
+        print("usage: python -m api [hash-token]", file=sys.stderr)
+        return 2
     try:
         settings = ApiSettings.from_env()
     except SettingsError as err:

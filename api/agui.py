@@ -46,6 +46,7 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
 
+from api.access import Principal, Verdict
 from client.session import (
     CliError,
     NotFound,
@@ -221,7 +222,7 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
     if q is not None and entry.interrupt_id == interrupt_id(q):
         if entry.status == "cancelled":  # the question is withdrawn: the model reads so
             return AnswerRequest(request_id=request_id, values=[], call_id=q.call_id,
-                                 declined=True)
+                                 declined=True, sender=principal)
         payload = entry.payload
         value = payload.get("answer") if isinstance(payload, dict) else payload
         if isinstance(value, bool):
@@ -236,7 +237,8 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
         checked = check_answer(Question(kind=q.kind, message=q.message, options=q.options), values)
         if isinstance(checked, Refusal):
             raise UsageError(f"the answer to {entry.interrupt_id} is refused: {checked.reason}")
-        return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id)
+        return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id,
+                             sender=principal)
     ids = [entry.interrupt_id]
     if entry.status == "cancelled":
         return RejectRequest(request_id=request_id, call_ids=ids, reason="cancelled",
@@ -319,7 +321,7 @@ class Translator:
         return out
 
 
-async def run_agui(session: Session, inp: RunAgentInput, principal: str,
+async def run_agui(session: Session, inp: RunAgentInput, who: Principal,
                    ) -> AsyncIterator[BaseEvent]:
     """One AG-UI run: RUN_STARTED, what the conversation does, then RUN_FINISHED (an answer or
     an interrupt) or RUN_ERROR (a refusal, or a conversation that cannot go on). Whatever goes
@@ -327,7 +329,7 @@ async def run_agui(session: Session, inp: RunAgentInput, principal: str,
     thread, run = inp.thread_id, inp.run_id
     yield RunStartedEvent(thread_id=thread, run_id=run, protocol_version=PROTOCOL_VERSION)
     try:
-        async for event in _run(session, inp, principal):  # ends in RUN_FINISHED, or raises
+        async for event in _run(session, inp, who):  # ends in RUN_FINISHED, or raises
             yield event
     except (Refused, UsageError, CliError) as err:
         yield RunErrorEvent(message=str(err), code=ERROR_CODES.get(type(err), "error"))
@@ -339,8 +341,8 @@ async def run_agui(session: Session, inp: RunAgentInput, principal: str,
                             code="internal_error")
 
 
-async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIterator[BaseEvent]:
-    thread, run = inp.thread_id, inp.run_id
+async def _run(session: Session, inp: RunAgentInput, who: Principal) -> AsyncIterator[BaseEvent]:
+    thread, run, principal = inp.thread_id, inp.run_id, who.name
     reason = check_conversation_id(thread)
     if reason is not None:
         raise UsageError(f"threadId: {reason}")
@@ -366,14 +368,16 @@ async def _run(session: Session, inp: RunAgentInput, principal: str) -> AsyncIte
                 raise UsageError("a new thread starts with a user message")
             started = await session.start(
                 ConversationInput(prompt=message[1], request_id=message_request_id(message[0]),
-                                  max_message_bytes=session.max_message_bytes),
+                                  max_message_bytes=session.max_message_bytes, owner=principal),
                 thread, source="AG-UI", existing_ok=True)
             if not started:  # another run started it meanwhile
                 offset, status = await _position(session, thread)
+                if status is not None and who.may("message", status.owner) is not Verdict.ALLOWED:
+                    raise Refused(f"the thread id {thread} is in use")
         if status is None:
             answer_turn, sent = 1, True
         else:
-            answer_turn, sent = await _take_message(session, thread, status, message)
+            answer_turn, sent = await _take_message(session, thread, status, message, principal)
     if not sent and status is not None:  # a retried run, or one that answers nothing new
         end = await _end_now(session, translator, thread, run, status, answer_turn, metadata)
         if end:
@@ -441,7 +445,7 @@ async def _position(session: Session, thread: str) -> tuple[int, ConversationSta
 
 
 async def _take_message(session: Session, thread: str, status: ConversationStatus,
-                        message: tuple[str, str] | None) -> tuple[int, bool]:
+                        message: tuple[str, str] | None, sender: str) -> tuple[int, bool]:
     """Send the run's message unless the conversation took it already (a retried run): the turn
     that answers it, and whether it was sent now."""
     if status.status in CLOSED_STATUSES:
@@ -455,5 +459,6 @@ async def _take_message(session: Session, thread: str, status: ConversationStatu
     if status.status in WAITING_STATUSES:
         raise Refused(f"conversation {thread} waits for a human: resume its interrupts "
                       "before sending a message")
-    outcome = await session.update(thread, SayRequest(text=message[1], request_id=request_id))
+    outcome = await session.update(thread, SayRequest(text=message[1], request_id=request_id,
+                                                      sender=sender))
     return outcome.turn or status.turn + 1, True

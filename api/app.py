@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, WithJsonSchema
 from temporalio.client import Client
 
+from api.access import ROLES, Action, Forbidden, Principal, Role, Verdict
 from api.agui import run_agui
 from api.bodies import (
     AnswerBody,
@@ -39,7 +40,7 @@ from api.errors import RequestIds, add_error_handlers, document_errors, errors, 
 from api.guard import BodyLimit, Gate
 from api.settings import ApiSettings
 from client.connection import TemporalSettings, connect
-from client.session import ConversationRow, Refused, Session, new_conversation_id
+from client.session import ConversationRow, NotFound, Refused, Session, new_conversation_id
 from client.tree import follow_tree
 from workflows.models import (
     AnswerRequest,
@@ -59,6 +60,11 @@ STATIC = FilePath(__file__).parent / "static"
 
 class ConsoleConfig(BaseModel):
     principal: str
+    roles: list[Role]
+    may_start: bool  # start conversations
+    sees_all: bool  # read (and list) every conversation, not only one's own
+    decides_all: bool  # decide every conversation's calls, not only one's own
+    writes_all: bool  # message and end every conversation (an admin)
     auth_required: bool
     temporal_ui: str
     namespace: str
@@ -70,12 +76,13 @@ bearer = HTTPBearer(auto_error=False, description="a token of AGENT_API_TOKENS")
 
 
 def principal(request: Request, _: Annotated[HTTPAuthorizationCredentials | None,
-                                              Depends(bearer)]) -> str:
-    """Whom `api.guard` let in: the token's name; without AGENT_API_TOKENS, `anonymous`."""
+                                              Depends(bearer)]) -> Principal:
+    """Whom `api.guard` let in: the token's name and roles; without AGENT_API_TOKENS,
+    `anonymous`, an admin."""
     return request.state.principal
 
 
-Principal = Annotated[str, Depends(principal)]
+Who = Annotated[Principal, Depends(principal)]
 # Temporal's own limit on a workflow id (a conversation started here has at most 200 characters)
 Cid = Annotated[str, Path(max_length=1000, description="the conversation id")]
 RequestId = Annotated[str, Depends(request_id)]
@@ -87,6 +94,35 @@ def session(request: Request) -> Session:
 
 
 Conversations = Annotated[Session, Depends(session)]
+
+DOING = {"read": "read", "message": "send messages to", "decide": "decide the calls of",
+         "end": "end"}
+
+
+async def check_access(action: Action, cid: str, s: Session, who: Principal) -> None:
+    """404 for a conversation the principal may not see (its existence is not leaked), 403
+    for what the principal may see but not do. The owner is looked up only when it matters."""
+    owner = None
+    if who.may(action, None) != who.may(action, who.name):
+        owner = await s.owner(cid)
+    enforce(who, action, cid, owner)
+
+
+def enforce(who: Principal, action: Action, cid: str, owner: str | None) -> None:
+    verdict = who.may(action, owner)
+    if verdict is Verdict.HIDDEN:
+        raise NotFound(f"no such conversation: {cid}")
+    if verdict is Verdict.FORBIDDEN:
+        raise Forbidden(f"{who.describe()} may not {DOING[action]} conversation {cid}: only "
+                        "its owner" + (", an approver" if action == "decide" else "")
+                        + " or an admin may")
+
+
+def allowed(action: Action) -> Any:
+    """A route's dependency: the principal may do `action` to the conversation `cid`."""
+    async def check(cid: Cid, s: Conversations, who: Who) -> None:
+        await check_access(action, cid, s, who)
+    return Depends(check)
 
 
 # A stream offset, when given: not sending one is not sending `null`, so the schema has no null.
@@ -104,7 +140,7 @@ def start_offset(
     return 0 if last_event_id is None else last_event_id + 1
 
 
-async def stream_start(cid: Cid, s: Conversations, _: Principal,
+async def stream_start(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")],
                        requested: Annotated[int, Depends(start_offset)]) -> int:
     """Where the stream starts, found before it does (so no such conversation is a 404): past
     the end, at the end. A poll past the end would wait for an offset the conversation may never
@@ -165,43 +201,53 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                          200: {"model": ConversationStatus, "links": LINKS,
                                "description": "it already existed"},
                          **errors(413, 502, 503)})
-    async def start(body: StartBody, s: Conversations, _: Principal) -> Any:
-        """Start a conversation (201). With an `id` already in use, nothing new starts: the
-        answer is that conversation's status (200)."""
+    async def start(body: StartBody, s: Conversations, who: Who) -> Any:
+        """Start a conversation (201), owned by the token's name. With an `id` already in use,
+        nothing new starts: the answer is that conversation's status (200), or, if it is not
+        the caller's to read, a 409."""
+        if not who.may_start:
+            raise Forbidden(f"{who.describe()} may not start conversations")
         cid = body.id or new_conversation_id()
         inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
                                 model=body.model, max_steps=body.max_steps,
                                 one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
-                                max_cost_usd=body.max_cost_usd, output_schema=body.output_schema)
+                                max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,
+                                owner=who.name)
         started = await s.start(inp, cid, source="the HTTP API", existing_ok=True)
+        if not started and who.may("read", await s.owner(cid)) is not Verdict.ALLOWED:
+            raise Refused(f"the id {cid} is in use")
         current = await s.status(cid)
         return current if started else JSONResponse(current.model_dump(mode="json"), 200)
 
     @app.get("/conversations", response_model=list[ConversationRow], tags=["conversations"],
              responses=errors(502))
-    async def conversations(s: Conversations, _: Principal,
+    async def conversations(s: Conversations, who: Who,
                             status: Status | None = None,
                             limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
-        """Conversations, newest first, optionally those in one status."""
-        return await s.conversations(status, limit)
+        """Conversations, newest first, optionally those in one status; for a `user`, those
+        they started."""
+        return await s.conversations(status, limit, owner=None if who.sees_all else who.name)
 
     read = errors(404, 502, 503)
 
     @app.get("/conversations/{cid}", response_model=ConversationStatus, tags=["conversations"],
              responses=read)
-    async def conversation(cid: Cid, s: Conversations, _: Principal) -> Any:
+    async def conversation(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                          ) -> Any:
         """The status, with the keys of `python -m client status --json`."""
         return await s.status(cid)
 
     @app.get("/conversations/{cid}/history", response_model=list[AuditRecord],
              tags=["conversations"], responses=read)
-    async def history(cid: Cid, s: Conversations, _: Principal) -> Any:
+    async def history(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                     ) -> Any:
         """The audit trail: a record per step, with who decided what."""
         return await s.history(cid)
 
     @app.get("/conversations/{cid}/schemas", response_model=dict[str, dict[str, Any]],
              tags=["conversations"], responses=read)
-    async def schemas(cid: Cid, s: Conversations, _: Principal) -> Any:
+    async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                     ) -> Any:
         """The JSON Schema of each pending call's arguments, by call id: edited args are checked
         against it (and again by the conversation)."""
         return await s.pending_schemas(cid)
@@ -212,44 +258,48 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
 
     @app.post("/conversations/{cid}/messages", response_model=SignalOutcome, tags=["input"],
               responses=given)
-    async def say(cid: Cid, body: MessageBody, s: Conversations, _: Principal,
-                  rid: RequestId) -> Any:
+    async def say(cid: Cid, body: MessageBody, s: Conversations, who: Who,
+                  _: Annotated[None, allowed("message")], rid: RequestId) -> Any:
         """The next user message; the outcome names the turn that will answer it."""
-        return await s.update(cid, SayRequest(text=body.text, request_id=rid))
+        return await s.update(cid, SayRequest(text=body.text, request_id=rid, sender=who.name))
 
     @app.post("/conversations/{cid}/confirm", response_model=SignalOutcome, tags=["input"],
               responses=given)
-    async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Principal,
-                      rid: RequestId) -> Any:
+    async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
+                      _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
         """Approve pending call(s), optionally one with edited args. The approver recorded is
-        the token's name."""
+        the token's name. Under four eyes (AGENT_FOUR_EYES), a call of those risks is refused
+        (409) to the conversation's owner."""
         return await s.decide(cid, ConfirmRequest(request_id=rid, call_ids=body.call_ids,
-                                                  all=body.all, args=body.args, approver=who,
+                                                  all=body.all, args=body.args,
+                                                  approver=who.name,
                                                   seen=body.seen), by_update=True)
 
     @app.post("/conversations/{cid}/reject", response_model=SignalOutcome, tags=["input"],
               responses=given)
-    async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Principal,
-                     rid: RequestId) -> Any:
+    async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Who,
+                     _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
         """Reject pending call(s); the model reads `rejected by user: <reason>`."""
         return await s.decide(cid, RejectRequest(request_id=rid, call_ids=body.call_ids,
-                                                 all=body.all, reason=body.reason, approver=who,
+                                                 all=body.all, reason=body.reason,
+                                                 approver=who.name,
                                                  seen=body.seen), by_update=True)
 
     @app.post("/conversations/{cid}/answer", response_model=SignalOutcome, tags=["input"],
               responses=given)
-    async def answer(cid: Cid, body: AnswerBody, s: Conversations, _: Principal,
-                     rid: RequestId) -> Any:
+    async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
+                     _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
         """Answer the pending question."""
-        return await s.decide(cid, AnswerRequest(request_id=rid, values=body.values),
+        return await s.decide(cid, AnswerRequest(request_id=rid, values=body.values,
+                                                 sender=who.name),
                               by_update=True)
 
     @app.post("/conversations/{cid}/end", response_model=SignalOutcome, tags=["input"],
               responses=given)
-    async def end(cid: Cid, s: Conversations, _: Principal, rid: RequestId,
-                  body: EndBody | None = None) -> Any:
+    async def end(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("end")],
+                  rid: RequestId, body: EndBody | None = None) -> Any:
         """End the conversation: work in flight is cancelled, stop_reason=ended."""
-        outcome = await s.end(cid, rid)
+        outcome = await s.end(cid, rid, sender=who.name)
         if outcome is None:
             raise Refused(f"conversation {cid} finished before it took the end")
         return outcome
@@ -289,10 +339,18 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     @app.post("/agui", tags=["streams"], response_class=StreamingResponse,
               responses={200: {"content": {"text/event-stream": {}},
                                "description": "AG-UI events"}, **errors(413)})
-    async def agui(body: RunAgentInput, s: Conversations, who: Principal) -> StreamingResponse:
+    async def agui(body: RunAgentInput, s: Conversations, who: Who) -> StreamingResponse:
         """An AG-UI run (`threadId` is the conversation id): starts or continues the
         conversation, streams the turn, and ends in an answer or an interrupt. `resume` entries
-        answer the interrupts of the previous run."""
+        answer the interrupts of the previous run. A thread is the conversation: another
+        user's answers 404; a run that resumes decides, any other sends a message."""
+        try:
+            owner = await s.owner(body.thread_id)
+        except NotFound:  # a new thread (or a bad id, which the run refuses)
+            if not who.may_start and not body.resume:
+                raise Forbidden(f"{who.describe()} may not start conversations") from None
+        else:
+            enforce(who, "decide" if body.resume else "message", body.thread_id, owner)
         encoder = EventEncoder()
 
         async def encoded() -> AsyncIterator[str]:
@@ -304,9 +362,13 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     # ----- the console -----
 
     @app.get("/config", response_model=ConsoleConfig, tags=["console"])
-    async def config(who: Principal) -> Any:
-        """Who you are, and where the Temporal UI is."""
-        return ConsoleConfig(principal=who, auth_required=settings.auth_required,
+    async def config(who: Who) -> Any:
+        """Who you are, what your roles let you do, and where the Temporal UI is."""
+        return ConsoleConfig(principal=who.name, roles=[r for r in ROLES if r in who.roles],
+                             may_start=who.may_start, sees_all=who.sees_all,
+                             decides_all=who.may("decide", None) is Verdict.ALLOWED,
+                             writes_all=who.may("message", None) is Verdict.ALLOWED,
+                             auth_required=settings.auth_required,
                              temporal_ui=settings.temporal_ui, namespace=temporal.namespace)
 
     @app.get("/", include_in_schema=False)

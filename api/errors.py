@@ -16,6 +16,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
+from api.access import Forbidden
 from client.session import CliError, NotFound, NoWorker, Refused, UsageError
 
 log = structlog.get_logger("api")
@@ -93,7 +94,8 @@ def unprocessable(errors: list[dict[str, Any]]) -> JSONResponse:
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    for error, code in ((NotFound, 404), (NoWorker, 503), (Refused, 409), (CliError, 409)):
+    for error, code in ((NotFound, 404), (NoWorker, 503), (Refused, 409), (CliError, 409),
+                        (Forbidden, 403)):
         app.add_exception_handler(error, _plain(code))
 
     @app.exception_handler(UsageError)
@@ -131,9 +133,12 @@ def _documented(description: str) -> dict[str, Any]:
 # What each error means, for the OpenAPI document: every route lists those it can answer.
 ERRORS: dict[int, dict[str, Any]] = {
     401: _documented("no valid bearer token (with AGENT_API_TOKENS)"),
-    403: _documented("a cross-site browser request (AGENT_API_CORS_ORIGINS), or, without "
-                     "tokens, a Host that is not loopback"),
-    404: _documented("no such conversation (or no such running one, for input)"),
+    403: _documented("the token's role may not do this (a viewer writes nothing; only its owner, "
+                     "an approver or an admin decides a conversation's calls), a cross-site "
+                     "browser request (AGENT_API_CORS_ORIGINS), or, without tokens, a Host "
+                     "that is not loopback"),
+    404: _documented("no such conversation (or no such running one, for input), or one the "
+                     "token's role may not see (another user's)"),
     409: _documented("refused by the conversation: the reason; nothing changed"),
     413: _documented("the body is over AGENT_API_MAX_BODY_BYTES"),
     502: _documented("Temporal refused the request: the log has its reason, under request_id"),

@@ -5,17 +5,18 @@
 - a browser's cross-site request is refused unless its origin is configured: without tokens, a
   page elsewhere could otherwise approve writes through the user's browser;
 - with tokens, every route but the console's page, its static files and the OpenAPI docs needs a
-  bearer token (401 before the body is read, so a stranger learns nothing from a 422)."""
+  bearer token (401 before the body is read, so a stranger learns nothing from a 422);
+- a token that may write nothing (a viewer's) is refused every write (403, before the body too).
+What a role may do to one conversation depends on who owns it: `api.app` asks `api.access`."""
 
 from __future__ import annotations
-
-import hmac
 
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.access import ADMIN, Principal
 from api.settings import ANONYMOUS, ApiSettings, is_loopback_host
 
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
@@ -64,20 +65,20 @@ class Gate:
         if principal is None and not (public or preflight):
             why = "unknown token" if headers.get("authorization") else "a bearer token is required"
             return _refused(401, why, {"WWW-Authenticate": "Bearer"})
+        if (principal is not None and not principal.may_write and scope["method"] == "POST"
+                and not public):
+            return _refused(403, f"{principal.describe()} may read, not write")
         scope.setdefault("state", {})["principal"] = principal
         return None
 
-    def principal(self, headers: Headers) -> str | None:
-        """The token's name; without AGENT_API_TOKENS (loopback only), `anonymous`."""
+    def principal(self, headers: Headers) -> Principal | None:
+        """Whose token it is; without AGENT_API_TOKENS (loopback only), `anonymous`, an admin."""
         if not self.settings.auth_required:
-            return ANONYMOUS
+            return Principal(ANONYMOUS, ADMIN)
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return None
-        for token, name in self.settings.tokens.items():
-            if hmac.compare_digest(given.strip().encode(), token.encode()):
-                return name
-        return None
+        return self.settings.tokens.find(given.strip())
 
 
 class BodyLimit:

@@ -7,12 +7,15 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from api.access import TokenBook, TokenError
 
 DEFAULT_ADDRESS = "127.0.0.1:8000"
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # a message is at most 256 KiB; the rest is JSON around it
 DEFAULT_TEMPORAL_UI = "http://localhost:8233"
 DEFAULT_TIMEOUT_S = 15.0
-ANONYMOUS = "anonymous"  # the principal when the API runs without tokens (loopback only)
+ANONYMOUS = "anonymous"  # the principal (an admin) when the API runs without tokens (loopback only)
 
 
 class SettingsError(ValueError):
@@ -23,7 +26,7 @@ class SettingsError(ValueError):
 class ApiSettings:
     host: str = "127.0.0.1"
     port: int = 8000
-    tokens: dict[str, str] = field(default_factory=dict)  # token -> the principal's name
+    tokens: TokenBook = field(default_factory=TokenBook)  # named tokens, with their roles
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     temporal_ui: str = DEFAULT_TEMPORAL_UI
@@ -35,7 +38,7 @@ class ApiSettings:
         settings = cls(
             host=host,
             port=port,
-            tokens=parse_tokens(env.get("AGENT_API_TOKENS", "")),
+            tokens=token_book(env),
             cors_origins=tuple(o.strip().rstrip("/") for o in
                                env.get("AGENT_API_CORS_ORIGINS", "").split(",") if o.strip()),
             max_body_bytes=_positive_int(env, "AGENT_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
@@ -55,7 +58,7 @@ class ApiSettings:
             raise SettingsError(
                 f"refusing to listen on {self.host} without AGENT_API_TOKENS: anyone who can "
                 "reach it could approve tool calls. Set AGENT_API_TOKENS (name:token,...) or "
-                "bind to 127.0.0.1")
+                "AGENT_API_TOKENS_FILE, or bind to 127.0.0.1")
 
 
 def parse_address(raw: str) -> tuple[str, int]:
@@ -71,20 +74,13 @@ def parse_address(raw: str) -> tuple[str, int]:
     return host.strip("[]"), number
 
 
-def parse_tokens(raw: str) -> dict[str, str]:
-    """`alice:tok1,bob:tok2` → {token: name}."""
-    tokens: dict[str, str] = {}
-    for entry in filter(None, (e.strip() for e in raw.split(","))):
-        name, sep, token = entry.partition(":")
-        name, token = name.strip(), token.strip()
-        if not sep or not name or not token:
-            raise SettingsError("AGENT_API_TOKENS must be name:token pairs separated by commas "
-                                f"(an entry names {name or 'nobody'!r})")
-        if token in tokens:
-            raise SettingsError(f"AGENT_API_TOKENS gives {tokens[token]!r} and {name!r} the "
-                                "same token")
-        tokens[token] = name
-    return tokens
+def token_book(env: Mapping[str, str]) -> TokenBook:
+    """`AGENT_API_TOKENS` and `AGENT_API_TOKENS_FILE`, together."""
+    path = env.get("AGENT_API_TOKENS_FILE")
+    try:
+        return TokenBook.load(env.get("AGENT_API_TOKENS", ""), Path(path) if path else None)
+    except TokenError as err:
+        raise SettingsError(str(err)) from None
 
 
 def is_loopback(host: str) -> bool:

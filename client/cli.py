@@ -91,6 +91,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         max_message_bytes=s.max_message_bytes,
         max_cost_usd=a.max_cost_usd,
         output_schema=a.output_schema,
+        owner=a.who,
     )
     await s.start(inp, workflow_id)
     if not a.wait:
@@ -101,7 +102,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
 
 async def cmd_say(s: Session, a: argparse.Namespace) -> int:
     outcome = await s.send(a.id, ConversationWorkflow.say,
-                           SayRequest(text=a.message, request_id=uuid.uuid4().hex))
+                           SayRequest(text=a.message, request_id=uuid.uuid4().hex, sender=a.who))
     if not outcome.accepted:
         return _refused(outcome, a.json)
     if not a.wait:
@@ -141,24 +142,24 @@ async def cmd_confirm(s: Session, a: argparse.Namespace) -> int:
         if not isinstance(args, dict):
             raise UsageError("--args must be a JSON object")
     request = ConfirmRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_, args=args,
-                             approver=a.approver)
+                             approver=a.who)
     return await send_and_report(s, a, request)
 
 
 async def cmd_reject(s: Session, a: argparse.Namespace) -> int:
     call_ids, all_ = _targets(a)
     request = RejectRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_,
-                            reason=a.reason, approver=a.approver)
+                            reason=a.reason, approver=a.who)
     return await send_and_report(s, a, request)
 
 
 async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
-    request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values)
+    request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values, sender=a.who)
     return await send_and_report(s, a, request)
 
 
 async def cmd_end(s: Session, a: argparse.Namespace) -> int:
-    outcome = await s.end(a.id, uuid.uuid4().hex)
+    outcome = await s.end(a.id, uuid.uuid4().hex, sender=a.who)
     if outcome is None:
         status = await s.status(a.id)
         print(f"{a.id} finished before it took the end (stop reason: {status.stop_reason})")
@@ -254,10 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-schema", metavar="FILE_OR_JSON", type=read_output_schema,
                    help="a JSON Schema the final answer must fit; status shows it parsed as "
                         "final_output")
+    _add_as(p, "who starts it, its owner")
     _add_wait(p)
 
     p = command("say", cmd_say, "send the next user message")
     p.add_argument("message", help="the message; - reads it from stdin")
+    _add_as(p, "who sends it")
     _add_wait(p)
 
     for name, func, help_text in (
@@ -268,8 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("call_ids", nargs="*", metavar="CALL_ID",
                        help="the pending calls to decide (see `status`)")
         p.add_argument("--all", action="store_true", help="every call waiting for a decision")
-        p.add_argument("--as", dest="approver", default=_os_user(),
-                       help="who decides (default: the OS user)")
+        _add_as(p, "who decides")
         if name == "confirm":
             p.add_argument("--args", help="edited arguments (JSON object) for a single call")
         else:
@@ -279,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("answer", cmd_answer, "answer the pending question")
     p.add_argument("values", nargs="+", metavar="VALUE",
                    help="the answer: text, one option, several options, or yes/no")
+    _add_as(p, "who answers")
     _add_wait(p)
 
     p = command("watch", cmd_watch, "follow a conversation live")
@@ -293,9 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=STATUSES, help="only conversations in this status")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
 
-    command("end", cmd_end, "end a conversation: work in flight is cancelled, stop_reason=ended")
+    p = command("end", cmd_end, "end a conversation: work in flight is cancelled, "
+                                "stop_reason=ended")
+    _add_as(p, "who ends it")
     command("cancel", cmd_cancel, "cancel the conversation's workflow: stop_reason=cancelled")
     return parser
+
+
+def _add_as(p: argparse.ArgumentParser, who: str) -> None:
+    """The CLI talks to Temporal directly (the operator's tool, with no roles): the audit
+    trail names the OS user, or whom `--as` names."""
+    p.add_argument("--as", dest="who", default=_os_user(),
+                   help=f"{who}, in the audit trail (default: the OS user)")
 
 
 def _os_user() -> str:

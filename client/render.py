@@ -69,6 +69,10 @@ def render_status(s: ConversationStatus) -> str:
     return "\n".join(lines)
 
 
+# a person's input records
+INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended"}
+
+
 def render_history(records: list[AuditRecord]) -> str:
     if not records:
         return "no steps yet"
@@ -79,6 +83,11 @@ def render_history(records: list[AuditRecord]) -> str:
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} before step {r.step}"
                          f"  context folded ({tokens})")
             lines.append(f"  summary: {r.thought}")
+            continue
+        if r.kind in INPUTS:
+            said = f": {r.text}" if r.text else ""
+            lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "
+                         f"{INPUTS[r.kind]} by {r.by}{said}")
             continue
         lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} step {r.step}  ({tokens})")
         if r.thought:

@@ -62,7 +62,7 @@ from workflows.models import (
     Status,
     StreamEvent,
 )
-from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
+from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, TOKENS_TOPIC, owned_by
 from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from workflows.rules.output import output_schema_problem
 from workflows.rules.schemas import MAX_DEPTH
@@ -160,6 +160,7 @@ class ConversationRow(BaseModel):
     status: str | None
     execution: str | None
     started: str | None
+    owner: str | None = None  # who started it
 
 
 class Session:
@@ -199,7 +200,9 @@ class Session:
                 task_queue=self.settings.task_queue,
                 static_summary=clip(inp.prompt, 200),
                 static_details=f"Conversation started from {source} with `{clip(inp.prompt, 500)}`",
-                search_attributes=TypedSearchAttributes([SearchAttributePair(AGENT_STATUS, "running")]),
+                search_attributes=TypedSearchAttributes([
+                    SearchAttributePair(AGENT_STATUS, "running"),
+                    *(owned_by(inp.owner) or [])]),
                 memo={LIST_LABEL: clip(inp.prompt, LIST_LABEL_CHARS)},
                 id_reuse_policy=(WorkflowIDReusePolicy.REJECT_DUPLICATE if existing_ok
                                  else WorkflowIDReusePolicy.ALLOW_DUPLICATE),
@@ -210,10 +213,12 @@ class Session:
             raise CliError(f"conversation {workflow_id} is already running") from None
         return True
 
-    async def conversations(self, status: str | None = None, limit: int = 100
-                            ) -> list[ConversationRow]:
+    async def conversations(self, status: str | None = None, limit: int = 100,
+                            owner: str | None = None) -> list[ConversationRow]:
+        """The latest conversations (with `owner`, only those it started: a visibility query,
+        so a user's list never reads anyone else's)."""
         rows = []
-        async for wf in self.client.list_workflows(list_query(status), limit=limit):
+        async for wf in self.client.list_workflows(list_query(status, owner), limit=limit):
             memo = await wf.memo()
             rows.append(ConversationRow(
                 workflow_id=wf.id,
@@ -221,8 +226,24 @@ class Session:
                 status=shown_status(wf.typed_search_attributes.get(AGENT_STATUS), wf.status),
                 execution=wf.status.name.lower() if wf.status else None,
                 started=wf.start_time.isoformat() if wf.start_time else None,
+                owner=wf.typed_search_attributes.get(AGENT_OWNER),
             ))
         return rows
+
+    async def owner(self, workflow_id: str) -> str | None:
+        """Who started a conversation (a subagent's: its top conversation's owner), from its
+        search attributes: no worker needed. None for one started before owners were recorded;
+        `NotFound` if there is no such conversation."""
+        top = workflow_id.split("/", 1)[0]  # a subagent's id is `<parent id>/<call id>`
+        if unsendable(top) is not None:  # no conversation has an id that is not valid text
+            raise NotFound(f"no such conversation: {workflow_id[:200]!r}")
+        try:
+            description = await self.client.get_workflow_handle(top).describe()
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise NotFound(f"no such conversation: {workflow_id}") from None
+            raise
+        return description.typed_search_attributes.get(AGENT_OWNER)
 
     # ----- queries -----
 
@@ -322,9 +343,11 @@ class Session:
                            f"{'message' if isinstance(request, SayRequest) else 'signal'}")
         return outcome
 
-    async def end(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
+    async def end(self, workflow_id: str, request_id: str, sender: str | None = None
+                  ) -> SignalOutcome | None:
         """Ask the conversation to end: work in flight is cancelled. None if it closed first."""
-        await self.signal(workflow_id, ConversationWorkflow.end, EndRequest(request_id=request_id))
+        await self.signal(workflow_id, ConversationWorkflow.end,
+                          EndRequest(request_id=request_id, sender=sender))
         return await self.outcome(workflow_id, request_id)
 
     # ----- a decision or an answer, sent to the conversation that owns the call -----
@@ -518,13 +541,20 @@ _UPDATES: dict[type, Any] = {
 _CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
 
 
-def list_query(status: str | None) -> str:
+def list_query(status: str | None, owner: str | None = None) -> str:
     query = f'WorkflowType = "{ConversationWorkflow.__name__}" AND ExecutionStatus != "ContinuedAsNew"'
+    if owner is not None:
+        query += f" AND {AGENT_OWNER.name} = {quoted(owner)}"
     if status in _CLOSED:
         return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
     if status:
         return f'{query} AND ExecutionStatus = "Running" AND {AGENT_STATUS.name} = "{status}"'
     return query
+
+
+def quoted(value: str) -> str:
+    """A string operand of a visibility query."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def shown_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str | None:

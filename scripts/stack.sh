@@ -42,7 +42,7 @@ case "${1:-}" in
     nohup "$VENV/bin/temporal" server start-dev \
       --db-filename .temporal/dev.db \
       --port "$TEMPORAL_PORT" --ui-port "$UI_PORT" \
-      --search-attribute AgentStatus=Keyword \
+      --search-attribute AgentStatus=Keyword --search-attribute AgentOwner=Keyword \
       --dynamic-config-value history.transferProcessorMaxPollRPS=10000 \
       --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal \
       --log-level warn \

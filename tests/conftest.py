@@ -19,6 +19,7 @@ from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
+from workflows.reporting import AGENT_OWNER
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
 
@@ -28,7 +29,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         data_converter=pydantic_data_converter,
-        search_attributes=[AGENT_STATUS],
+        search_attributes=[AGENT_STATUS, AGENT_OWNER],
         dev_server_extra_args=TUNING_ARGS,
     )
     try:

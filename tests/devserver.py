@@ -36,7 +36,7 @@ def dev_server_command(db: Path, port: int) -> list[str]:
     return [
         temporal_cli(), "server", "start-dev", "--db-filename", str(db), "--port", str(port),
         "--headless", "--http-port", str(free_port()), "--metrics-port", str(free_port()),
-        "--search-attribute", "AgentStatus=Keyword", "--log-level", "error", *TUNING_ARGS,
+        "--search-attribute", "AgentStatus=Keyword", "--search-attribute", "AgentOwner=Keyword", "--log-level", "error", *TUNING_ARGS,
     ]
 
 

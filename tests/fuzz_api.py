@@ -56,6 +56,7 @@ from tests.hostile_input import (
 )
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
+from workflows.reporting import AGENT_OWNER
 
 REQUEST_TIMEOUT_S = 15.0  # the API's own wait for a worker is shorter (AGENT_API_TIMEOUT_S)
 STREAM_READ_S = 0.5
@@ -357,7 +358,7 @@ async def standalone(seconds: float, seed: int) -> int:
     model = ScriptedModelServer().start()
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(), data_converter=pydantic_data_converter,
-        search_attributes=[AGENT_STATUS], dev_server_extra_args=TUNING_ARGS)
+        search_attributes=[AGENT_STATUS, AGENT_OWNER], dev_server_extra_args=TUNING_ARGS)
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
     settings = ActivitySettings(
         openai_api_key="scripted", openai_base_url=model.base_url, openai_model="scripted",

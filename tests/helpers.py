@@ -28,6 +28,7 @@ from worker.app import workflow_runner
 from workflows.conversation import ConversationWorkflow, SignalGuard
 from workflows.models import (
     SETTLED_STATUSES,
+    AuditRecord,
     ConversationInput,
     ConversationStatus,
     LLMOptions,
@@ -37,6 +38,11 @@ FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
 REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
                     workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
+
+
+async def steps_of(handle: WorkflowHandle) -> list[AuditRecord]:
+    """The audit trail's step records (not a person's inputs, nor the context's folds)."""
+    return [r for r in await handle.query(ConversationWorkflow.history) if r.kind == "step"]
 
 
 async def replay(handle: WorkflowHandle, record_as: str) -> None:

@@ -24,7 +24,7 @@ from api.settings import (
     is_loopback,
     is_loopback_host,
     parse_address,
-    parse_tokens,
+    token_book,
 )
 from client.connection import TemporalSettings
 from client.session import UsageError
@@ -62,10 +62,11 @@ def entry(interrupt_id: str, payload=None, state: str = "resolved") -> ResumeEnt
 def test_settings_parse_and_refuse_what_they_cannot_use():
     assert parse_address("127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert parse_address("[::1]:9000") == ("::1", 9000)
-    assert parse_tokens(" alice:a1 , bob:b:2 ") == {"a1": "alice", "b:2": "bob"}
+    book = token_book({"AGENT_API_TOKENS": " alice:a1 , bob:b:2 "})
+    assert book.find("a1").name == "alice" and book.find("b:2").name == "bob"
     for bad in ["alice", ":t", "alice:", "alice:t,bob:t"]:
         with pytest.raises(SettingsError):
-            parse_tokens(bad)
+            token_book({"AGENT_API_TOKENS": bad})
     assert is_loopback("localhost") and is_loopback("127.0.0.2") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
     for host in ["localhost", "LOCALHOST:8000", "127.0.0.1", "127.9.9.9:80", "[::1]", "[::1]:80"]:

@@ -113,6 +113,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "context.summary", "context.folded_turns", "context.folded_steps", "context.dropped_turns",
     "context.drop_reason", "context.token_ratio", "context.prompt_tokens", "current.children",
     "current.final_output", "current.corrections",
+    "four_eyes",  # a conversation from before four eyes has none (nor an owner to hold to it)
 }
 
 
@@ -164,6 +165,7 @@ def full_state() -> ConversationState:
     state.current.children = [ChildReport(workflow_id="conv/w1", profile="writer",
                                           status="waiting_for_confirmation")]
     state.current.final_output, state.current.corrections = {"typed": True}, 1
+    state.four_eyes = ["destructive"]
     return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -55,7 +56,7 @@ async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):
     again = await cli("start", "--id", conv, "hello")
     assert again.returncode == 1 and "already running" in again.stderr
 
-    said = await cli("say", conv, "thanks!", "--wait")
+    said = await cli("say", conv, "thanks!", "--wait", "--as", "ops-bob")
     assert said.returncode == 0, said.stderr
     assert "answer: You're welcome." in said.stdout and "turn 2" in said.stdout
 
@@ -75,6 +76,13 @@ async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):
     assert ended.returncode == 0 and "taken" in ended.stdout
     final = await cli("status", conv, "--json")
     assert json.loads(final.stdout)["stop_reason"] == "ended"
+    # The operator's tool audits the OS user (the owner, the ender), or whom --as names.
+    assert json.loads(final.stdout)["owner"] == getpass.getuser()
+    history = json.loads((await cli("history", conv, "--json")).stdout)
+    assert [(r["kind"], r["by"]) for r in history if r["kind"] != "step"] == [
+        ("start", getpass.getuser()), ("message", "ops-bob"), ("end", getpass.getuser())]
+    shown = (await cli("history", conv)).stdout
+    assert "turn 2  message by ops-bob: thanks!" in shown and "ended by" in shown
 
     late = await cli("say", conv, "anyone there?")
     assert late.returncode == 1 and "no such running conversation" in late.stderr

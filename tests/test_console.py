@@ -4,7 +4,8 @@ A person starts a conversation from the console, watches the model's tokens stre
 call's arguments (the console refuses an invalid edit before sending anything), approves it, and
 reads who approved what in the audit trail. Other tests: the live stream resumes after the API
 restarts without losing or repeating an event, a question is answered through its form, a refusal
-(409) is shown, and the client-side schema validator. The main test writes the screenshots of
+(409) is shown, what a role may not do is not offered (and a 403's reason is shown), and the
+client-side schema validator. The main test writes the screenshots of
 docs/screenshots.
 """
 
@@ -31,6 +32,7 @@ from temporalio.client import Client
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, start, tool_call, unique
+from tests.test_roles import roles_queue  # noqa: F401 - a fixture: a worker under four eyes
 from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
 from workflows.rules.gate import args_hash
 
@@ -158,7 +160,7 @@ async def test_console_streams_edits_validates_and_approves(
            ScriptedReply(content="Saved the note."))
     page = console.page
     await page.goto(f"{api.url}/")
-    await expect(page.get_by_test_id("principal")).to_have_text("signed in as anonymous")
+    await expect(page.get_by_test_id("principal")).to_have_text("signed in as anonymous · admin")
     cid = await console.start(f"Please keep a note for me ({trigger}).")
     chat = page.get_by_test_id("chat")
 
@@ -232,7 +234,8 @@ async def test_console_streams_edits_validates_and_approves(
 
     # The audit trail says who approved what.
     await page.get_by_test_id("tab-audit").click()
-    action = page.get_by_test_id("audit").locator('[data-testid="audit-action"][data-tool="create_note"]')
+    action = page.get_by_test_id("audit").locator(
+        '[data-testid="audit-action"][data-tool="create_note"]')
     await expect(action.get_by_test_id("audit-approver")).to_have_text("anonymous")
     await expect(action).to_contain_text(edited)
     await expect(action.get_by_test_id("audit-decision")).to_contain_text("approved by anonymous")
@@ -248,7 +251,8 @@ async def test_console_stream_resumes_after_the_api_restarts(
     trigger = unique("console-resume")
     script(model, trigger,
            ScriptedReply(content="I need your approval for this.",
-                         tool_calls=[tool_call("create_note", {"title": unique("R"), "body": "B"})]),
+                         tool_calls=[tool_call("create_note",
+                                               {"title": unique("R"), "body": "B"})]),
            ScriptedReply(content="Done while you were away."))
     own = await asyncio.to_thread(ApiProcess(temporal_address, task_queue).start)
     try:
@@ -315,7 +319,8 @@ async def test_console_answers_questions_and_shows_a_refusal(
                "message": "Which days?", "options": ["mon", "tue", "wed"]})]),
            ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Shall I save it?"})]),
            ScriptedReply(content="Noted.",
-                         tool_calls=[tool_call("create_note", {"title": unique("Q"), "body": "x"})]),
+                         tool_calls=[tool_call("create_note",
+                                               {"title": unique("Q"), "body": "x"})]),
            ScriptedReply(content="All done."))
     page = console.page
     await page.goto(f"{api.url}/")
@@ -378,7 +383,8 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
     stream too), and records its name as the approver. Then a follow-up message, and the end."""
     trigger = unique("console-token")
     script(model, trigger,
-           ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("K"), "body": "k"})]),
+           ScriptedReply(tool_calls=[tool_call("create_note",
+                                               {"title": unique("K"), "body": "k"})]),
            ScriptedReply(content="First answer."),
            ScriptedReply(content="Second answer."))
     token = unique("tok")
@@ -395,12 +401,12 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
         await expect(page.get_by_test_id("token-why")).to_contain_text("refused")
         await page.get_by_test_id("token-input").fill(token)
         await page.get_by_test_id("token-save").click()
-        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice · admin")
         await expect(box).to_be_hidden()
 
         await console.start(f"Note it ({trigger}).")
         await page.reload()  # the token is kept
-        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice")
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as alice · admin")
         await page.get_by_test_id("approval-card").get_by_test_id("approve").click()
         chat = page.get_by_test_id("chat")
         await expect(chat.get_by_test_id("final-answer")).to_have_text("First answer.")
@@ -423,6 +429,221 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
         assert console.errors == []
     finally:
         await asyncio.to_thread(own.stop)
+
+
+async def sign_in(page: Page, url: str, token: str) -> None:
+    """Open the console of an API with tokens, and give it `token` through its token box."""
+    await page.goto(f"{url}/")
+    await expect(page.get_by_test_id("token-box")).to_be_visible()
+    await page.get_by_test_id("token-input").fill(token)
+    await page.get_by_test_id("token-save").click()
+    await expect(page.get_by_test_id("token-box")).to_be_hidden()
+
+
+async def started_by(api_url: str, token: str, prompt: str) -> str:
+    """A conversation started through the API with `token`, once it waits for an approval."""
+    auth = {"Authorization": f"Bearer {token}"}
+    started = await call("POST", f"{api_url}/conversations", json={"prompt": prompt}, headers=auth)
+    assert started.status_code == 201, started.text
+    cid = started.json()["workflow_id"]
+    for _ in range(300):
+        status = (await call("GET", f"{api_url}/conversations/{quote(cid)}", headers=auth)).json()
+        if status["status"] == "waiting_for_confirmation":
+            return cid
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{cid} did not come to wait for an approval: {status}")
+
+
+async def test_console_as_a_viewer_offers_nothing_to_do(
+        temporal_address: str, task_queue: str, model: ScriptedModelServer, browser: Browser):
+    """alice (user) starts a conversation that waits for her approval. vic (viewer) reads it,
+    the pending call and the audit trail (who started it, with what), but is offered no control:
+    no start form, no approve, reject or edit, no message, no end, and each place says why.
+    alice's console offers her the approval, and she gives it."""
+    trigger = unique("console-viewer")
+    title = unique("V")
+    script(model, trigger,
+           ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "v"})]),
+           ScriptedReply(content="Noted for alice."))
+    alice, vic = unique("tok-a"), unique("tok-v")
+    own = await asyncio.to_thread(ApiProcess(
+        temporal_address, task_queue,
+        AGENT_API_TOKENS=f"alice:{alice}:user,vic:{vic}:viewer").start)
+    contexts = []
+    try:
+        prompt = f"Keep a note, please ({trigger})."
+        cid = await started_by(own.url, alice, prompt)
+
+        context = await browser.new_context(viewport=VIEWPORT)
+        contexts.append(context)
+        viewer = Console(await context.new_page())
+        page = viewer.page
+        await sign_in(page, own.url, vic)
+        await expect(page.get_by_test_id("principal-name")).to_have_text("vic")
+        await expect(page.get_by_test_id("principal-roles")).to_have_text("viewer")
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as vic · viewer")
+        # No conversation to start: the form is disabled, and says why.
+        await expect(page.get_by_test_id("new-prompt")).to_be_disabled()
+        await expect(page.get_by_test_id("start")).to_be_disabled()
+        await expect(page.get_by_test_id("start-denied")).to_have_text(
+            "vic (viewer) may read, not start conversations")
+        # It is listed (a viewer reads every conversation), but nothing waits for vic.
+        item = page.get_by_test_id("conversation-list").locator(f'[data-id="{cid}"]')
+        await expect(item).to_contain_text("waits for approval")
+        await expect(item).to_contain_text("alice")
+        await expect(page.get_by_test_id("inbox-count")).to_have_text("0")
+        await expect(page.get_by_test_id("home-inbox")).to_contain_text(
+            "vic (viewer) may read every conversation, not decide")
+
+        await item.click()
+        await expect(page.get_by_test_id("conversation")).to_have_attribute("data-id", cid)
+        await expect(page.get_by_test_id("status")).to_have_attribute(
+            "data-status", "waiting_for_confirmation")
+        await expect(page.get_by_test_id("facts")).to_contain_text("started by alice")
+        await expect(page.get_by_test_id("chat").get_by_test_id("tool-card")).to_have_attribute(
+            "data-status", "awaiting")
+        card = page.get_by_test_id("approval-card")
+        await expect(card.get_by_test_id("approval-tool")).to_have_text("create_note")
+        await expect(card.get_by_test_id("approval-args")).to_contain_text(title)
+        await expect(card.get_by_test_id("decide-denied")).to_have_text(
+            "vic (viewer) may read, not write")
+        for control in ("approve", "reject", "edit-args", "reject-reason"):
+            await expect(page.get_by_test_id(control)).to_have_count(0)
+        await expect(page.get_by_test_id("message-input")).to_be_disabled()
+        await expect(page.get_by_test_id("send")).to_be_disabled()
+        await expect(page.get_by_test_id("end")).to_be_disabled()
+        await expect(page.get_by_test_id("end")).to_have_attribute(
+            "title", "vic (viewer) may read, not write")
+        await expect(page.get_by_test_id("write-denied")).to_have_text(
+            "vic (viewer) may read, not write")
+
+        # The audit trail: who started it, with what, apart from the steps.
+        await page.get_by_test_id("tab-audit").click()
+        audit = page.get_by_test_id("audit")
+        started = audit.locator('[data-testid="audit-row"][data-kind="start"]')
+        await expect(started).to_have_count(1)
+        await expect(started.get_by_test_id("audit-input")).to_contain_text("started by alice")
+        await expect(started.get_by_test_id("audit-by")).to_have_text("alice")
+        await expect(started.get_by_test_id("audit-text")).to_have_text(prompt)
+        await expect(audit.locator('[data-testid="audit-row"][data-kind="step"]')).to_have_count(0)
+        assert viewer.posts == []  # vic's console sent nothing
+
+        # alice's own console offers her the approval; vic's page sees it given.
+        context = await browser.new_context(viewport=VIEWPORT)
+        contexts.append(context)
+        owner = Console(await context.new_page())
+        await sign_in(owner.page, own.url, alice)
+        await expect(owner.page.get_by_test_id("principal")).to_have_text(
+            "signed in as alice · user")
+        await expect(owner.page.get_by_test_id("new-prompt")).to_be_enabled()
+        await expect(owner.page.get_by_test_id("start-denied")).to_be_hidden()
+        await owner.page.get_by_test_id("inbox").locator(f'[data-id="{cid}"]').click()
+        await expect(owner.page.get_by_test_id("message-input")).to_be_enabled()
+        await expect(owner.page.get_by_test_id("write-denied")).to_be_hidden()
+        await owner.page.get_by_test_id("approval-card").get_by_test_id("approve").click()
+        await expect(owner.page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(
+            "Noted for alice.")
+        await expect(page.get_by_test_id("approval-card")).to_have_count(0)
+        step = audit.locator('[data-testid="audit-row"][data-kind="step"]')
+        await expect(step.get_by_test_id("audit-approver")).to_have_text("alice")
+        await page.get_by_test_id("tab-chat").click()
+        await expect(page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(
+            "Noted for alice.")
+        assert viewer.posts == []
+        assert viewer.errors == [] and owner.errors == []
+    finally:
+        for context in contexts:
+            await context.close()
+        await asyncio.to_thread(own.stop)
+
+
+async def test_console_under_four_eyes_offers_the_owner_no_approval(
+        temporal_address: str, roles_queue: str, model: ScriptedModelServer, browser: Browser):  # noqa: F811
+    """With AGENT_FOUR_EYES=destructive on the worker, alice's console shows her own destructive
+    call and why someone else decides it, with no approve button; carol (approver) approves."""
+    trigger = unique("console-four-eyes")
+    script(model, trigger, ScriptedReply(tool_calls=[tool_call("delete_note", {"note_id": 9})]),
+           ScriptedReply(content="Deleted, as carol allowed."))
+    alice, carol = unique("tok-a"), unique("tok-c")
+    own = await asyncio.to_thread(ApiProcess(
+        temporal_address, roles_queue,
+        AGENT_API_TOKENS=f"alice:{alice}:user,carol:{carol}:approver").start)
+    contexts = []
+    try:
+        cid = await started_by(own.url, alice, f"Delete note 9 ({trigger}).")
+        pages = {}
+        for name, token in (("alice", alice), ("carol", carol)):
+            context = await browser.new_context(viewport=VIEWPORT)
+            contexts.append(context)
+            pages[name] = Console(await context.new_page())
+            await sign_in(pages[name].page, own.url, token)
+            await pages[name].page.goto(f"{own.url}/#/c/{quote(cid)}")
+        page = pages["alice"].page
+        card = page.get_by_test_id("approval-card")
+        await expect(card.get_by_test_id("approval-tool")).to_have_text("delete_note")
+        await expect(card.get_by_test_id("decide-denied")).to_contain_text(
+            "four eyes: a destructive call is decided by someone other than you")
+        await expect(page.get_by_test_id("approve")).to_have_count(0)
+        await expect(page.get_by_test_id("message-input")).to_be_enabled()  # still hers
+        approver = pages["carol"].page
+        await approver.get_by_test_id("approval-card").get_by_test_id("approve").click()
+        await expect(page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(
+            "Deleted, as carol allowed.")
+        assert pages["alice"].posts == [] and pages["alice"].errors == []
+    finally:
+        for context in contexts:
+            await context.close()
+        await asyncio.to_thread(own.stop)
+
+
+async def test_console_shows_why_a_write_is_forbidden(
+        temporal_address: str, task_queue: str, model: ScriptedModelServer, console: Console):
+    """bob (approver) may decide alice's conversation, not message or end it: the console offers
+    the approval and says why the rest is not offered. Then bob is made a viewer while his page
+    is open: the approval it still offers is refused (403), and the page shows the API's reason."""
+    trigger = unique("console-forbidden")
+    script(model, trigger,
+           ScriptedReply(tool_calls=[tool_call("create_note",
+                                               {"title": unique("F"), "body": "f"})]),
+           ScriptedReply(content="Done."))
+    alice, bob = unique("tok-a"), unique("tok-b")
+    api = ApiProcess(temporal_address, task_queue,
+                     AGENT_API_TOKENS=f"alice:{alice}:user,bob:{bob}:approver")
+    await asyncio.to_thread(api.start)
+    try:
+        cid = await started_by(api.url, alice, f"Note it ({trigger}).")
+        page = console.page
+        await sign_in(page, api.url, bob)
+        await expect(page.get_by_test_id("principal")).to_have_text("signed in as bob · approver")
+        await expect(page.get_by_test_id("new-prompt")).to_be_enabled()
+        await page.get_by_test_id("inbox").locator(f'[data-id="{cid}"]').click()
+        card = page.get_by_test_id("approval-card")
+        await expect(card.get_by_test_id("approve")).to_be_enabled()
+        await expect(card.get_by_test_id("decide-denied")).to_have_count(0)
+        why = ("bob (approver) may not send messages to or end this conversation: only its "
+               "owner (alice) or an admin may")
+        await expect(page.get_by_test_id("write-denied")).to_have_text(why)
+        await expect(page.get_by_test_id("message-input")).to_be_disabled()
+        await expect(page.get_by_test_id("end")).to_be_disabled()
+
+        # bob is a viewer now; his page, loaded as an approver, still offers the approval.
+        await asyncio.to_thread(api.stop)
+        api.env["AGENT_API_TOKENS"] = f"alice:{alice}:user,bob:{bob}:viewer"
+        await asyncio.to_thread(api.start)
+        await expect(page.get_by_test_id("stream-state")).to_have_attribute("data-state", "live")
+        await card.get_by_test_id("approve").click()
+        refusal = card.get_by_test_id("refusal")
+        await expect(refusal).to_be_visible()
+        await expect(refusal).to_have_text("Not allowed: bob (viewer) may read, not write")
+        await expect(refusal).to_have_attribute("data-kind", "refused")
+        await expect(card.get_by_test_id("approve")).to_be_enabled()  # to try again, or not
+        assert len(console.posted(cid, "confirm")) == 1
+        status = await call("GET", f"{api.url}/conversations/{quote(cid)}",
+                            headers={"Authorization": f"Bearer {alice}"})
+        assert status.json()["status"] == "waiting_for_confirmation"  # nothing was decided
+        assert console.errors == []
+    finally:
+        await asyncio.to_thread(api.stop)
 
 
 async def test_console_shows_a_subagents_events_under_the_call_that_started_it(
@@ -449,7 +670,8 @@ async def test_console_shows_a_subagents_events_under_the_call_that_started_it(
     await expect(own).to_have_attribute("data-status", "ok")
     await expect(page.locator('[data-testid="chat"] > [data-testid="final-answer"]')).to_have_text(
         "The researcher says: Paris is mild.")
-    await expect(page.locator('[data-testid="chat"] > [data-testid="user-message"]')).to_have_count(1)
+    own_messages = page.locator('[data-testid="chat"] > [data-testid="user-message"]')
+    await expect(own_messages).to_have_count(1)
     assert console.errors == []
 
 
@@ -489,7 +711,8 @@ async def test_console_shows_a_running_tools_progress_on_its_card(
     await expect(counting.get_by_test_id("tool-name")).to_have_text("count_up")
     await expect(counting.get_by_test_id("tool-progress")).to_have_text("2 of 3")
     await expect(counting).to_have_attribute("data-status", "running")
-    fetching = page.locator('[data-call-id="c1"] [data-testid="subagent"] [data-testid="tool-card"]')
+    fetching = page.locator(
+        '[data-call-id="c1"] [data-testid="subagent"] [data-testid="tool-card"]')
     await expect(fetching.get_by_test_id("tool-name")).to_have_text("fetch")
     await expect(fetching.get_by_test_id("tool-progress")).to_have_text("page 2 of 2")
     assert console.errors == []
@@ -521,7 +744,8 @@ VALIDATION_CASES = [
     ({"type": "object", "properties": {"o": {"type": "object", "properties": {
         "deep": {"type": "string", "minLength": 2}}}}}, {"o": {"deep": "x"}},
      ["o.deep: must be at least 2 characters long"]),
-    ({"type": "object", "properties": {"s": {"$ref": "#/$defs/S"}}, "$defs": {"S": {"type": "string"}}},
+    ({"type": "object", "properties": {"s": {"$ref": "#/$defs/S"}},
+      "$defs": {"S": {"type": "string"}}},
      {"s": 1}, ["s: must be string, not integer"]),
 ]
 

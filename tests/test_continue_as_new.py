@@ -29,6 +29,7 @@ from tests.helpers import (
     script,
     settled,
     start,
+    steps_of,
     tool_call,
     unique,
 )
@@ -41,6 +42,7 @@ from workflows.models import (
     SayRequest,
     StreamEvent,
 )
+from workflows.reporting import AGENT_OWNER
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -48,7 +50,7 @@ async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tup
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         data_converter=pydantic_data_converter,
-        search_attributes=[AGENT_STATUS],
+        search_attributes=[AGENT_STATUS, AGENT_OWNER],
         dev_server_extra_args=[
             *TUNING_ARGS, "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40",
         ],
@@ -108,7 +110,7 @@ async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     started = [e.data.turn for e in items if e.data.kind == "turn_started"]
     finished = [e.data.turn for e in items if e.data.kind == "turn_finished"]
     assert started == list(range(started[0], 10)) and finished == list(range(finished[0], 10))
-    assert len(await handle.query(ConversationWorkflow.history)) == 14 + 8  # every step, every run
+    assert len(await steps_of(handle)) == 14 + 8  # every step, every run
 
 
 async def test_a_one_shot_turn_that_spans_runs_completes(

@@ -13,8 +13,7 @@ from temporalio.client import Client
 from activities.llm import counted
 from activities.pricing import ModelPrice, Prices, PricesError
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import script, settled, start, tool_call, unique
-from workflows.conversation import ConversationWorkflow
+from tests.helpers import script, settled, start, steps_of, tool_call, unique
 from workflows.models import Usage
 from workflows.rules.stopping import child_share, dollars, over_budget
 
@@ -72,8 +71,7 @@ async def test_a_known_model_is_priced_per_step_turn_and_conversation(
                      ScriptedReply(content="Mild."))
     handle = await start(client, task_queue, trigger, model="gpt-4o-mini")
     status = await settled(handle)
-    records = await handle.query(ConversationWorkflow.history)
-    steps = [r.tokens for r in records]
+    steps = [r.tokens for r in await steps_of(handle)]
     assert len(steps) == 2 and all(s.cached_tokens > 0 for s in steps[1:])
     for step in steps:
         assert step.cost_usd == pytest.approx(catalog_price("gpt-4o-mini", step))

@@ -16,7 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.watch import Renderer, watch
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import reaches, script, settled, start, tool_call, unique
+from tests.helpers import reaches, script, settled, start, steps_of, tool_call, unique
 from worker.logging import redact_secrets
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow
 from workflows.models import ConfirmRequest, EndRequest, RejectRequest, StreamEvent
@@ -105,7 +105,7 @@ async def test_audit_trail_records_approval_rejection_and_error(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
     handle, create, delete = await approval_round(client, task_queue, model)
-    first, last = await handle.query(ConversationWorkflow.history)
+    first, last = await steps_of(handle)
     assert (first.turn, first.step, first.thought) == (1, 1, "Let me check.")
     assert first.tokens.total_tokens > 0 and first.stop_reason is None
     weather, created, deleted = first.actions
@@ -123,7 +123,7 @@ async def test_audit_trail_records_approval_rejection_and_error(
     )
     errored = await start(client, task_queue, trigger)
     await settled(errored)
-    [step, _] = await errored.query(ConversationWorkflow.history)
+    [step, _] = await steps_of(errored)
     assert [a.status for a in step.actions] == ["error", "error"]
     assert step.actions[1].input == "{}" and step.actions[1].ms is None
 

@@ -35,6 +35,7 @@ from tests.helpers import (
     script,
     settled,
     start,
+    steps_of,
     tool_call,
     unique,
 )
@@ -452,7 +453,7 @@ async def test_children_share_what_is_left_of_the_parents_budgets(
                          max_total_tokens=100_000, max_cost_usd=1.0)
     status = await reaches(handle, "idle", timeout_s=60)
     assert status.stop_reason == "answered", status
-    first = (await handle.query(ConversationWorkflow.history))[0].tokens  # before the children
+    first = (await steps_of(handle))[0].tokens  # before the children
     given = [started_input(await parent_history(client, f"{handle.id}/{kid}"))
              for kid in ("b1", "b2")]
     # Both started at once: each got half of what the parent's first step left, reserved (in

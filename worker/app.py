@@ -23,6 +23,7 @@ from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.loader import load_tools
 from worker.logging import LoggingInterceptor
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow, SignalGuard
+from workflows.reporting import AGENT_OWNER
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox
@@ -40,17 +41,20 @@ STICKY_TIMEOUT = timedelta(seconds=2)
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
-    """Register `AgentStatus`; a workflow upserting an unknown attribute would fail every task."""
-    request = AddSearchAttributesRequest(
-        namespace=namespace,
-        search_attributes={AGENT_STATUS.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
-    )
-    try:
-        await client.operator_service.add_search_attributes(request)
-    except RPCError as err:
-        if err.status != RPCStatusCode.ALREADY_EXISTS:
-            raise
-    log.info("search attribute ready", name=AGENT_STATUS.name, namespace=namespace)
+    """Register `AgentStatus` and `AgentOwner`; a workflow upserting an unknown attribute would
+    fail every task, and a start naming one would be refused. One request each, so an older
+    deployment that has the first gains the second."""
+    for key in (AGENT_STATUS, AGENT_OWNER):
+        request = AddSearchAttributesRequest(
+            namespace=namespace,
+            search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+        )
+        try:
+            await client.operator_service.add_search_attributes(request)
+        except RPCError as err:
+            if err.status != RPCStatusCode.ALREADY_EXISTS:
+                raise
+        log.info("search attribute ready", name=key.name, namespace=namespace)
 
 
 def build_worker(

@@ -86,6 +86,8 @@ DELTA_CONTEXT_PATCH = "delta-context"
 # Runs with this marker take a request id once, and hold the gate at the seams between
 # conversations (subagents' budgets and ids); runs begun before it don't.
 GATE_SEAMS_PATCH = "gate-at-every-seam"
+# Runs with this marker keep who started them, sent a message or ended them in the audit trail.
+AUDIT_INPUTS_PATCH = "audit-inputs"
 
 
 @workflow.defn
@@ -104,6 +106,8 @@ class ConversationWorkflow:
         self._desk.on_settled = self._announce_settled
         self._seams = workflow.patched(GATE_SEAMS_PATCH)
         self._desk.dedupe = self._seams
+        self._desk.owner = self._input.owner
+        self._audit_inputs = workflow.patched(AUDIT_INPUTS_PATCH)
         if inp.request_id is not None and inp.state is None and inp.carry is None:
             self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
@@ -123,6 +127,8 @@ class ConversationWorkflow:
         try:
             self._sync_status()
             if inp.state is None and inp.carry is None:
+                if self._state.inbox:  # the first message, unless it was refused
+                    self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
             await self._serve()
         except asyncio.CancelledError:
@@ -185,12 +191,20 @@ class ConversationWorkflow:
     @workflow.signal
     def say(self, request: SayRequest | None = None) -> None:
         if _sent(request, "say"):
-            self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
+            self._take_message(request)
 
     @workflow.update
     def send_message(self, request: SayRequest) -> SignalOutcome:
         """`say`, answered synchronously: the validator refuses before anything reaches history."""
-        return self._desk.take_message(request, self._input.one_shot, self._phase == "completed")
+        return self._take_message(request)
+
+    def _take_message(self, request: SayRequest) -> SignalOutcome:
+        repeated = self._desk.repeated(request.request_id) is not None
+        outcome = self._desk.take_message(request, self._input.one_shot,
+                                          self._phase == "completed")
+        if outcome.accepted and not repeated:
+            self._audit_input("message", outcome.turn, request.sender, request.text)
+        return outcome
 
     @send_message.validator
     def _check_message(self, request: SayRequest) -> None:
@@ -226,6 +240,8 @@ class ConversationWorkflow:
     @workflow.signal
     def end(self, request: EndRequest | None = None) -> None:
         request = request or EndRequest()  # an end needs no more than its name
+        if not self._state.end_requested:
+            self._audit_input("end", self._state.current.number, request.sender, None)
         self._state.end_requested = True
         self._desk.accept(request.request_id)
         if self._turn_task is not None and not self._turn_task.done():
@@ -306,6 +322,7 @@ class ConversationWorkflow:
                 self._narrator.emit("decision_refused", text=verdict.reason)
             else:
                 self._narrator.emit("answered", text=verdict)
+                self._audit_input("answer", None, taken.request.sender, verdict)
         elif isinstance(verdict, (list, Refusal)):
             self._narrator.announce(verdict)
         self._sync_status()
@@ -326,6 +343,7 @@ class ConversationWorkflow:
             turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
+            owner=self._input.owner,
         )
 
     def _pending_confirmations(self) -> list[PendingConfirmation]:
@@ -468,6 +486,16 @@ class ConversationWorkflow:
             if is_looping(turn.call_records):
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
+
+    def _audit_input(self, kind: str, turn: int | None, by: str | None,
+                     text: str | None) -> None:
+        """A person's input in the audit trail: who started the conversation, sent a message
+        (at the turn that answers it) or ended it."""
+        if not self._audit_inputs:
+            return
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
+            tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
 
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
                      actions: list[AuditAction] | None = None) -> None:

@@ -81,6 +81,7 @@ class HumanDesk:
         self._state = state
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
+        self.owner: str | None = None  # who started the conversation (four eyes)
         self.dedupe = False  # a request id already taken is not taken again (set per run)
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
         self._waiting: list[Taken] = []
@@ -228,7 +229,12 @@ class HumanDesk:
                                     dict(self._state.past_calls))
         if isinstance(targets, Refusal):
             return targets
-        return gate.check_seen(targets, self.pending, request.seen) or targets
+        return (gate.check_seen(targets, self.pending, request.seen)
+                or gate.four_eyes_refusal(targets, self.pending,
+                                          clip(request.approver, MAX_APPROVER_BYTES) or "",
+                                          self.owner,
+                                          self._state.four_eyes)
+                or targets)
 
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
         """Approve the named calls, or refuse the whole request and change nothing."""
@@ -324,7 +330,9 @@ class HumanDesk:
     def pending_confirmations(self) -> list[PendingConfirmation]:
         return [
             PendingConfirmation(call_id=p.call_id, tool=p.tool.name, args=p.args, risk=p.tool.risk,
-                                ref=p.call_id, args_hash=gate.args_hash(p.args))
+                                ref=p.call_id, args_hash=gate.args_hash(p.args),
+                                four_eyes=self.owner is not None
+                                and p.tool.risk in self._state.four_eyes)
             for p in self.pending.values()
             if p.decision is None
         ]
@@ -351,7 +359,9 @@ class HumanDesk:
         for p in self.pending_confirmations():
             lines.append(
                 f"**Waiting for approval:** `{p.tool}` ({p.risk}) call `{p.call_id}` with "
-                f"`{gate.canonical_json(p.args)}`\n\n"
+                f"`{gate.canonical_json(p.args)}`"
+                + (f" (four eyes: someone other than {self.owner} decides)" if p.four_eyes else "")
+                + "\n\n"
                 f"Approve: `python -m client confirm {wid} {p.call_id}` · "
                 f"Reject: `python -m client reject {wid} {p.call_id} --reason \"...\"`"
             )

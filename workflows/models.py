@@ -159,6 +159,8 @@ class ToolCatalog(BaseModel):
     errors: list[str] = []
     # The non-safe tools this worker lets a conversation's policy approve; None: any.
     auto_approvable: list[str] | None = None
+    # AGENT_FOUR_EYES: the risks whose calls someone other than the conversation's owner decides
+    four_eyes: list[Risk] = []
     system_prompt: str | None = None  # a subagent's, from its profile
 
 
@@ -212,6 +214,9 @@ class ConversationInput(BaseModel):
     # the first message's request id, recorded as taken (turn 1): a client that retries the
     # start finds the message already taken, as it would a `say`
     request_id: str | None = None
+    # who started it (the API's principal, or the CLI's OS user or --as); a subagent's is its
+    # parent's. None for a conversation started before owners were recorded
+    owner: str | None = None
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read
 
@@ -323,10 +328,12 @@ class ToolOutcome(BaseModel):
 class SayRequest(BaseModel):
     text: str
     request_id: str | None = None
+    sender: str | None = None  # who sent it, for the audit trail
 
 
 class EndRequest(BaseModel):
     request_id: str | None = None
+    sender: str | None = None  # who ended it, for the audit trail
 
 
 class ConfirmRequest(BaseModel):
@@ -354,6 +361,7 @@ class AnswerRequest(BaseModel):
     values: list[str]
     call_id: str | None = None  # the question the human answered; another one open is refused
     declined: bool = False  # the human withdrew the question instead of answering (`values` unused)
+    sender: str | None = None  # who answered, for the audit trail
 
 
 class Decision(BaseModel):
@@ -387,6 +395,8 @@ class PendingConfirmation(BaseModel):
     # for a subagent's, the path of call ids from here (`call_0/call_0`, a child's own `call_0`)
     ref: str | None = None
     args_hash: str | None = None  # of `args`: what a decision may bind to (`ConfirmRequest.seen`)
+    # under four eyes (AGENT_FOUR_EYES): someone other than the conversation's owner decides it
+    four_eyes: bool = False
 
 
 class PendingQuestion(BaseModel):
@@ -426,7 +436,9 @@ class AuditAction(BaseModel):
 
 class AuditRecord(BaseModel):
     """One ReAct step: what the model thought, what it did, who allowed it, what came back.
-    A `summary` record is the model folding older turns into the running summary before `step`."""
+    A `summary` record is the model folding older turns into the running summary before `step`.
+    A `start`, `message`, `answer` or `end` record is a person's input (`by`: who, `text`: the
+    message or the answer), at the turn that answers it (or takes the answer)."""
 
     at: datetime
     turn: int
@@ -435,8 +447,10 @@ class AuditRecord(BaseModel):
     actions: list[AuditAction] = []
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
-    kind: Literal["step", "summary"] = "step"
+    kind: Literal["step", "summary", "start", "message", "answer", "end"] = "step"
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
+    by: str | None = None  # who gave the input (start, message, answer, end)
+    text: str | None = None  # the message or the answer, clipped
 
 
 class StreamEvent(BaseModel):
@@ -512,6 +526,7 @@ class ConversationStatus(BaseModel):
     runs: int = 1  # workflow runs so far (continue-as-new starts a new one)
     context: ContextUse | None = None
     children: list[ChildRef] = []  # subagents of the current turn
+    owner: str | None = None  # who started it (None: started before owners were recorded)
 
 
 # The conversation's own state builds on the models above.

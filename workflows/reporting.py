@@ -13,10 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
 from workflows.models import AuditRecord, Decision, StreamEvent
 from workflows.rules.bounds import (
+    MAX_APPROVER_BYTES,
     MAX_AUDIT_RECORD_BYTES,
     MAX_AUDIT_RECORDS,
     MAX_EVENT_TEXT_BYTES,
@@ -34,12 +36,21 @@ from workflows.rules.bounds import (
 from workflows.rules.gate import Refusal
 from workflows.state import ConversationState
 
+# Who started a conversation (a subagent: its parent's owner): a user's list filters on it.
+AGENT_OWNER = SearchAttributeKey.for_keyword("AgentOwner")
 EVENTS_TOPIC = "events"
 TOKENS_TOPIC = "tokens"
 OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by WorkflowStream
 CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)
 MAX_OPTIONS, MAX_OPTION_BYTES = 32, 128  # a question's options, as an event shows them
 MAX_MEMO_TOOLS, OTHER_TOOLS = 32, "(other tools)"  # tool names the memo counts by name
+
+
+def owned_by(owner: str | None) -> TypedSearchAttributes | None:
+    """The search attributes a conversation starts with: its owner, when it has one."""
+    if owner is None:
+        return None
+    return TypedSearchAttributes([SearchAttributePair(AGENT_OWNER, owner)])
 
 
 class Narrator:
@@ -125,7 +136,8 @@ def _clipped(record: AuditRecord) -> AuditRecord:
         for a in record.actions
     ]
     bare = record.model_copy(update={"thought": clip(record.thought, MAX_THOUGHT_BYTES),
-                                     "actions": []})
+                                     "text": clip(record.text, MAX_THOUGHT_BYTES),
+                                     "by": clip(record.by, MAX_APPROVER_BYTES), "actions": []})
     kept, left_out = keep_within(actions, MAX_AUDIT_RECORD_BYTES - json_size(bare) - 32)
     return bare.model_copy(update={"actions": kept, "actions_left_out": len(left_out)})
 

@@ -14,6 +14,7 @@ from workflows.models import (
     ChatMessage,
     ChildReport,
     Decision,
+    Risk,
     SignalOutcome,
     StopReason,
     ToolDefinition,
@@ -64,6 +65,7 @@ class ConversationState(BaseModel):
     current: TurnState = Field(default_factory=TurnState)
     inbox: list[str] = []  # accepted messages waiting for their turn
     catalog: dict[str, ToolDefinition] = {}
+    four_eyes: list[Risk] = []  # risks decided by someone other than the owner (the worker's)
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0
     usage: Usage = Field(default_factory=Usage)

@@ -30,7 +30,7 @@ from workflows.models import (
     ToolOutcome,
     Usage,
 )
-from workflows.reporting import Narrator
+from workflows.reporting import Narrator, owned_by
 from workflows.rules import loop
 from workflows.rules.bounds import MAX_CHILDREN, clip, keep_last
 from workflows.rules.stopping import child_share, dollars
@@ -103,6 +103,7 @@ class Subagents:
             depth=depth, max_depth=inp.max_depth, approval=inp.approval, llm=inp.llm,
             decision_timeout_s=inp.decision_timeout_s,
             max_observation_bytes=inp.max_observation_bytes, output_schema=spec.output_schema,
+            owner=inp.owner,  # a subagent belongs to its parent's owner
         )
         self._reserved = self._reserved.plus(share)
         try:
@@ -110,6 +111,7 @@ class Subagents:
                 CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=clip(f"agent {spec.profile}: {task}", 200),
+                search_attributes=owned_by(inp.owner),
             )
         except ChildWorkflowError as err:
             if isinstance(err.cause, CancelledError):

@@ -48,6 +48,7 @@ async def discover_tools(state: ConversationState, limits: Limits,
         workflow.logger.warning("tool source unavailable: %s", notice)
         state.notice(notice)
     state.catalog.update({t.name: t for t in kept})
+    state.four_eyes = list(catalog.four_eyes)
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,
                                                  "system prompt")

@@ -102,7 +102,8 @@ class ToolRound:
                 self._desk.remember_call(item.call.id, "it was invalid and never ran")
             elif item.tool.asks is not None:
                 asks.append(i)
-            elif gate.needs_approval(item.tool, self._input.approval):
+            elif gate.needs_approval(item.tool, self._input.approval,
+                                         self._state.four_eyes):
                 gated.append(i)
             else:
                 safe.append(i)

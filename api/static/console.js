@@ -151,6 +151,70 @@
 
   const conversationPath = (cid, tail = '') => `/conversations/${encodeURIComponent(cid)}${tail}`;
 
+  /** What a refused or failed write says, as shown next to the control that sent it. */
+  function refusalText(err) {
+    if (err.status === 403) return `Not allowed: ${err.message}`;
+    if (err.status === 409) return `Refused: ${err.message}`;
+    if (err.status === 422) return `Invalid: ${err.message}`;
+    return `Failed: ${err.message}`;
+  }
+
+  const refusalKind = (err) => (err.status === 409 || err.status === 403 ? 'refused' : 'error');
+
+  // ----- who you are: what your roles let you do (the API decides; the console only says so) -----
+
+  const ROLE_SAYS = {
+    viewer: 'reads every conversation, writes nothing',
+    user: 'starts conversations; reads, messages, decides and ends their own',
+    approver: 'what a user may, and decides the calls of every conversation',
+    admin: 'everything',
+  };
+
+  /** Whether /config named the roles (an older API's did not: then the API alone decides). */
+  const rolesKnown = () => Boolean(config && Array.isArray(config.roles));
+
+  const who = () => `${config.principal} (${config.roles.join('+') || 'no role'})`;
+
+  /** The principal started the conversation, with a role that may act on its own ones. */
+  function owns(owner) {
+    return owner !== null && owner !== undefined && owner === config.principal
+      && config.roles.some((r) => r === 'user' || r === 'approver');
+  }
+
+  /** Why the principal may not `start` conversations, `decide` (approve, reject, answer) or
+   *  `write` (message, end) the one `owner` started; '' when it may. */
+  function whyNot(action, owner) {
+    if (!rolesKnown()) return '';
+    const readsOnly = !config.roles.some((r) => r !== 'viewer');
+    if (action === 'start') {
+      if (config.may_start) return '';
+      return readsOnly ? `${who()} may read, not start conversations` : `${who()} may not start conversations`;
+    }
+    if ((action === 'decide' ? config.decides_all : config.writes_all) || owns(owner)) return '';
+    if (readsOnly) return `${who()} may read, not write`;
+    const whose = owner ? `its owner (${owner})` : 'its owner';
+    return action === 'decide'
+      ? `${who()} may not decide the calls of this conversation: only ${whose}, an approver or an admin may`
+      : `${who()} may not send messages to or end this conversation: only ${whose} or an admin may`;
+  }
+
+  /** The header's "signed in as alice · user", and the start form as the roles allow. */
+  function showPrincipal() {
+    const el = $('[data-testid="principal"]');
+    const roles = rolesKnown() ? config.roles : [];
+    fill(el, 'signed in as ', h('strong', { testid: 'principal-name' }, config.principal),
+      roles.length ? [' · ', h('span', { class: 'roles', testid: 'principal-roles' }, roles.join('+'))] : null);
+    el.title = roles.length ? roles.map((r) => `${r}: ${ROLE_SAYS[r] || r}`).join('\n')
+      : 'the principal your decisions are recorded as';
+    const why = whyNot('start');
+    for (const testid of ['new-prompt', 'start']) {
+      const control = $(`[data-testid="${testid}"]`);
+      control.disabled = Boolean(why);
+      control.title = why;
+    }
+    message($('[data-testid="start-denied"]'), why);
+  }
+
   // ----- the token box -----
 
   const tokenBox = () => $('[data-testid="token-box"]');
@@ -437,8 +501,9 @@
 
   const list = { rows: [], key: '', timer: null, busy: false };
 
+  /** What waits, for someone who may decide it: a viewer's inbox is empty. */
   function waitingRows(rows) {
-    return rows.filter((r) => WAITING.has(r.status))
+    return rows.filter((r) => WAITING.has(r.status) && !whyNot('decide', r.owner))
       .sort((a, b) => String(b.started || '').localeCompare(String(a.started || '')));
   }
 
@@ -476,6 +541,8 @@
       row.prompt ? h('span', { class: 'conv-prompt', title: row.prompt }, row.prompt) : null,
       h('span', { class: 'conv-meta' },
         statusBadge(row.status),
+        row.owner && config && config.auth_required && config.sees_all
+          ? h('span', { class: 'conv-owner', title: `started by ${row.owner}` }, row.owner) : null,
         h('time', { datetime: row.started || '', title: row.started || '' }, when(row.started)))));
   }
 
@@ -507,6 +574,7 @@
     form.addEventListener('submit', async (event) => {
       event.preventDefault();
       const text = prompt.value.trim();
+      if (whyNot('start')) return; // the form says why
       if (!text) {
         message(error, 'Write the first message.', 'error');
         return;
@@ -519,7 +587,7 @@
         location.hash = `#/c/${encodeURIComponent(status.workflow_id)}`;
         refreshList();
       } catch (err) {
-        message(error, err.message, 'error');
+        message(error, err.status === 403 ? refusalText(err) : err.message, 'error');
       } finally {
         button.disabled = false;
       }
@@ -548,8 +616,10 @@
       if (this.gone) return;
       fill(this.list, ...waiting.map((row) => this.card(row)));
       if (!waiting.length) {
-        this.list.append(h('p', { class: 'empty' },
-          'Nothing waits for you. Start a conversation on the left, or open one from the list.'));
+        const readsOnly = whyNot('start') && rolesKnown() && !config.decides_all;
+        this.list.append(h('p', { class: 'empty' }, readsOnly
+          ? `Nothing waits for you: ${who()} may read every conversation, not decide. Open one from the list.`
+          : 'Nothing waits for you. Start a conversation on the left, or open one from the list.'));
       }
       for (const row of waiting.slice(0, 10)) this.fetchDetail(row.workflow_id);
     }
@@ -661,6 +731,9 @@
       this.own = new AgentLog(this.el.log, null);
       this.logs = new Map([[this.cid, this.own]]); // conversation id -> where its events go
       this.composer = this.buildComposer();
+      if (rolesKnown() && !config.writes_all) { // whether they may depends on the owner: not known yet
+        for (const control of [this.el.endButton, this.composer.input, this.composer.send]) control.disabled = true;
+      }
       this.chatPane = h('div', { class: 'chat-pane' }, this.el.log, this.el.pending, this.composer.form);
       fill(this.root, h('section', { class: 'conversation', testid: 'conversation', dataset: { id: this.cid } },
         h('div', { class: 'conv-head' },
@@ -689,10 +762,11 @@
     buildComposer() {
       const input = h('textarea', { testid: 'message-input', rows: 1, placeholder: 'Your next message… (Ctrl+Enter to send)' });
       const send = h('button', { type: 'submit', class: 'primary', testid: 'send' }, 'Send');
-      const note = h('div', { class: 'refusal', testid: 'refusal', hidden: true });
+      const note = h('div', { class: 'refusal', testid: 'refusal', hidden: true, role: 'alert' });
       const info = h('div', { class: 'inline-note', testid: 'send-outcome', hidden: true });
+      const denied = h('div', { class: 'inline-note denied', testid: 'write-denied', hidden: true });
       const form = h('form', { class: 'composer', testid: 'composer' },
-        h('div', { class: 'composer-row' }, input, send), note, info);
+        h('div', { class: 'composer-row' }, input, send), denied, note, info);
       input.addEventListener('keydown', (event) => {
         if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) form.requestSubmit();
       });
@@ -701,7 +775,7 @@
         const text = input.value.trim();
         message(note, '');
         message(info, '');
-        if (!text) return;
+        if (!text || send.disabled) return;
         send.disabled = true;
         try {
           const outcome = await api('POST', conversationPath(this.cid, '/messages'), { text });
@@ -709,12 +783,12 @@
           message(info, outcome.turn ? `Sent: it will be answered in turn ${outcome.turn}.` : 'Sent.');
           this.soon();
         } catch (err) {
-          message(note, refusalText(err), err.status === 409 ? 'refused' : 'error');
+          message(note, refusalText(err), refusalKind(err));
         } finally {
           send.disabled = false;
         }
       });
-      return { form, input, send, note, info };
+      return { form, input, send, note, info, denied };
     }
 
     // --- the live stream ---
@@ -913,7 +987,7 @@
     on_approval_requested(e, log) {
       const card = this.card(e, log);
       this.cardStatus(card, 'awaiting', 'waits for approval');
-      this.setActivity('waiting for your approval', log);
+      this.setActivity(this.mayDecide() ? 'waiting for your approval' : 'waiting for approval', log);
     }
 
     on_decision_taken(e, log) {
@@ -937,7 +1011,7 @@
         ? h('ul', { class: 'options' }, e.options.map((o) => h('li', null, o))) : null;
       this.add(h('div', { class: 'bubble assistant question', testid: 'question', dataset: { callId: e.call_id || '', kind: e.question_kind || '' } },
         h('div', { class: 'label' }, 'The agent asks'), h('div', null, e.text || ''), options), log);
-      this.setActivity('waiting for your answer', log);
+      this.setActivity(this.mayDecide() ? 'waiting for your answer' : 'waiting for an answer', log);
     }
 
     on_answered(e, log) {
@@ -971,6 +1045,11 @@
     }
 
     // --- the status, and what it waits for ---
+
+    /** Whether the principal may decide this conversation's calls (its owner unknown yet: no). */
+    mayDecide() {
+      return !whyNot('decide', this.status && this.status.owner);
+    }
 
     soon() {
       clearTimeout(this.statusSoon);
@@ -1019,20 +1098,27 @@
       ];
       if ((s.tools_used || []).length) facts.push(`tools: ${s.tools_used.join(', ')}`);
       if (s.stop_reason) facts.push(`stop: ${s.stop_reason}`);
+      if (s.owner) facts.push(`started by ${s.owner}`);
       if (s.queued_messages) facts.push(`${s.queued_messages} queued message(s)`);
       if (s.runs > 1) facts.push(`${s.runs} runs`);
       this.el.facts.textContent = facts.join(' · ');
       this.el.facts.title = '';
       message(this.el.error, s.error ? `Error: ${s.error}` : '', 'error');
       const closed = CLOSED.has(s.status);
-      this.el.endButton.disabled = closed;
+      const why = whyNot('write', s.owner); // message and end
+      this.el.endButton.disabled = closed || Boolean(why);
+      this.el.endButton.title = why;
       if (closed) {
         this.el.endButton.textContent = 'Ended';
         message(this.el.endNote, '');
       }
-      this.composer.input.disabled = closed;
-      this.composer.send.disabled = closed;
-      this.composer.input.placeholder = closed ? 'The conversation has ended.' : 'Your next message… (Ctrl+Enter to send)';
+      this.composer.input.disabled = closed || Boolean(why);
+      this.composer.send.disabled = closed || Boolean(why);
+      this.composer.input.title = why;
+      this.composer.send.title = why;
+      this.composer.input.placeholder = closed ? 'The conversation has ended.'
+        : (why ? 'You may not send messages to this conversation.' : 'Your next message… (Ctrl+Enter to send)');
+      message(this.composer.denied, closed ? '' : why);
     }
 
     renderPending(s) {
@@ -1107,12 +1193,6 @@
     }
   }
 
-  function refusalText(err) {
-    if (err.status === 409) return `Refused: ${err.message}`;
-    if (err.status === 422) return `Invalid: ${err.message}`;
-    return `Failed: ${err.message}`;
-  }
-
   // ----- an approval card: approve, reject with a reason, or edit the args -----
 
   /** What names a pending call from this conversation: its ref (a subagent's `call_0/call_0`). */
@@ -1140,14 +1220,21 @@
       this.outcome = h('div', { class: 'inline-note', testid: 'decision-outcome', hidden: true });
       this.dismiss = h('button', { type: 'button', class: 'link-button dismiss', hidden: true, onclick: () => this.el.remove() }, 'Dismiss');
       this.editor.addEventListener('input', () => { if (!this.argsError.hidden) this.checkEdit(); });
+      // then: no controls, and why (four eyes: the owner may not decide this call)
+      this.denied = whyNot('decide', view.status.owner)
+        || (pending.four_eyes && view.status.owner === config.principal
+          ? `four eyes: a ${pending.risk} call is decided by someone other than you, who started this conversation (an approver)`
+          : '');
       this.el = h('div', { class: 'approval-card', testid: 'approval-card', dataset: { callId: this.callId, tool: pending.tool } },
         h('div', { class: 'card-head' },
-          h('span', { class: 'card-title' }, 'Approve ', h('code', { testid: 'approval-tool' }, pending.tool), '?'),
+          h('span', { class: 'card-title' }, this.denied ? 'Waits for approval: ' : 'Approve ',
+            h('code', { testid: 'approval-tool' }, pending.tool), this.denied ? null : '?'),
           h('span', { class: `risk risk-${pending.risk}` }, pending.risk),
           h('span', { class: 'muted call-id' }, this.callId), this.dismiss),
         this.args, this.editBox,
-        h('div', { class: 'card-actions' }, this.approveButton, this.editButton,
-          h('span', { class: 'spacer' }), this.reason, this.rejectButton),
+        this.denied ? h('div', { class: 'inline-note denied', testid: 'decide-denied' }, this.denied)
+          : h('div', { class: 'card-actions' }, this.approveButton, this.editButton,
+            h('span', { class: 'spacer' }), this.reason, this.rejectButton),
         this.refusal, this.outcome);
       this.update(pending, schema);
     }
@@ -1230,7 +1317,7 @@
         refreshList();
       } catch (err) {
         message(this.outcome, '');
-        message(this.refusal, refusalText(err), err.status === 409 ? 'refused' : 'error');
+        message(this.refusal, refusalText(err), refusalKind(err));
         this.buttons(true);
         this.view.soon();
       }
@@ -1278,14 +1365,18 @@
         }
         buttons.push(h('button', { type: 'submit', class: 'primary', testid: 'answer-submit' }, 'Answer'));
       }
+      this.denied = whyNot('decide', view.status.owner); // then: no controls, and why
       this.el = h('form', { class: 'answer-form', testid: 'answer-form', dataset: { callId: q.call_id, kind: q.kind } },
         h('div', { class: 'card-head' }, h('span', { class: 'card-title' }, 'The agent asks'),
           h('span', { class: 'muted' }, { input: 'free text', choice: 'pick one', multi_choice: 'pick any', confirm: 'yes or no' }[q.kind] || q.kind),
           this.dismiss),
         h('p', { class: 'question-text', testid: 'question-text' }, q.message),
-        fields, h('div', { class: 'card-actions' }, buttons), this.refusal, this.outcome);
+        this.denied ? h('div', { class: 'inline-note denied', testid: 'decide-denied' }, this.denied)
+          : [fields, h('div', { class: 'card-actions' }, buttons)],
+        this.refusal, this.outcome);
       this.el.addEventListener('submit', (event) => {
         event.preventDefault();
+        if (this.denied) return;
         const values = this.values();
         if (!values.length) {
           message(this.refusal, q.kind === 'input' ? 'Write an answer first.' : 'Choose an option first.', 'error');
@@ -1318,7 +1409,7 @@
         refreshList();
       } catch (err) {
         message(this.outcome, '');
-        message(this.refusal, refusalText(err), err.status === 409 ? 'refused' : 'error');
+        message(this.refusal, refusalText(err), refusalKind(err));
         this.controls(true);
         this.view.soon();
       }
@@ -1337,12 +1428,22 @@
 
   // ----- the audit trail -----
 
+  // A person's input: who started the conversation, sent it a message, or ended it.
+  const PERSON_INPUT = { start: 'started by', message: 'message from', answer: 'answered by', end: 'ended by' };
+
   function renderAudit(root, records) {
     if (!records.length) {
       fill(root, h('p', { class: 'empty' }, 'No step has been recorded yet.'));
       return;
     }
-    const rows = records.map((r) => h('tr', { testid: 'audit-row', dataset: { turn: r.turn, step: r.step, kind: r.kind } },
+    const rows = records.map((r) => (PERSON_INPUT[r.kind] ? auditInput(r) : auditStep(r)));
+    fill(root, h('table', { class: 'audit-table' },
+      h('thead', null, h('tr', null, ['Time', 'Where', 'Thought', 'Actions and decisions', 'Tokens', 'Stop'].map((c) => h('th', null, c)))),
+      h('tbody', null, rows)));
+  }
+
+  function auditStep(r) {
+    return h('tr', { testid: 'audit-row', dataset: { turn: r.turn, step: r.step, kind: r.kind } },
       h('td', { class: 'nowrap' }, h('time', { datetime: r.at, title: r.at }, clock(r.at))),
       h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}`),
       h('td', { class: 'thought' }, r.thought || h('span', { class: 'muted' }, '—')),
@@ -1351,10 +1452,17 @@
           r.actions_left_out ? h('li', { class: 'muted' }, `${r.actions_left_out} more action(s) left out of the record`) : null)
         : h('span', { class: 'muted' }, r.kind === 'summary' ? 'folded older turns' : 'no tool call')),
       h('td', { class: 'nowrap num' }, number((r.tokens || {}).total_tokens)),
-      h('td', { class: 'nowrap' }, r.stop_reason || '')));
-    fill(root, h('table', { class: 'audit-table' },
-      h('thead', null, h('tr', null, ['Time', 'Where', 'Thought', 'Actions and decisions', 'Tokens', 'Stop'].map((c) => h('th', null, c)))),
-      h('tbody', null, rows)));
+      h('td', { class: 'nowrap' }, r.stop_reason || ''));
+  }
+
+  /** A person's input, across the step columns: who, and what they wrote. */
+  function auditInput(r) {
+    return h('tr', { class: `audit-input-row input-${r.kind}`, testid: 'audit-row', dataset: { turn: r.turn, kind: r.kind } },
+      h('td', { class: 'nowrap' }, h('time', { datetime: r.at, title: r.at }, clock(r.at))),
+      h('td', { class: 'nowrap' }, `turn ${r.turn} · ${r.kind}`),
+      h('td', { colspan: 4, testid: 'audit-input' },
+        h('span', { class: 'audit-who' }, PERSON_INPUT[r.kind], ' ', h('strong', { testid: 'audit-by' }, r.by || 'unknown')),
+        r.text ? h('q', { class: 'audit-text', testid: 'audit-text' }, r.text) : null));
   }
 
   function auditAction(a) {
@@ -1400,7 +1508,7 @@
   async function boot() {
     try {
       config = await api('GET', '/config');
-      $('[data-testid="principal"]').textContent = `signed in as ${config.principal}`;
+      showPrincipal();
       show($('[data-testid="token-button"]'), config.auth_required);
     } catch (err) {
       $('[data-testid="principal"]').textContent = err.status === 401 ? 'not signed in' : `API unavailable: ${err.message}`;

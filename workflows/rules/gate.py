@@ -55,7 +55,12 @@ POLICY = "policy"  # the approver of calls the conversation's policy lets run
 RISK_ORDER: Mapping[str, int] = MappingProxyType({"safe": 0, "sensitive": 1, "destructive": 2})
 
 
-def needs_approval(tool: ToolDefinition, policy: ApprovalPolicy) -> bool:
+def needs_approval(tool: ToolDefinition, policy: ApprovalPolicy,
+                   four_eyes: Collection[str] = ()) -> bool:
+    """Whether a call waits for a human: the policy asks for one, or (a risk under four eyes)
+    a person other than the owner must decide it, which no policy can do for them."""
+    if tool.risk in four_eyes:
+        return True
     return tool.risk in policy.require_approval_for and tool.name not in policy.auto_approve
 
 
@@ -143,6 +148,22 @@ def check_seen(targets: list[str], pending: dict[str, PendingCall], seen: dict[s
                            "decide it by its id")
         if seen[call_id] != args_hash(pending[call_id].args):
             return Refusal(f"the arguments of call {call_id} are not the ones this decision saw")
+    return None
+
+
+def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], approver: str,
+                      owner: str | None, four_eyes: Collection[str]) -> Refusal | None:
+    """Why `approver` may not decide these calls: one's risk is under four eyes
+    (AGENT_FOUR_EYES) and the approver is the conversation's owner. A conversation with no
+    recorded owner (started before owners were) has no one to hold to it."""
+    if owner is None or approver != owner:
+        return None
+    for call_id in targets:
+        risk = pending[call_id].tool.risk
+        if risk in four_eyes:
+            return Refusal(f"four eyes: call {call_id} ({pending[call_id].tool.name}, {risk}) "
+                           f"must be decided by someone other than {owner}, who started the "
+                           "conversation; ask an approver (or end the conversation)")
     return None
 
 

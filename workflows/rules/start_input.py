@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from workflows.models import ConversationInput, ToolDefinition
 from workflows.rules.bounds import (
+    MAX_APPROVER_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,
     MAX_MODEL_NAME_BYTES,
     MAX_OBSERVATION_BYTES,
@@ -28,6 +29,7 @@ def settled_input(inp: ConversationInput, limits: Limits) -> tuple[ConversationI
     update: dict = {
         "max_observation_bytes": min(inp.max_observation_bytes, MAX_OBSERVATION_BYTES),
         "model": clip(inp.model, MAX_MODEL_NAME_BYTES),
+        "owner": clip(inp.owner, MAX_APPROVER_BYTES),  # compared with approvers, as clipped
     }
     if inp.context_budget_tokens is not None:
         update["context_budget_tokens"] = min(inp.context_budget_tokens, MAX_CONTEXT_BUDGET_TOKENS)
