@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import openai
 import structlog
@@ -14,6 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities import telemetry
 from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
@@ -94,6 +97,7 @@ class LLMActivities:
         self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
+        self._server = urlsplit(str(self._client.base_url)).hostname  # server.address, on spans
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
@@ -171,19 +175,39 @@ class LLMActivities:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
         model = model or self._default_model
         attempt = activity.info().attempt
-        async with WorkflowStreamClient.from_within_activity(batch_interval=TOKEN_BATCH) as live:
-            tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
-            if attempt > 1:  # watchers drop what an earlier attempt streamed
-                tokens.publish(StreamEvent(kind="reset", turn=turn, step=step, attempt=attempt))
+        started = time.monotonic()
+        with telemetry.span(f"chat {model}", {
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                "gen_ai.conversation.id": activity.info().workflow_id,
+                "server.address": self._server, "agent.turn": turn, "agent.step": step,
+                "agent.attempt": attempt,
+        }, content={"gen_ai.input.messages": messages}) as span:
+            try:
+                async with WorkflowStreamClient.from_within_activity(
+                        batch_interval=TOKEN_BATCH) as live:
+                    tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
+                    if attempt > 1:  # watchers drop what an earlier attempt streamed
+                        tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
+                                                   attempt=attempt))
 
-            def on_text(text: str) -> None:
-                for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
-                    tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
-                                               attempt=attempt, text=text[i:i + TOKEN_ITEM_CHARS]))
+                    def on_text(text: str) -> None:
+                        for i in range(0, len(text), TOKEN_ITEM_CHARS):  # items stay small
+                            tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
+                                                       attempt=attempt,
+                                                       text=text[i:i + TOKEN_ITEM_CHARS]))
 
-            reply = await _classified(heartbeating(self._stream(
-                model, messages, tools, tool_choice, on_text, response_format)))
-        reply.usage = self._prices.priced(reply.model or model, reply.usage)
+                    reply = await _classified(heartbeating(self._stream(
+                        model, messages, tools, tool_choice, on_text, response_format)))
+            except Exception as err:
+                telemetry.model_call_measured(model, started, None, type(err).__name__)
+                raise
+            reply.usage = self._prices.priced(reply.model or model, reply.usage)
+            telemetry.set_attributes(span, {
+                "gen_ai.response.model": reply.model or None,
+                "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason
+                else None, **telemetry.usage_attributes(reply.usage)},
+                content={"gen_ai.output.messages": [reply.message.to_openai()]})
+        telemetry.model_call_measured(model, started, reply.usage, None)
         log.info(
             "llm reply",
             model=model,
@@ -218,16 +242,30 @@ class LLMActivities:
     async def summarize(self, request: SummaryRequest) -> SummaryReply:
         """Fold turns into the conversation's running summary: one chat completion, not streamed."""
         model = request.model or self._default_model
-        completion = await _classified(heartbeating(self._client.chat.completions.create(
-            model=model, messages=[], max_tokens=request.max_tokens,
-            extra_body={"messages": summary_messages(request)},
-        )))
-        text = (completion.choices[0].message.content or "") if completion.choices else ""
-        usage = completion.usage
+        started = time.monotonic()
+        # the fold is a model call of its own, in the turn's trace
+        with telemetry.span(f"chat {model}", {
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                "gen_ai.conversation.id": activity.info().workflow_id,
+                "server.address": self._server, "agent.purpose": "summary",
+                "agent.folded_turns": f"{request.first_turn}-{request.last_turn}",
+        }) as span:
+            try:
+                completion = await _classified(heartbeating(self._client.chat.completions.create(
+                    model=model, messages=[], max_tokens=request.max_tokens,
+                    extra_body={"messages": summary_messages(request)},
+                )))
+            except Exception as err:
+                telemetry.model_call_measured(model, started, None, type(err).__name__)
+                raise
+            text = (completion.choices[0].message.content or "") if completion.choices else ""
+            usage = self._prices.priced(completion.model or model, counted(completion.usage))
+            telemetry.set_attributes(span, telemetry.usage_attributes(usage),
+                                     content={"agent.summary": text})
+        telemetry.model_call_measured(model, started, usage, None)
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
-        return SummaryReply(text=text, usage=self._prices.priced(completion.model or model,
-                                                                 counted(usage)))
+        return SummaryReply(text=text, usage=usage)
 
 
 # A call the endpoint reported no usage for: its tokens and cost are unknown, never 0.

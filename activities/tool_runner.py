@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from activities import telemetry
 from activities.heartbeat import heartbeating
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
@@ -71,6 +72,22 @@ class ToolActivities:
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:
         name = activity.info().activity_type
         invocation = activity.payload_converter().from_payload(args[0].payload, ToolInvocation)
+        with telemetry.span(f"execute_tool {name}", {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": invocation.call_id,
+                "gen_ai.conversation.id": activity.info().workflow_id,
+                "agent.tool.risk": invocation.risk, "agent.turn": invocation.turn,
+                "agent.step": invocation.step, "agent.attempt": activity.info().attempt,
+                "agent.approver": invocation.approval.approver if invocation.approval else None,
+        }, content={"gen_ai.tool.call.arguments": invocation.arguments}) as span:
+            outcome = await self._run(name, invocation)
+            telemetry.set_attributes(span, {"agent.tool.status": outcome.status},
+                                     content={"gen_ai.tool.call.result": outcome.observation})
+            if outcome.status not in ("ok", "needs_input"):
+                telemetry.set_error(span, outcome.observation[:200])
+        return outcome
+
+    async def _run(self, name: str, invocation: ToolInvocation) -> ToolOutcome:
         spec = self._registry.get(name)
         if spec is None and self._mcp is None:
             raise ApplicationError(

@@ -322,14 +322,14 @@ class Translator:
 
 
 async def run_agui(session: Session, inp: RunAgentInput, who: Principal,
-                   ) -> AsyncIterator[BaseEvent]:
+                   trace_parent: str | None = None) -> AsyncIterator[BaseEvent]:
     """One AG-UI run: RUN_STARTED, what the conversation does, then RUN_FINISHED (an answer or
     an interrupt) or RUN_ERROR (a refusal, or a conversation that cannot go on). Whatever goes
     wrong, the run ends with one of the two: a client never waits on a silent stream."""
     thread, run = inp.thread_id, inp.run_id
     yield RunStartedEvent(thread_id=thread, run_id=run, protocol_version=PROTOCOL_VERSION)
     try:
-        async for event in _run(session, inp, who):  # ends in RUN_FINISHED, or raises
+        async for event in _run(session, inp, who, trace_parent):  # RUN_FINISHED, or raises
             yield event
     except (Refused, UsageError, CliError) as err:
         yield RunErrorEvent(message=str(err), code=ERROR_CODES.get(type(err), "error"))
@@ -341,7 +341,8 @@ async def run_agui(session: Session, inp: RunAgentInput, who: Principal,
                             code="internal_error")
 
 
-async def _run(session: Session, inp: RunAgentInput, who: Principal) -> AsyncIterator[BaseEvent]:
+async def _run(session: Session, inp: RunAgentInput, who: Principal,
+               trace_parent: str | None) -> AsyncIterator[BaseEvent]:
     thread, run, principal = inp.thread_id, inp.run_id, who.name
     reason = check_conversation_id(thread)
     if reason is not None:
@@ -368,7 +369,8 @@ async def _run(session: Session, inp: RunAgentInput, who: Principal) -> AsyncIte
                 raise UsageError("a new thread starts with a user message")
             started = await session.start(
                 ConversationInput(prompt=message[1], request_id=message_request_id(message[0]),
-                                  max_message_bytes=session.max_message_bytes, owner=principal),
+                                  max_message_bytes=session.max_message_bytes, owner=principal,
+                                  trace_parent=trace_parent),
                 thread, source="AG-UI", existing_ok=True)
             if not started:  # another run started it meanwhile
                 offset, status = await _position(session, thread)

@@ -53,6 +53,7 @@ from workflows.models import (
     SignalOutcome,
     Status,
 )
+from workflows.telemetry import parse_traceparent
 
 log = structlog.get_logger("api")
 STATIC = FilePath(__file__).parent / "static"
@@ -68,6 +69,7 @@ class ConsoleConfig(BaseModel):
     auth_required: bool
     temporal_ui: str
     namespace: str
+    trace_url: str | None = None  # a trace viewer's URL, {trace_id} standing for the id
 
 
 # ----- who is asking, and the client layer for the request -----
@@ -116,6 +118,12 @@ def enforce(who: Principal, action: Action, cid: str, owner: str | None) -> None
         raise Forbidden(f"{who.describe()} may not {DOING[action]} conversation {cid}: only "
                         "its owner" + (", an approver" if action == "decide" else "")
                         + " or an admin may")
+
+
+def caller_trace(request: Request) -> str | None:
+    """The caller's span (a W3C `traceparent` header), when it sent a valid one."""
+    header = request.headers.get("traceparent")
+    return header.strip() if parse_traceparent(header) is not None else None
 
 
 def allowed(action: Action) -> Any:
@@ -201,10 +209,11 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                          200: {"model": ConversationStatus, "links": LINKS,
                                "description": "it already existed"},
                          **errors(413, 502, 503)})
-    async def start(body: StartBody, s: Conversations, who: Who) -> Any:
+    async def start(body: StartBody, s: Conversations, who: Who, request: Request) -> Any:
         """Start a conversation (201), owned by the token's name. With an `id` already in use,
         nothing new starts: the answer is that conversation's status (200), or, if it is not
-        the caller's to read, a 409."""
+        the caller's to read, a 409. A W3C `traceparent` header makes the first turn's trace
+        a continuation of the caller's."""
         if not who.may_start:
             raise Forbidden(f"{who.describe()} may not start conversations")
         cid = body.id or new_conversation_id()
@@ -212,7 +221,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                                 model=body.model, max_steps=body.max_steps,
                                 one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
                                 max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,
-                                owner=who.name)
+                                owner=who.name, trace_parent=caller_trace(request))
         started = await s.start(inp, cid, source="the HTTP API", existing_ok=True)
         if not started and who.may("read", await s.owner(cid)) is not Verdict.ALLOWED:
             raise Refused(f"the id {cid} is in use")
@@ -266,24 +275,28 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     @app.post("/conversations/{cid}/confirm", response_model=SignalOutcome, tags=["input"],
               responses=given)
     async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
-                      _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
+                      _: Annotated[None, allowed("decide")], rid: RequestId,
+                      request: Request) -> Any:
         """Approve pending call(s), optionally one with edited args. The approver recorded is
         the token's name. Under four eyes (AGENT_FOUR_EYES), a call of those risks is refused
         (409) to the conversation's owner."""
         return await s.decide(cid, ConfirmRequest(request_id=rid, call_ids=body.call_ids,
                                                   all=body.all, args=body.args,
-                                                  approver=who.name,
-                                                  seen=body.seen), by_update=True)
+                                                  approver=who.name, seen=body.seen,
+                                                  trace_parent=caller_trace(request)),
+                              by_update=True)
 
     @app.post("/conversations/{cid}/reject", response_model=SignalOutcome, tags=["input"],
               responses=given)
     async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Who,
-                     _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
+                     _: Annotated[None, allowed("decide")], rid: RequestId,
+                     request: Request) -> Any:
         """Reject pending call(s); the model reads `rejected by user: <reason>`."""
         return await s.decide(cid, RejectRequest(request_id=rid, call_ids=body.call_ids,
                                                  all=body.all, reason=body.reason,
-                                                 approver=who.name,
-                                                 seen=body.seen), by_update=True)
+                                                 approver=who.name, seen=body.seen,
+                                                 trace_parent=caller_trace(request)),
+                              by_update=True)
 
     @app.post("/conversations/{cid}/answer", response_model=SignalOutcome, tags=["input"],
               responses=given)
@@ -339,7 +352,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     @app.post("/agui", tags=["streams"], response_class=StreamingResponse,
               responses={200: {"content": {"text/event-stream": {}},
                                "description": "AG-UI events"}, **errors(413)})
-    async def agui(body: RunAgentInput, s: Conversations, who: Who) -> StreamingResponse:
+    async def agui(body: RunAgentInput, s: Conversations, who: Who,
+                   request: Request) -> StreamingResponse:
         """An AG-UI run (`threadId` is the conversation id): starts or continues the
         conversation, streams the turn, and ends in an answer or an interrupt. `resume` entries
         answer the interrupts of the previous run. A thread is the conversation: another
@@ -354,7 +368,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         encoder = EventEncoder()
 
         async def encoded() -> AsyncIterator[str]:
-            async for event in run_agui(s, body, who):
+            async for event in run_agui(s, body, who, caller_trace(request)):
                 yield encoder.encode(event)
 
         return StreamingResponse(encoded(), media_type=encoder.get_content_type())
@@ -369,7 +383,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                              decides_all=who.may("decide", None) is Verdict.ALLOWED,
                              writes_all=who.may("message", None) is Verdict.ALLOWED,
                              auth_required=settings.auth_required,
-                             temporal_ui=settings.temporal_ui, namespace=temporal.namespace)
+                             temporal_ui=settings.temporal_ui, namespace=temporal.namespace,
+                             trace_url=settings.trace_url)
 
     @app.get("/", include_in_schema=False)
     async def console() -> FileResponse:

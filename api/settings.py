@@ -31,6 +31,7 @@ class ApiSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     temporal_ui: str = DEFAULT_TEMPORAL_UI
     timeout_s: float = DEFAULT_TIMEOUT_S  # how long a request waits for a worker
+    trace_url: str | None = None  # AGENT_TRACE_URL: a trace viewer's URL with {trace_id}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ApiSettings:
@@ -44,6 +45,7 @@ class ApiSettings:
             max_body_bytes=_positive_int(env, "AGENT_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
             temporal_ui=(env.get("AGENT_TEMPORAL_UI_URL") or DEFAULT_TEMPORAL_UI).rstrip("/"),
             timeout_s=float(_positive_int(env, "AGENT_API_TIMEOUT_S", int(DEFAULT_TIMEOUT_S))),
+            trace_url=trace_url(env.get("AGENT_TRACE_URL", "")),
         )
         settings.check_exposure()
         return settings
@@ -81,6 +83,17 @@ def token_book(env: Mapping[str, str]) -> TokenBook:
         return TokenBook.load(env.get("AGENT_API_TOKENS", ""), Path(path) if path else None)
     except TokenError as err:
         raise SettingsError(str(err)) from None
+
+
+def trace_url(raw: str) -> str | None:
+    """`AGENT_TRACE_URL`: where a trace is shown, `{trace_id}` standing for its id."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    if "{trace_id}" not in raw or not raw.startswith(("http://", "https://")):
+        raise SettingsError("AGENT_TRACE_URL must be an http(s) URL with {trace_id} in it, "
+                            f"not {raw[:100]!r}")
+    return raw
 
 
 def is_loopback(host: str) -> bool:

@@ -12,10 +12,12 @@ import platform
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import date, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -131,6 +133,57 @@ async def per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
         ("ours / plain loop", f"{ms['ours'] / ms['plain']:.2f}"),
         ("ours / LangGraph", f"{ms['ours'] / ms['langgraph']:.2f}"),
     ]
+
+
+class _Discard(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that takes every export and keeps nothing."""
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server name
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def tracing_cost(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """Per step with tracing off and on (OTLP/HTTP to a local endpoint that discards), side by
+    side on one server, turn about; with BENCH_BEFORE=<a checkout of an earlier commit>, that
+    version too (it has no tracing): what tracing costs, and what having it costs when off."""
+    client = await stack.client()
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Discard)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    stack.start_worker("trace-off")
+    stack.start_worker("trace-on", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_port}")
+    queues = {"off": "trace-off", "on": "trace-on"}
+    if before := os.environ.get("BENCH_BEFORE"):
+        stack.start_worker("trace-before", code=Path(before))
+        queues["before"] = "trace-before"
+
+    async def tour(queue: str) -> float:
+        started = time.monotonic()
+        await client.execute_workflow(ConversationWorkflow.run,
+                                      conversation(f"[steps] {uuid.uuid4().hex}", z.steps + 1),
+                                      id=f"trace-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        return (time.monotonic() - started) / z.steps * 1000
+
+    for queue in queues.values():
+        await tour(queue)  # warm up
+    ms: dict[str, list[float]] = {name: [] for name in queues}
+    for _ in range(3):  # turn about, so drift hits each the same
+        for name, queue in queues.items():
+            ms[name].append(await tour(queue))
+    sink.shutdown()
+    median = {name: sorted(values)[1] for name, values in ms.items()}
+    rows = [(f"per step, tracing {name}" if name != "before" else
+             f"per step, before ({Path(before).name}, no tracing)", f"{value:.1f} ms")
+            for name, value in median.items()]
+    rows.append(("tracing on / off", f"{median['on'] / median['off']:.2f}"))
+    if "before" in median:
+        rows.append(("tracing off / before (target 1.00 within noise)",
+                     f"{median['off'] / median['before']:.2f}"))
+    return rows
 
 
 async def concurrency(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
@@ -372,6 +425,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
     try:
         for title, run in (("History per step", lambda: history_per_step(stack, z)),
                            ("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
+                           ("Tracing, zero-latency model", lambda: tracing_cost(stack, z)),
                            ("Concurrency, 200 ms model, one and two worker processes", lambda: concurrency(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),

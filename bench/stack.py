@@ -94,9 +94,11 @@ class Stack:
         return worker_env(self.address, task_queue, self.base_url, self.work / "data")
 
     def start_worker(self, task_queue: str, module: str = "worker", code: Path = ROOT,
-                     args: tuple[str, ...] = ()) -> Child:
-        """A worker process; `code` is the checkout it runs (another one, to compare versions)."""
-        worker = Child([sys.executable, "-m", module, *args], self.worker_env(task_queue),
+                     args: tuple[str, ...] = (), **env: str) -> Child:
+        """A worker process; `code` is the checkout it runs (another one, to compare versions),
+        `env` what it gets beyond the stack's environment."""
+        worker = Child([sys.executable, "-m", module, *args],
+                       {**self.worker_env(task_queue), **env},
                        self.work / f"{module.replace('.', '_')}-{task_queue}.log", cwd=code)
         self.workers.append(worker)
         return worker

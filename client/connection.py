@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,12 @@ class TemporalSettings:
         )
 
 
-async def connect(settings: TemporalSettings) -> Client:
+async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
     """Connect with Temporal's env config (TEMPORAL_* variables or a TOML profile: TLS, API keys
-    for Temporal Cloud), on top of the local dev server defaults."""
+    for Temporal Cloud), on top of the local dev server defaults; `runtime` serves the worker's
+    metrics (`worker.telemetry.metrics_runtime`)."""
     config = ClientConfig.load_client_connect_config()
     config.setdefault("target_host", settings.address)
     config.setdefault("namespace", settings.namespace)
-    return await Client.connect(**config, data_converter=pydantic_data_converter)
+    return await Client.connect(**config, data_converter=pydantic_data_converter,
+                                runtime=runtime)

@@ -114,6 +114,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "context.drop_reason", "context.token_ratio", "context.prompt_tokens", "current.children",
     "current.final_output", "current.corrections",
     "four_eyes",  # a conversation from before four eyes has none (nor an owner to hold to it)
+    "current.trace", "current.started_at",  # a turn from before traces has none: no spans
 }
 
 
@@ -166,6 +167,8 @@ def full_state() -> ConversationState:
                                           status="waiting_for_confirmation")]
     state.current.final_output, state.current.corrections = {"typed": True}, 1
     state.four_eyes = ["destructive"]
+    state.current.trace = "00-000000000000000000000000000000ab-00000000000000cd-01"
+    state.current.started_at = NOW
     return state
 
 

@@ -567,7 +567,8 @@ async def test_console_under_four_eyes_offers_the_owner_no_approval(
     alice, carol = unique("tok-a"), unique("tok-c")
     own = await asyncio.to_thread(ApiProcess(
         temporal_address, roles_queue,
-        AGENT_API_TOKENS=f"alice:{alice}:user,carol:{carol}:approver").start)
+        AGENT_API_TOKENS=f"alice:{alice}:user,carol:{carol}:approver",
+        AGENT_TRACE_URL="http://traces.example/trace/{trace_id}").start)
     contexts = []
     try:
         cid = await started_by(own.url, alice, f"Delete note 9 ({trigger}).")
@@ -585,6 +586,11 @@ async def test_console_under_four_eyes_offers_the_owner_no_approval(
             "four eyes: a destructive call is decided by someone other than you")
         await expect(page.get_by_test_id("approve")).to_have_count(0)
         await expect(page.get_by_test_id("message-input")).to_be_enabled()  # still hers
+        # the turn's trace, linked to the viewer AGENT_TRACE_URL names
+        status = (await call("GET", f"{own.url}/conversations/{quote(cid)}",
+                             headers={"Authorization": f"Bearer {alice}"})).json()
+        await expect(page.get_by_test_id("trace-link")).to_have_attribute(
+            "href", f"http://traces.example/trace/{status['trace_id']}")
         approver = pages["carol"].page
         await approver.get_by_test_id("approval-card").get_by_test_id("approve").click()
         await expect(page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(

@@ -13,6 +13,7 @@ import time
 import httpx
 import structlog
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 
 from activities.mcp import McpConfigError
 from activities.settings import ActivitySettings
@@ -26,6 +27,7 @@ from worker.app import (
     workflow_sandbox,
 )
 from worker.logging import configure_logging
+from worker.telemetry import Tracing, metrics_runtime
 
 log = structlog.get_logger()
 
@@ -33,12 +35,13 @@ log = structlog.get_logger()
 CONNECT_PATIENCE_S = 120.0
 
 
-async def connect_patiently(temporal: TemporalSettings) -> Client:
+async def connect_patiently(temporal: TemporalSettings, runtime: Runtime | None = None
+                            ) -> Client:
     """A worker may start before its server (docker compose, systemd): wait for it."""
     deadline = asyncio.get_running_loop().time() + CONNECT_PATIENCE_S
     while True:
         try:
-            return await connect(temporal)
+            return await connect(temporal, runtime)
         except RuntimeError as err:
             if asyncio.get_running_loop().time() > deadline:
                 raise
@@ -52,6 +55,8 @@ async def main() -> None:
     try:
         settings = ActivitySettings.from_env()
         sandboxed = workflow_sandbox(os.environ.get("AGENT_WORKFLOW_SANDBOX", ""))
+        tracing = Tracing.from_env()
+        runtime = metrics_runtime()
     except ValueError as err:
         log.error("cannot start: bad environment", error=str(err))
         raise SystemExit(2) from None
@@ -60,7 +65,9 @@ async def main() -> None:
     except ToolLoadError as err:
         log.error("cannot start: cannot load tools", source=err.source, error=err.reason)
         raise SystemExit(2) from None
-    client = await connect_patiently(temporal)
+    if tracing is not None:
+        tracing.install()
+    client = await connect_patiently(temporal, runtime)
     await ensure_search_attributes(client, temporal.namespace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -73,7 +80,7 @@ async def main() -> None:
         raise SystemExit(2) from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
         worker = build_worker(client, temporal.task_queue, settings, http, registry, mcp=mcp,
-                              sandboxed=sandboxed)
+                              sandboxed=sandboxed, tracing=tracing)
         async with worker:
             log.info(
                 "worker started",
@@ -84,11 +91,15 @@ async def main() -> None:
                 base_url=settings.openai_base_url or "default",
                 workflow_sandbox="on" if sandboxed else "off",
                 tools=registry.names(),
+                tracing="on" if tracing is not None else "off",
+                metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
             )
             await stop.wait()
             log.info("worker stopping")
     if mcp is not None:
         await mcp.aclose()
+    if tracing is not None:
+        tracing.shutdown()  # what is still queued goes out
     log.info("worker stopped")
 
 

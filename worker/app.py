@@ -22,6 +22,7 @@ from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.loader import load_tools
 from worker.logging import LoggingInterceptor
+from worker.telemetry import TelemetryInterceptor, Tracing
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow, SignalGuard
 from workflows.reporting import AGENT_OWNER
 
@@ -68,6 +69,7 @@ def build_worker(
     sandboxed: bool = True,
     workflows: bool = True,
     activities: bool = True,
+    tracing: Tracing | None = None,
     **options: Any,
 ) -> Worker:
     """The agent's worker; `options` go to Temporal's `Worker` as they are.
@@ -78,7 +80,8 @@ def build_worker(
     production worker 30% of its CPU per step (importing a workflow's modules for every workflow
     it starts or replays, and entering the sandbox for every payload), and in production a
     refusal fails the workflow task just as a non-determinism error does. `workflows` and
-    `activities` say which of the two it serves (both by default)."""
+    `activities` say which of the two it serves (both by default); `tracing`, when on, traces
+    them (`worker.telemetry`)."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     return Worker(
@@ -88,7 +91,8 @@ def build_worker(
         workflow_runner=workflow_runner(sandboxed),
         activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool]
                     if activities else []),
-        interceptors=[LoggingInterceptor(), SignalGuard()],
+        interceptors=[LoggingInterceptor(), SignalGuard(),
+                      *([TelemetryInterceptor(tracing)] if tracing is not None else [])],
         graceful_shutdown_timeout=timedelta(seconds=10),
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )

@@ -25,6 +25,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from workflows import telemetry
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
 from workflows.model_step import Thinker
@@ -73,6 +74,7 @@ from workflows.tool_discovery import discover_tools
 from workflows.tool_round import FAST, Pace, ToolRound
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
 CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
@@ -108,6 +110,8 @@ class ConversationWorkflow:
         self._desk.dedupe = self._seams
         self._desk.owner = self._input.owner
         self._audit_inputs = workflow.patched(AUDIT_INPUTS_PATCH)
+        self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
+        self._turn_text: str | None = None  # the current turn's message (for traced content)
         if inp.request_id is not None and inp.state is None and inp.carry is None:
             self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
@@ -133,6 +137,8 @@ class ConversationWorkflow:
             await self._serve()
         except asyncio.CancelledError:
             self._state.current.stop_reason = "cancelled"
+            if self._state.current.in_progress:
+                self._trace_turn()
             self._set_phase("completed")
             self._narrator.close()
             raise
@@ -343,7 +349,7 @@ class ConversationWorkflow:
             turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
-            owner=self._input.owner,
+            owner=self._input.owner, trace_id=telemetry.trace_id_of(turn.trace),
         )
 
     def _pending_confirmations(self) -> list[PendingConfirmation]:
@@ -416,6 +422,7 @@ class ConversationWorkflow:
             await self._think_and_act()
         turn = self._state.current
         turn.in_progress = False
+        self._trace_turn()
         self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
                             tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd)
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
@@ -425,6 +432,32 @@ class ConversationWorkflow:
         )], MAX_TURN_SUMMARIES)
         workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
                              turn.stop_reason, turn.steps)
+
+    def _trace_turn(self) -> None:
+        """The turn's `invoke_agent` span, now that it has ended."""
+        turn, usage = self._state.current, self._state.current.usage
+        agent = self._input.profile or "assistant"
+        telemetry.emit(
+            f"invoke_agent {agent}", turn.trace,
+            self._input.trace_parent if turn.number == 1 else None,
+            turn.started_at or workflow.now(), workflow.now(),
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
+             "gen_ai.conversation.id": workflow.info().workflow_id,
+             "gen_ai.request.model": self._input.model,
+             "gen_ai.usage.input_tokens": usage.prompt_tokens,
+             "gen_ai.usage.output_tokens": usage.completion_tokens,
+             "agent.cost_usd": usage.cost_usd, "agent.turn": turn.number,
+             "agent.steps": turn.steps, "agent.stop_reason": turn.stop_reason,
+             "agent.owner": self._input.owner},
+            error=turn.error if turn.stop_reason in ERROR_STOPS else None,
+            content={"gen_ai.input.messages": self._turn_text,
+                     "gen_ai.output.messages": turn.final_answer})
+
+    def trace_parent(self) -> str | None:
+        """The span a model call or tool run now belongs under: the running turn's (read by the
+        worker's `TelemetryInterceptor` as it schedules an activity)."""
+        turn = self._state.current
+        return turn.trace if turn.in_progress else None
 
     def _interrupted(self) -> None:
         """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
@@ -437,7 +470,13 @@ class ConversationWorkflow:
 
     def _begin_turn(self, text: str) -> None:
         self._turns_this_run += 1
-        self._state.current = TurnState(number=self._state.current.number + 1, in_progress=True)
+        number = self._state.current.number + 1
+        # a new trace (the first turn's continues the one that started the conversation)
+        trace = telemetry.new_span(self._trace_ids, self._input.trace_parent if number == 1
+                                   else None)
+        self._state.current = TurnState(number=number, in_progress=True, trace=trace,
+                                        started_at=workflow.now())
+        self._turn_text = text
         self._state.context.messages.append(ChatMessage(role="user", content=text))
         self._narrator.emit("turn_started", text=text)
         self._set_phase("running")

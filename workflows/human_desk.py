@@ -17,6 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 
+from workflows import telemetry
 from workflows.models import (
     AnswerRequest,
     ChildReport,
@@ -90,6 +91,7 @@ class HumanDesk:
         self._inbox = Tail(state.inbox, queue_bound, limits.inbox_bytes, text_size)
         self.question_lock = asyncio.Lock()
         self._question: PendingQuestion | None = None
+        self._asked_at: datetime | None = None
         self._answer: str | None = None
         self.declined = False  # the human withdrew the open question instead of answering it
 
@@ -123,8 +125,9 @@ class HumanDesk:
 
     # ----- rounds -----
 
-    def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any]) -> None:
-        self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args)
+    def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any],
+             now: datetime | None = None) -> None:
+        self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args, asked_at=now)
 
     def close_round(self) -> None:
         """The round's calls all have results: their ids become stale."""
@@ -246,7 +249,8 @@ class HumanDesk:
             pending = self.pending[call_id]
             if request.args is not None:
                 pending.args = request.args
-            decided.append(self._decide(pending, True, request.approver, now, None))
+            decided.append(self._decide(pending, True, request.approver, now, None,
+                                        request.trace_parent))
         self.accept(request.request_id)
         return decided
 
@@ -255,7 +259,8 @@ class HumanDesk:
         if isinstance(targets, Refusal):
             return self.refuse(request.request_id, targets.reason)
         reason = request.reason.strip() or "no reason given"
-        decided = [self._decide(self.pending[c], False, request.approver, now, reason) for c in targets]
+        decided = [self._decide(self.pending[c], False, request.approver, now, reason,
+                                request.trace_parent) for c in targets]
         self.accept(request.request_id)
         return decided
 
@@ -263,8 +268,11 @@ class HumanDesk:
         return self._decide(self.pending[call_id], False, "system", now, reason)
 
     def _decide(
-        self, pending: PendingCall, approved: bool, approver: str, now: datetime, reason: str | None
+        self, pending: PendingCall, approved: bool, approver: str, now: datetime, reason: str | None,
+        decided_in: str | None = None,
     ) -> Decision:
+        """Record a decision (`decided_in`: the span of the request that carried it, which the
+        approval's span links to)."""
         pending.decision = Decision(
             call_id=pending.call_id, tool=pending.tool.name, approved=approved,
             approver=clip(approver, MAX_APPROVER_BYTES) or "unknown", at=now,
@@ -272,12 +280,26 @@ class HumanDesk:
         )
         turn = self._state.current
         turn.decisions = keep_last([*turn.decisions, pending.decision], MAX_TURN_DECISIONS)
+        asked = pending.asked_at or now
+        outcome = "approved" if approved else "rejected"
+        telemetry.emit(f"approval {pending.tool.name}",
+                       telemetry.child_span(turn.trace, f"approval/{pending.call_id}"),
+                       turn.trace, asked, now,
+                       {"gen_ai.tool.name": pending.tool.name,
+                        "gen_ai.tool.call.id": pending.call_id, "agent.tool.risk": pending.tool.risk,
+                        "agent.approval.approver": pending.decision.approver,
+                        "agent.approval.outcome": outcome,
+                        "agent.approval.reason": pending.decision.reason,
+                        "agent.approval.wait_s": (now - asked).total_seconds()},
+                       links=[decided_in] if decided_in else None)
+        telemetry.approval_waited(pending.tool.name, outcome, (now - asked).total_seconds())
         return pending.decision
 
     # ----- questions -----
 
     def ask(self, call_id: str, question: Question) -> None:
         self._question = PendingQuestion(call_id=call_id, **question.model_dump())
+        self._asked_at = workflow.now() if workflow.in_workflow() else None
         self._answer = None
         self.declined = False
 
@@ -316,7 +338,26 @@ class HumanDesk:
         else:
             self._answer = checked.text
         self.accept(request.request_id)
+        self._trace_answer(request, checked.text)
         return checked.text
+
+    def _trace_answer(self, request: AnswerRequest, text: str) -> None:
+        """The question's span: from when it was asked to its answer, and who gave it."""
+        question, turn = self._question, self._state.current
+        if question is None or not workflow.in_workflow():
+            return
+        now = workflow.now()
+        asked = self._asked_at or now
+        telemetry.emit(f"question {question.kind}",
+                       telemetry.child_span(turn.trace, f"question/{question.call_id}/"
+                                                        f"{telemetry.ns(asked)}"),
+                       turn.trace, asked, now,
+                       {"gen_ai.tool.call.id": question.call_id, "agent.question.kind": question.kind,
+                        "agent.question.answered_by": request.sender,
+                        "agent.question.declined": request.declined,
+                        "agent.question.wait_s": (now - asked).total_seconds()},
+                       content={"agent.question.message": question.message,
+                                "agent.question.answer": text})
 
     # ----- what the status shows -----
 

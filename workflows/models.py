@@ -217,6 +217,9 @@ class ConversationInput(BaseModel):
     # who started it (the API's principal, or the CLI's OS user or --as); a subagent's is its
     # parent's. None for a conversation started before owners were recorded
     owner: str | None = None
+    # the span the first turn's trace continues (W3C traceparent): a parent conversation's call
+    # of this subagent, or the API request that started it
+    trace_parent: str | None = None
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read
 
@@ -345,6 +348,7 @@ class ConfirmRequest(BaseModel):
     # call id -> the `args_hash` of the arguments the human saw: a call whose arguments are not
     # those is refused, and with `all`, so is a pending call the human did not see
     seen: dict[str, str] = {}
+    trace_parent: str | None = None  # the span of the request that carried it (W3C traceparent)
 
 
 class RejectRequest(BaseModel):
@@ -354,6 +358,7 @@ class RejectRequest(BaseModel):
     reason: str = ""
     approver: str = "unknown"
     seen: dict[str, str] = {}  # as in `ConfirmRequest`
+    trace_parent: str | None = None  # as in `ConfirmRequest`
 
 
 class AnswerRequest(BaseModel):
@@ -527,6 +532,7 @@ class ConversationStatus(BaseModel):
     context: ContextUse | None = None
     children: list[ChildRef] = []  # subagents of the current turn
     owner: str | None = None  # who started it (None: started before owners were recorded)
+    trace_id: str | None = None  # the current (or last) turn's trace (`workflows.telemetry`)
 
 
 # The conversation's own state builds on the models above.

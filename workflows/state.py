@@ -4,6 +4,7 @@ continue-as-new. A new turn starts from a fresh `TurnState`; every list here has
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -43,6 +44,9 @@ class TurnState(BaseModel):
     call_records: list[CallRecord] = []  # the latest two, for loop detection
     decisions: list[Decision] = []
     children: list[ChildReport] = []  # subagents started this turn, and what they wait for
+    # the turn's span (W3C traceparent: `workflows.telemetry`) and when the turn began
+    trace: str | None = None
+    started_at: datetime | None = None
 
 
 class ContextState(BaseModel):

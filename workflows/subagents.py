@@ -21,6 +21,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows import telemetry
 from workflows.failures import failure_reason
 from workflows.models import (
     AgentSpec,
@@ -95,6 +96,8 @@ class Subagents:
         self._narrator.emit("child_started", call_id=item.call.id, tool=spec.profile,
                             text=child_id)
         task = str(args.get("task", ""))
+        # the child's turn nests under this call's span, in the parent turn's trace
+        span = telemetry.child_span(turn.trace, f"agent/{item.call.id}")
         child = ConversationInput(
             prompt=task, one_shot=True, profile=spec.profile, model=spec.model or inp.model,
             max_steps=spec.max_steps,
@@ -104,8 +107,10 @@ class Subagents:
             decision_timeout_s=inp.decision_timeout_s,
             max_observation_bytes=inp.max_observation_bytes, output_schema=spec.output_schema,
             owner=inp.owner,  # a subagent belongs to its parent's owner
+            trace_parent=span,
         )
         self._reserved = self._reserved.plus(share)
+        started, failed = workflow.now(), "the subagent did not finish"
         try:
             result = await workflow.execute_child_workflow(
                 CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
@@ -113,6 +118,7 @@ class Subagents:
                 static_summary=clip(f"agent {spec.profile}: {task}", 200),
                 search_attributes=owned_by(inp.owner),
             )
+            failed = None if result.stop_reason == "answered" else f"stopped: {result.stop_reason}"
         except ChildWorkflowError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
@@ -129,6 +135,13 @@ class Subagents:
                 f"{child_id} already exists"))
         finally:
             self._reserved = self._reserved.minus(share)
+            telemetry.emit(f"execute_tool {item.tool.name}", span, turn.trace, started,
+                           workflow.now(),
+                           {"gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": item.tool.name,
+                            "gen_ai.tool.call.id": item.call.id, "gen_ai.agent.name": spec.profile,
+                            "gen_ai.conversation.id": workflow.info().workflow_id,
+                            "agent.child.id": child_id}, error=failed)
         self._child_done(child_id, result.status)
         self._state.usage = self._state.usage + result.usage
         turn.usage = turn.usage + result.usage

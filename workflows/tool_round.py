@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError
 
+from workflows import telemetry
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk
 from workflows.models import (
@@ -158,9 +159,11 @@ class ToolRound:
                 args = item.call.function.arguments
             result.records.append(call_record(
                 name, args if isinstance(args, dict) else {"raw": args}, outcome.observation))
+            status = "error" if outcome.status in ("needs_input", "needs_approval") else outcome.status
+            telemetry.count_tool_call(name, status)
             result.actions.append(AuditAction(
                 call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
-                status="error" if outcome.status in ("needs_input", "needs_approval") else outcome.status,
+                status=status,
                 observation_bytes=len(observation.encode()), full_bytes=full, ms=outcome.ms,
             ))
         return result
@@ -200,7 +203,8 @@ class ToolRound:
         return decision
 
     def _hold(self, item: loop.ReadyCall, args: dict) -> None:
-        self._desk.hold(item.call.id, item.tool, args)
+        self._desk.hold(item.call.id, item.tool, args, workflow.now())
+        telemetry.approval_requested(item.tool.name)
         self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
 

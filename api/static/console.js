@@ -719,6 +719,7 @@
         stream: h('span', { class: 'stream-state', testid: 'stream-state', dataset: { state: 'connecting' } }, 'connecting…'),
         activity: h('span', { class: 'activity', testid: 'activity' }),
         facts: h('div', { class: 'facts', testid: 'facts' }),
+        trace: h('span', { class: 'trace', testid: 'trace' }),
         error: h('div', { class: 'conv-error', testid: 'conversation-error', hidden: true }),
         endButton: h('button', { type: 'button', class: 'danger-outline', testid: 'end', onclick: () => this.end() }, 'End conversation'),
         endNote: h('span', { class: 'inline-note', testid: 'end-outcome', hidden: true }),
@@ -743,7 +744,7 @@
           h('div', { class: 'conv-actions' },
             link && h('a', { href: link, target: '_blank', rel: 'noopener noreferrer', testid: 'temporal-link', class: 'button-link' }, 'Temporal UI ↗'),
             this.el.endButton, this.el.endNote)),
-        this.el.facts,
+        h('div', { class: 'facts-row' }, this.el.facts, this.el.trace),
         this.el.error,
         h('nav', { class: 'tabs' }, this.el.tabChat, this.el.tabAudit),
         this.chatPane,
@@ -1046,6 +1047,19 @@
 
     // --- the status, and what it waits for ---
 
+    /** The current turn's trace id, linked to the trace viewer when AGENT_TRACE_URL names one. */
+    showTrace(traceId) {
+      if (!traceId) {
+        fill(this.el.trace);
+        return;
+      }
+      const template = config && config.trace_url;
+      const label = `trace ${traceId.slice(0, 8)}…`;
+      fill(this.el.trace, template
+        ? h('a', { href: template.split('{trace_id}').join(encodeURIComponent(traceId)), target: '_blank', rel: 'noopener noreferrer', testid: 'trace-link', title: traceId }, `${label} ↗`)
+        : h('code', { title: traceId, testid: 'trace-id' }, label));
+    }
+
     /** Whether the principal may decide this conversation's calls (its owner unknown yet: no). */
     mayDecide() {
       return !whyNot('decide', this.status && this.status.owner);
@@ -1103,6 +1117,7 @@
       if (s.runs > 1) facts.push(`${s.runs} runs`);
       this.el.facts.textContent = facts.join(' · ');
       this.el.facts.title = '';
+      this.showTrace(s.trace_id);
       message(this.el.error, s.error ? `Error: ${s.error}` : '', 'error');
       const closed = CLOSED.has(s.status);
       const why = whyNot('write', s.owner); // message and end

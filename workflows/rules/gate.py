@@ -33,6 +33,7 @@ class PendingCall:
     tool: ToolDefinition
     args: dict[str, Any]
     decision: Decision | None = None
+    asked_at: datetime | None = None  # when it came to wait (its approval span's start)
 
 
 @dataclass
