@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -19,6 +24,8 @@ from temporalio.service import RPCError
 from activities import telemetry
 from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating
+from activities.models import ModelEntry
+from activities.pricing import Prices
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
 from workflows.models import (
@@ -61,8 +68,24 @@ def is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_STATUSES or status >= 500
 
 
+# The final errors that concern the model entry, not the request: another entry (a fallback)
+# may answer. 401/403: its key; 404: the model is not there.
+ENTRY_STATUSES = frozenset({401, 403, 404})
+# How providers say a prompt is longer than the model's window (OpenAI and the servers that copy
+# its wording: vLLM, DeepSeek, Groq, Together; Anthropic; Gemini; Mistral). Only with a 400-ish
+# status: the words alone appear in other errors too.
+CONTEXT_TOO_LONG = re.compile(
+    r"context_length_exceeded|maximum context length|context length (is )?exceeded"
+    r"|prompt is too long|input token count.*exceeds the maximum"
+    r"|too large for model with \d+ maximum context length"
+    r"|reduce the length of the messages", re.IGNORECASE | re.DOTALL)
+
+
 def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
-    """Map an HTTP error from the model endpoint to a retryable or final activity error."""
+    """Map an HTTP error from the model endpoint to a retryable or final activity error: a
+    transient one (retried, after Retry-After when the endpoint sends one), one of the model
+    entry (final here; a fallback entry may answer), a prompt longer than the model's window
+    (the conversation folds harder), or the request's own fault (final)."""
     status = exc.status_code
     detail = _error_detail(exc)
     if is_retryable_status(status):
@@ -71,10 +94,15 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
             type="LLMTransientError",
             next_retry_delay=_retry_after(exc),
         )
+    if status in (400, 413, 422) and CONTEXT_TOO_LONG.search(f"{detail} {_error_code(exc)}"):
+        return ApplicationError(f"the prompt is longer than the model's context window "
+                                f"({status}): {detail}", type="LLMContextTooLong",
+                                non_retryable=True)
     hint = HINTS.get(status)
     message = f"model endpoint rejected the request ({status}): {detail}"
     return ApplicationError(
-        f"{message} ({hint})" if hint else message, type="LLMRequestRejected", non_retryable=True
+        f"{message} ({hint})" if hint else message, non_retryable=True,
+        type="LLMModelUnavailable" if status in ENTRY_STATUSES else "LLMRequestRejected",
     )
 
 
@@ -82,28 +110,72 @@ class ContextMiss(Exception):
     """The worker cannot rebuild the prompt a delta request names (`workflows.rules.delta`)."""
 
 
+@dataclass
+class Endpoint:
+    """A model entry as a call uses it: its name, spec, client, prices and concurrency slots."""
+
+    name: str
+    spec: ModelEntry
+    client: openai.AsyncOpenAI
+    prices: Prices
+    server: str | None  # server.address, on spans
+    slots: asyncio.Semaphore | None = None  # the entry's max_concurrency, in this process
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self.slots is None:
+            yield
+            return
+        async with self.slots:
+            yield
+
+
 class LLMActivities:
     def __init__(self, settings: ActivitySettings, client: openai.AsyncOpenAI | None = None,
                  temporal: Client | None = None, cache: ContextCache | None = None):
-        self._default_model = settings.openai_model
-        self._prices = settings.prices.for_endpoint(settings.openai_base_url)
-        # Local endpoints (Ollama, vLLM) need no key, but the SDK insists on one.
-        self._client = client or openai.AsyncOpenAI(
-            api_key=settings.openai_api_key or "unset",
-            base_url=settings.openai_base_url,
-            max_retries=0,  # Temporal's retry policy owns retries.
-        )
+        self._settings = settings
+        self._models = settings.model_entries()
+        # An endpoint's client, by (base URL, key variable); `client` serves the default entry.
+        self._clients: dict[tuple[str | None, str | None], openai.AsyncOpenAI] = {}
+        if client is not None:
+            default = self._models.entries[self._models.default]
+            self._clients[(default.base_url, default.api_key_env)] = client
+        self._slots = {name: asyncio.Semaphore(e.max_concurrency)
+                       for name, e in self._models.entries.items() if e.max_concurrency}
         self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
         self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
-        self._server = urlsplit(str(self._client.base_url)).hostname  # server.address, on spans
+
+    def _entry(self, model: str | None, entry: str | None) -> Endpoint:
+        """The entry a call goes to: the one the conversation fell back to, else the one its
+        model names (`Models.resolve`)."""
+        if entry is None:
+            name, spec = self._models.resolve(model)
+        elif entry in self._models.entries:
+            name, spec = entry, self._models.entries[entry]
+        else:
+            raise ApplicationError(f"this worker has no model entry {entry!r} (AGENT_MODELS)",
+                                   type="LLMModelUnavailable", non_retryable=True)
+        key = (spec.base_url, spec.api_key_env)
+        if key not in self._clients:
+            # OPENAI_API_KEY was read with the settings; another entry's key is read here, in the
+            # worker, from the variable it names
+            key_value = (self._settings.openai_api_key or "unset"
+                         if spec.api_key_env == "OPENAI_API_KEY" else self._models.api_key(spec))
+            self._clients[key] = openai.AsyncOpenAI(
+                api_key=key_value, base_url=spec.base_url,
+                max_retries=0)  # Temporal's retry policy owns retries
+        client = self._clients[key]
+        return Endpoint(name, spec, client, self._settings.prices.for_endpoint(spec.base_url),
+                        urlsplit(str(client.base_url)).hostname, self._slots.get(name))
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
         """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
-        return await self._complete(request.model, [m.to_openai() for m in request.messages],
-                                    request.tools, request.tool_choice, request.turn, request.step,
+        return await self._complete(self._entry(request.model, request.entry),
+                                    [m.to_openai() for m in request.messages], request.tools,
+                                    request.tool_choice, request.turn, request.step,
                                     request.response_format)
 
     @activity.defn(name="llm_step")
@@ -115,8 +187,9 @@ class LLMActivities:
             messages, tools = await heartbeating(self._rebuild(request))
         except ContextMiss as miss:
             raise ApplicationError(str(miss), type="ContextMiss", non_retryable=True) from None
-        return await self._complete(request.model, messages, tools, request.tool_choice,
-                                    request.turn, request.step, request.response_format)
+        return await self._complete(self._entry(request.model, request.entry), messages, tools,
+                                    request.tool_choice, request.turn, request.step,
+                                    request.response_format)
 
     async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict]]:
         """The prompt's messages as the endpoint receives them, and its tools."""
@@ -169,18 +242,18 @@ class LLMActivities:
             raise ContextMiss("the conversation no longer waits on this prompt")
         return pending
 
-    async def _complete(self, model: str | None, messages: list[dict[str, Any]],
+    async def _complete(self, endpoint: Endpoint, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]], tool_choice: str, turn: int, step: int,
                         response_format: dict[str, Any] | None = None) -> LLMReply:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
-        model = model or self._default_model
+        model = endpoint.spec.model
         attempt = activity.info().attempt
         started = time.monotonic()
         with telemetry.span(f"chat {model}", {
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
                 "gen_ai.conversation.id": activity.info().workflow_id,
-                "server.address": self._server, "agent.turn": turn, "agent.step": step,
-                "agent.attempt": attempt,
+                "server.address": endpoint.server, "agent.model_entry": endpoint.name,
+                "agent.turn": turn, "agent.step": step, "agent.attempt": attempt,
         }, content={"gen_ai.input.messages": messages}) as span:
             try:
                 async with WorkflowStreamClient.from_within_activity(
@@ -196,12 +269,14 @@ class LLMActivities:
                                                        attempt=attempt,
                                                        text=text[i:i + TOKEN_ITEM_CHARS]))
 
-                    reply = await _classified(heartbeating(self._stream(
-                        model, messages, tools, tool_choice, on_text, response_format)))
+                    async with endpoint.slot():
+                        reply = await _classified(heartbeating(self._stream(
+                            endpoint, messages, tools, tool_choice, on_text, response_format)))
             except Exception as err:
                 telemetry.model_call_measured(model, started, None, type(err).__name__)
                 raise
-            reply.usage = self._prices.priced(reply.model or model, reply.usage)
+            reply.usage = endpoint.prices.priced(reply.model or model, reply.usage)
+            reply.entry = endpoint.name
             telemetry.set_attributes(span, {
                 "gen_ai.response.model": reply.model or None,
                 "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason
@@ -211,6 +286,7 @@ class LLMActivities:
         log.info(
             "llm reply",
             model=model,
+            entry=endpoint.name,
             tool_calls=len(reply.message.tool_calls or []),
             finish_reason=reply.finish_reason,
             total_tokens=reply.usage.total_tokens,
@@ -218,48 +294,54 @@ class LLMActivities:
         )
         return reply
 
-    async def _stream(self, model: str, messages: list[dict[str, Any]],
+    async def _stream(self, endpoint: Endpoint, messages: list[dict[str, Any]],
                       tools: list[dict[str, Any]], tool_choice: str, on_text: Callable[[str], None],
                       response_format: dict[str, Any] | None) -> LLMReply:
         """The completion, in structured-output mode when a typed result is asked and the
         endpoint has it. An endpoint that refuses the mode is asked without it (the conversation
         checks the answer either way), and is not asked with it again."""
-        if response_format is not None and model not in self._unstructured:
+        client, model, params = endpoint.client, endpoint.spec.model, endpoint.spec.params
+        if response_format is not None and endpoint.name not in self._unstructured:
             try:
-                return await stream_completion(self._client, model, messages, tools, tool_choice,
-                                               on_text, response_format)
+                return await stream_completion(client, model, messages, tools, tool_choice,
+                                               on_text, response_format, params)
             except (openai.BadRequestError, openai.UnprocessableEntityError) as err:
                 refused = _error_detail(err)
-            reply = await stream_completion(self._client, model, messages, tools, tool_choice,
-                                            on_text)
+            reply = await stream_completion(client, model, messages, tools, tool_choice, on_text,
+                                            params=params)
             log.warning("the endpoint refused response_format; typed results are checked only",
-                        model=model, error=refused)
-            self._unstructured.add(model)
+                        model=model, entry=endpoint.name, error=refused)
+            self._unstructured.add(endpoint.name)
             return reply
-        return await stream_completion(self._client, model, messages, tools, tool_choice, on_text)
+        return await stream_completion(client, model, messages, tools, tool_choice, on_text,
+                                       params=params)
 
     @activity.defn(name="summarize")
     async def summarize(self, request: SummaryRequest) -> SummaryReply:
         """Fold turns into the conversation's running summary: one chat completion, not streamed."""
-        model = request.model or self._default_model
+        endpoint = self._entry(request.model, request.entry)
+        model = endpoint.spec.model
         started = time.monotonic()
         # the fold is a model call of its own, in the turn's trace
         with telemetry.span(f"chat {model}", {
                 "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
                 "gen_ai.conversation.id": activity.info().workflow_id,
-                "server.address": self._server, "agent.purpose": "summary",
+                "server.address": endpoint.server, "agent.model_entry": endpoint.name,
+                "agent.purpose": "summary",
                 "agent.folded_turns": f"{request.first_turn}-{request.last_turn}",
         }) as span:
             try:
-                completion = await _classified(heartbeating(self._client.chat.completions.create(
-                    model=model, messages=[], max_tokens=request.max_tokens,
-                    extra_body={"messages": summary_messages(request)},
-                )))
+                async with endpoint.slot():
+                    completion = await _classified(heartbeating(
+                        endpoint.client.chat.completions.create(
+                            model=model, messages=[], max_tokens=request.max_tokens,
+                            extra_body={**endpoint.spec.params,
+                                        "messages": summary_messages(request)})))
             except Exception as err:
                 telemetry.model_call_measured(model, started, None, type(err).__name__)
                 raise
             text = (completion.choices[0].message.content or "") if completion.choices else ""
-            usage = self._prices.priced(completion.model or model, counted(completion.usage))
+            usage = endpoint.prices.priced(completion.model or model, counted(completion.usage))
             telemetry.set_attributes(span, telemetry.usage_attributes(usage),
                                      content={"agent.summary": text})
         telemetry.model_call_measured(model, started, usage, None)
@@ -303,14 +385,16 @@ async def stream_completion(
     tool_choice: str,
     on_text: Callable[[str], None],
     response_format: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> LLMReply:
     """A streamed chat completion, assembled into one reply; `on_text` sees each text delta.
 
     The messages and tools go in `extra_body`, which the SDK sends as they are: they are plain
     JSON already, and the SDK's parameter transform walks every message on every call (74% of the
-    worker's CPU on a 200-step conversation, measured with pyinstrument).
+    worker's CPU on a 200-step conversation, measured with pyinstrument). `params` are a model
+    entry's own (`reasoning_effort`, `max_completion_tokens`...), sent as they are.
     """
-    body: dict[str, Any] = {"messages": messages}
+    body: dict[str, Any] = {**(params or {}), "messages": messages}
     extra: dict[str, Any] = {}
     if tools:
         body["tools"] = tools
@@ -389,10 +473,30 @@ def _error_detail(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
-def _retry_after(exc: openai.APIStatusError) -> timedelta | None:
+MAX_RETRY_AFTER_S = 60.0
+
+
+def _retry_after(exc: openai.APIStatusError, now: datetime | None = None) -> timedelta | None:
+    """The wait a `Retry-After` header asks for (seconds, or an HTTP date), at most a minute."""
     value = exc.response.headers.get("retry-after") if exc.response is not None else None
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
-    return timedelta(seconds=min(seconds, 60.0)) if seconds is not None and seconds > 0 else None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not seconds > 0:  # NaN, past, zero
+        return None
+    return timedelta(seconds=min(seconds, MAX_RETRY_AFTER_S))
+
+
+def _error_code(exc: openai.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    return str(error.get("code") or "") if isinstance(error, dict) else ""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
+from activities.models import Models
 from activities.pricing import Prices
 from activities.profiles import Profiles
 
@@ -41,6 +42,8 @@ class ActivitySettings:
     # AGENT_FOUR_EYES: risks (comma-separated) whose calls someone other than the conversation's
     # owner must decide; reaches each conversation with its tools, as the floor above does
     four_eyes: tuple[str, ...] = ()
+    # AGENT_MODELS: model entries and their fallbacks (None: OPENAI_* describe one entry)
+    models: Models | None = None
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -65,7 +68,12 @@ class ActivitySettings:
             builtin_tools=on_or_off("AGENT_BUILTIN_TOOLS", env.get("AGENT_BUILTIN_TOOLS", ""),
                                     default=True),
             four_eyes=four_eyes(env.get("AGENT_FOUR_EYES", "")),
+            models=Models.load(Path(env["AGENT_MODELS"])) if env.get("AGENT_MODELS") else None,
         )
+
+    def model_entries(self) -> Models:
+        """The model entries: AGENT_MODELS's, or the one OPENAI_* describe."""
+        return self.models or Models.single(self.openai_model, self.openai_base_url)
 
 
 def auto_approvable(value: str) -> frozenset[str] | None:

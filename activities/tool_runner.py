@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
 from activities.heartbeat import heartbeating
+from activities.models import model_routes
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from activities.tools.reporter import CallReporter
@@ -39,11 +40,15 @@ class ToolActivities:
     def __init__(
         self, registry: ToolRegistry, settings: ActivitySettings, http: httpx.AsyncClient,
         mcp: McpToolbox | None = None,
+        activity_queues: dict[str, str] | None = None,
     ):
         self._registry = registry
         self._settings = settings
         self._http = http
         self._mcp = mcp
+        # Set on a worker that runs workflow tasks only (`--role workflows`): conversations send
+        # their model calls and tool runs to these queues, which other workers serve.
+        self._activity_queues = activity_queues or {}
 
     @activity.defn(name="list_tools")
     async def list_tools(self, request: ToolListRequest | None = None) -> ToolCatalog:
@@ -51,7 +56,9 @@ class ToolActivities:
         profile allows, with the profile's system prompt."""
         allowed = self._settings.auto_approvable
         floor = None if allowed is None else sorted(allowed)
-        rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes)}
+        rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes),
+                 "activity_queues": self._activity_queues,
+                 **model_routes(self._settings.models, activity.info().task_queue)}
         profiles = self._settings.profiles
         if request is not None and request.profile not in profiles.agents:
             return ToolCatalog(tools=[], **rules,

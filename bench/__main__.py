@@ -47,10 +47,11 @@ class Sizes:
     chat_turns: int = 300
     tours: tuple[int, ...] = (25, 50, 100, 200, 1000)
     tours_before: int = 200  # the longest tour the version before runs (its cost grows as steps²)
+    role_levels: tuple[int, ...] = (100, 500)
 
 
 QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
-              tours=(25, 50), tours_before=50)
+              tours=(25, 50), tours_before=50, role_levels=(20, 50))
 MODEL_ACTIVITIES = {"llm_call", "llm_step"}
 
 
@@ -222,6 +223,40 @@ async def concurrency(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
                          f"{rate:.1f} / {floor_rate:.1f} = {rate / floor_rate:.2f}; CPU per step "
                          f"{cpu * 1000:.1f} / {floor_cpu * 1000:.1f} ms; RSS {ours.rss_mb():.0f} MB"))
         for worker in (ours, *floors):
+            worker.stop()
+    return rows
+
+
+async def roles(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """C conversations of `conc_steps` steps against a 200 ms model: one worker process doing
+    everything, against three processes that split the roles (`--role workflows`, `models`,
+    `tools`), on queues of their own, turn about on one server; CPU per step is the processes'."""
+    client = await stack.client()
+    setups = {"1 process (all roles)": [stack.start_worker("roles-one")],
+              "3 processes (workflows, models, tools)": [
+                  stack.start_worker("roles-split", args=("--role", role))
+                  for role in ("workflows", "models", "tools")]}
+    queues = {"1 process (all roles)": "roles-one",
+              "3 processes (workflows, models, tools)": "roles-split"}
+
+    async def run(queue: str, level: int) -> None:
+        handles = await start_many(client, "conc", level, queue)
+        await asyncio.gather(*(h.result() for h in handles))
+
+    for queue in queues.values():
+        await run(queue, 2)  # warm up
+    rows = []
+    for level in z.role_levels:
+        for name, workers in setups.items():
+            cpu0, started = sum(w.cpu_s() for w in workers), time.monotonic()
+            await run(queues[name], level)
+            wall, steps = time.monotonic() - started, level * z.conc_steps
+            cpu = (sum(w.cpu_s() for w in workers) - cpu0) / steps
+            rows.append((f"C={level}, {name}: steps/s, CPU per step, RSS",
+                         f"{steps / wall:.1f}; {cpu * 1000:.1f} ms; "
+                         f"{sum(w.rss_mb() for w in workers):.0f} MB"))
+    for workers in setups.values():
+        for worker in workers:
             worker.stop()
     return rows
 
@@ -427,6 +462,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
                            ("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
                            ("Tracing, zero-latency model", lambda: tracing_cost(stack, z)),
                            ("Concurrency, 200 ms model, one and two worker processes", lambda: concurrency(stack, z)),
+                           ("Worker roles, 200 ms model", lambda: roles(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),
                            ("Tokens", lambda: tokens(stack)),

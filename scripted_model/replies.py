@@ -27,7 +27,13 @@ class ScriptedReply(BaseModel):
 
     content: str | None = None
     tool_calls: list[ScriptedToolCall] = []
-    errors: list[int] = []
+    errors: list[int] = []  # statuses answered first, one per hit, before the reply
+    error_message: str | None = None  # what those errors say (default: "scripted <status>")
+    error_code: str | None = None  # their `error.code` (e.g. context_length_exceeded)
+    retry_after: str | None = None  # their Retry-After header (seconds or an HTTP date)
+    # count the errors per scenario step, not per conversation: a prompt that changes between
+    # attempts (folded into a summary) still moves on through them
+    errors_per_step: bool = False
     hold: bool = False
     delay_s: float = 0.0
     finish_reason: str | None = None

@@ -51,6 +51,7 @@ class RecordedRequest:
     step: int
     body: dict[str, Any]
     kind: str = "chat"  # or "summary"
+    at: float = 0.0  # time.monotonic() when it arrived
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -124,7 +125,12 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         selection, error_status = owner._begin_chat(body)
         if error_status is not None:
-            self._send_json(error_status, _error_body(error_status, f"scripted {error_status}"))
+            reply = selection.reply
+            body = _error_body(error_status, reply.error_message or f"scripted {error_status}")
+            if reply.error_code:
+                body["error"]["code"] = reply.error_code
+            headers = {"Retry-After": reply.retry_after} if reply.retry_after else {}
+            self._send_json(error_status, body, headers)
             return
         reply = selection.reply
         if reply.delay_s > 0:
@@ -152,9 +158,12 @@ class _Handler(BaseHTTPRequestHandler):
                 **({"usage": counts} if counts is not None else {}),
             })
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def _send_json(self, status: int, payload: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -339,11 +348,12 @@ class ScriptedModelServer:
             # that lands on the same step, moves on through the `errors` list.
             first_user = next((message_text(m) for m in messages if m.get("role") == "user"), "")
             key = (f"summary:{selection.trigger}" if selection.kind == "summary"
+                   else f"{selection.step}:{selection.trigger}" if selection.reply.errors_per_step
                    else f"{selection.step}:{first_user}")
             hit = self._hits.get(key, 0)
             self._hits[key] = hit + 1
             self._requests.append(RecordedRequest(selection.trigger, selection.step, body,
-                                                  selection.kind))
+                                                  selection.kind, time.monotonic()))
             self._arrived.notify_all()
         errors = selection.reply.errors
         return selection, (errors[hit] if hit < len(errors) else None)

@@ -29,7 +29,13 @@ from workflows.models import (
 )
 from workflows.rules.handover import carried
 from workflows.rules.stopping import call_record_of_key
-from workflows.state import CarriedState, ContextState, ConversationState, TurnState
+from workflows.state import (
+    CarriedState,
+    ContextState,
+    ConversationState,
+    ModelRoutes,
+    TurnState,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -115,6 +121,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "current.final_output", "current.corrections",
     "four_eyes",  # a conversation from before four eyes has none (nor an owner to hold to it)
     "current.trace", "current.started_at",  # a turn from before traces has none: no spans
+    "current.fallbacks", "models", "tool_queue",  # from before model entries: routed as ever
 }
 
 
@@ -169,6 +176,11 @@ def full_state() -> ConversationState:
     state.four_eyes = ["destructive"]
     state.current.trace = "00-000000000000000000000000000000ab-00000000000000cd-01"
     state.current.started_at = NOW
+    state.current.fallbacks = 1
+    state.models = ModelRoutes(entries=["main", "backup"], default="main",
+                               fallbacks={"main": ["backup"]}, queues={"main": "q.model.main"},
+                               shared="q.models")
+    state.tool_queue = "q.tools"
     return state
 
 

@@ -75,7 +75,7 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert workflow_sandbox(default_of(env["AGENT_WORKFLOW_SANDBOX"])) is False
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
                      "AGENT_AUTO_APPROVE", "AGENT_PROFILES", "AGENT_PRICES", "AGENT_FOUR_EYES",
-                     "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS"):
+                     "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS", "AGENT_MODELS"):
         assert variable in env
     assert "/data" in env["AGENT_DATA_DIR"] and any(v.endswith(":/data") for v in worker["volumes"])
 

@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class WorkerProcess:
     """`python -m worker` as a child process, configured only by its environment."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path):
+    def __init__(self, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()):
         self._env = env
         self._log_dir = log_dir
+        self._args = args  # `python -m worker`'s own (--role ...)
         self._started = 0
         self.proc: subprocess.Popen | None = None
 
@@ -36,7 +37,7 @@ class WorkerProcess:
         self._started += 1
         log = open(self._log_dir / f"worker-{self._started}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker"], cwd=ROOT, env=self._env,
+            [sys.executable, "-m", "worker", *self._args], cwd=ROOT, env=self._env,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 

@@ -1,4 +1,4 @@
-"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N]`."""
+"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N] [--role R]`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import AsyncExitStack
 
 import httpx
 import structlog
@@ -16,13 +17,14 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 
 from activities.mcp import McpConfigError
+from activities.models import ROLES
 from activities.settings import ActivitySettings
 from activities.tools.loader import ToolLoadError
 from client.connection import TemporalSettings, connect
 from worker.app import (
-    build_worker,
     ensure_search_attributes,
     mcp_toolbox,
+    role_workers,
     tool_registry,
     workflow_sandbox,
 )
@@ -49,7 +51,7 @@ async def connect_patiently(temporal: TemporalSettings, runtime: Runtime | None 
             await asyncio.sleep(2)
 
 
-async def main() -> None:
+async def main(role: str = "all") -> None:
     configure_logging()
     temporal = TemporalSettings.from_env()
     try:
@@ -78,24 +80,28 @@ async def main() -> None:
     except McpConfigError as err:
         log.error("cannot start: bad MCP config", error=str(err))
         raise SystemExit(2) from None
-    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http:
-        worker = build_worker(client, temporal.task_queue, settings, http, registry, mcp=mcp,
-                              sandboxed=sandboxed, tracing=tracing)
-        async with worker:
-            log.info(
-                "worker started",
-                address=temporal.address,
-                namespace=temporal.namespace,
-                task_queue=temporal.task_queue,
-                model=settings.openai_model,
-                base_url=settings.openai_base_url or "default",
-                workflow_sandbox="on" if sandboxed else "off",
-                tools=registry.names(),
-                tracing="on" if tracing is not None else "off",
-                metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
-            )
-            await stop.wait()
-            log.info("worker stopping")
+    async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http, AsyncExitStack() as stack:
+        workers = role_workers(client, temporal.task_queue, role, settings, http, registry,
+                               mcp=mcp, sandboxed=sandboxed, tracing=tracing)
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        log.info(
+            "worker started",
+            address=temporal.address,
+            namespace=temporal.namespace,
+            task_queue=temporal.task_queue,
+            role=role,
+            queues=[w.task_queue for w in workers],
+            model=settings.openai_model,
+            base_url=settings.openai_base_url or "default",
+            workflow_sandbox="on" if sandboxed else "off",
+            tools=registry.names(),
+            tracing="on" if tracing is not None else "off",
+            metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
+            model_entries=list(settings.model_entries().entries),
+        )
+        await stop.wait()
+        log.info("worker stopping")
     if mcp is not None:
         await mcp.aclose()
     if tracing is not None:
@@ -106,7 +112,7 @@ async def main() -> None:
 RESTART_DELAY_S = 1.0
 
 
-def supervise(processes: int) -> int:
+def supervise(processes: int, role: str = "all") -> int:
     """Run `processes` workers on the same task queue, each its own process (Python runs one
     worker's workflow code on one core), restarting one that dies; stop them all on SIGINT or
     SIGTERM. Conversations move between them freely: any worker can continue any conversation."""
@@ -119,7 +125,7 @@ def supervise(processes: int) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    command = [sys.executable, "-m", "worker"]
+    command = [sys.executable, "-m", "worker", "--role", role]
     children = [subprocess.Popen(command) for _ in range(processes)]
     log.info("workers started", processes=processes, pids=[c.pid for c in children])
     while not stopping:
@@ -146,12 +152,16 @@ def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="worker processes on the task queue (default 1; use one per core)")
+    parser.add_argument("--role", choices=ROLES, default="all",
+                        help="what this process serves: all (default), workflows (workflow tasks "
+                             "only; model calls and tool runs go to the models and tools queues), "
+                             "models (model calls), tools (tool runs)")
     args = parser.parse_args()
     if args.processes < 1:
         parser.error("--processes must be at least 1")
     if args.processes > 1:
-        raise SystemExit(supervise(args.processes))
-    asyncio.run(main())
+        raise SystemExit(supervise(args.processes, args.role))
+    asyncio.run(main(args.role))
 
 
 if __name__ == "__main__":

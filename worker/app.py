@@ -17,6 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.llm import LLMActivities
 from activities.mcp import load_mcp_config
+from activities.models import ROLES, model_queue, role_queues
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
@@ -96,6 +97,61 @@ def build_worker(
         graceful_shutdown_timeout=timedelta(seconds=10),
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
+
+
+def role_workers(client: Client, task_queue: str, role: str, settings: ActivitySettings,
+                 http: httpx.AsyncClient, registry: ToolRegistry, mcp: McpToolbox | None = None,
+                 llm: LLMActivities | None = None, sandboxed: bool = True,
+                 tracing: Tracing | None = None) -> list[Worker]:
+    """The workers of one process, by its role (`python -m worker --role`):
+    - `all`: workflow tasks, model calls and tool runs, on the task queue, as before;
+    - `workflows`: workflow tasks only (and listing tools); its conversations send model calls
+      and tool runs to the queues of `role_queues`, which `models` and `tools` workers serve;
+    - `models`: model calls; `tools`: tool runs.
+    Each also serves its rate-limited model entries' queues when it makes model calls."""
+    llm = llm or LLMActivities(settings, temporal=client)
+    interceptors = [LoggingInterceptor(), SignalGuard(),
+                    *([TelemetryInterceptor(tracing)] if tracing is not None else [])]
+    common: dict[str, Any] = {"interceptors": interceptors,
+                              "graceful_shutdown_timeout": timedelta(seconds=10)}
+    queues = role_queues(task_queue)
+    if role == "all":
+        workers = [build_worker(client, task_queue, settings, http, registry, mcp=mcp, llm=llm,
+                                sandboxed=sandboxed, tracing=tracing)]
+    elif role == "workflows":
+        lister = ToolActivities(registry, settings, http, mcp, activity_queues=queues)
+        workers = [Worker(client, task_queue=task_queue, workflows=[ConversationWorkflow],
+                          workflow_runner=workflow_runner(sandboxed),
+                          activities=[lister.list_tools], **common,
+                          sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT)]
+    elif role == "models":
+        workers = [Worker(client, task_queue=queues["models"],
+                          activities=[llm.llm_call, llm.llm_step, llm.summarize], **common)]
+    elif role == "tools":
+        tools = ToolActivities(registry, settings, http, mcp)
+        workers = [Worker(client, task_queue=queues["tools"], activities=[tools.run_tool],
+                          **common)]
+    else:
+        raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    if role in ("all", "models"):
+        workers += model_workers(client, task_queue, settings, llm, tracing)
+    return workers
+
+
+def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
+                  llm: LLMActivities, tracing: Tracing | None = None) -> list[Worker]:
+    """A worker per rate-limited model entry (`max_requests_per_s` in AGENT_MODELS), polling
+    the entry's own task queue for its model calls. Temporal's server dispatches that queue's
+    tasks at the entry's rate, so the rate holds across every worker process and host."""
+    if settings.models is None:
+        return []
+    return [Worker(client, task_queue=model_queue(task_queue, name),
+                   activities=[llm.llm_call, llm.llm_step, llm.summarize],
+                   max_task_queue_activities_per_second=rate,
+                   interceptors=[LoggingInterceptor(),
+                                 *([TelemetryInterceptor(tracing)] if tracing is not None else [])],
+                   graceful_shutdown_timeout=timedelta(seconds=10))
+            for name, rate in settings.models.limited().items()]
 
 
 def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:

@@ -28,7 +28,7 @@ from temporalio.worker import (
 from workflows import telemetry
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
-from workflows.model_step import Thinker
+from workflows.model_step import Thinker, is_context_too_long
 from workflows.models import (
     CLOSED_STATUSES,
     PENDING_PROMPT_QUERY,
@@ -59,6 +59,7 @@ from workflows.rules import context, loop, output
 from workflows.rules.bounds import (
     MAX_CALLS_PER_REPLY,
     MAX_ERROR_BYTES,
+    MAX_MODEL_NAME_BYTES,
     MAX_TOOLS_LISTED,
     MAX_TURN_SUMMARIES,
     Limits,
@@ -428,7 +429,7 @@ class ConversationWorkflow:
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
             turn=turn.number, steps_taken=turn.steps, llm_calls=turn.llm_calls,
             tools_used=turn.tools_used[:MAX_TOOLS_LISTED], stop_reason=turn.stop_reason,
-            usage=turn.usage, error=turn.error,
+            usage=turn.usage, error=turn.error, fallbacks=turn.fallbacks,
         )], MAX_TURN_SUMMARIES)
         workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
                              turn.stop_reason, turn.steps)
@@ -499,7 +500,7 @@ class ConversationWorkflow:
                     reply = await self._thinker.think(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
-                self._stop("llm_error", f"model call failed: {failure_reason(err)}")
+                self._stop("llm_error", self._model_failure(err))
                 self._record_step(step, None, Usage())
                 return
             turn.steps = step
@@ -510,7 +511,7 @@ class ConversationWorkflow:
             if isinstance(decision, loop.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
                 again = self._check_output()
-                self._record_step(step, message.content, reply.usage)
+                self._record_step(step, message.content, reply.usage, entry=reply.entry)
                 if again:
                     continue
                 return
@@ -521,7 +522,7 @@ class ConversationWorkflow:
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
-            self._record_step(step, message.content, reply.usage, done.actions)
+            self._record_step(step, message.content, reply.usage, done.actions, reply.entry)
             if is_looping(turn.call_records):
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
@@ -536,13 +537,24 @@ class ConversationWorkflow:
             at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
             tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
 
+    def _model_failure(self, err: ActivityError) -> str:
+        """Why the model call failed, as the turn's error; for a prompt too long even after
+        folding harder, with the sizes."""
+        if not is_context_too_long(err):
+            return f"model call failed: {failure_reason(err)}"
+        return (f"the prompt is too long for the model even after folding the context to half "
+                f"of its {self._thinker.budget().tokens:,}-token budget (about "
+                f"{self._thinker.sent_tokens:,} tokens sent): {failure_reason(err)}")
+
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
-                     actions: list[AuditAction] | None = None) -> None:
-        """The audit record of a step, once its observations are in (or the turn has ended)."""
+                     actions: list[AuditAction] | None = None, entry: str | None = None) -> None:
+        """The audit record of a step, once its observations are in (or the turn has ended);
+        `entry`: the model entry that answered."""
         turn = self._state.current
         self._narrator.record(AuditRecord(
             at=workflow.now(), turn=turn.number, step=step, thought=thought,
             actions=actions or [], tokens=tokens, stop_reason=None if actions else turn.stop_reason,
+            entry=clip(entry, MAX_MODEL_NAME_BYTES),
         ))
 
     def _finish(

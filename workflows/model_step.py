@@ -15,6 +15,7 @@ from typing import TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.models import (
@@ -72,6 +73,8 @@ class Thinker:
         self._delta = delta_context
         self._sent: delta.Sent | None = None
         self._pending: tuple[str, list[ChatMessage], list[dict]] | None = None
+        self._squeeze = 1  # the budget is divided by it: 2 to fold harder for a small window
+        self.sent_tokens = 0  # the estimated tokens of the prompt last sent
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:
@@ -89,7 +92,7 @@ class Thinker:
     def budget(self) -> context.Budget:
         self.tool_schemas()
         return context.Budget(
-            tokens=context.budget_tokens(self._input.context_budget_tokens),
+            tokens=context.budget_tokens(self._input.context_budget_tokens) // self._squeeze,
             ratio=self._state.context.token_ratio, tools=self._tools_tokens,
         )
 
@@ -113,7 +116,22 @@ class Thinker:
         `tool_choice="none"`, is asked once more with no tool schemas at all."""
         if self._limits.fold_context:
             await self._fold_older_turns(step)
-        reply = await self._ask(step, offered_tools, send_tools=True)
+        try:
+            reply = await self._ask(step, offered_tools, send_tools=True)
+        except ActivityError as err:
+            if not (self._limits.fold_context and is_context_too_long(err)):
+                raise
+            # The model's window is smaller than the budget: fold to half of it, once, and ask
+            # again (a second refusal ends the turn, with the sizes).
+            workflow.logger.warning("step %d: the prompt (about %d tokens) is too long for the "
+                                    "model; folding harder and asking again", step,
+                                    self.sent_tokens)
+            self._squeeze = 2
+            try:
+                await self._fold_older_turns(step)
+                reply = await self._ask(step, offered_tools, send_tools=True)
+            finally:
+                self._squeeze = 1
         message = reply.message
         if not offered_tools and message.tool_calls and not (message.content or "").strip() and (
             workflow.patched(FORCED_ANSWER_RETRY_PATCH)
@@ -133,6 +151,8 @@ class Thinker:
         turn = self._state.current
         tools = self.tool_schemas() if send_tools else []
         tool_choice = "auto" if offered_tools else "none"
+        self.sent_tokens = int((estimate_tokens(messages) + (budget.tools if send_tools else 0))
+                               * ctx.token_ratio)
         if self._delta:
             reply = await self._step(messages, tools, tool_choice, step)
         else:
@@ -179,14 +199,36 @@ class Thinker:
 
     async def _call(self, activity: str, request: LLMRequest | LLMStepRequest, step: int
                     ) -> LLMReply:
-        return await self._model_activity(activity, request, LLMReply, self._input.llm.max_attempts,
-                                          f"llm turn {self._state.current.number} step {step}")
+        """The model call, on the entry the conversation's model names and, if that one fails
+        in a way that concerns it (`fallback_reason`), on each of its fallbacks in turn."""
+        turn, chain = self._state.current, self._state.models.chain(self._input.model)
+        summary = f"llm turn {turn.number} step {step}"
+        for n, entry in enumerate(chain):
+            try:
+                reply = await self._model_activity(
+                    activity, request.model_copy(update={"entry": entry}), LLMReply,
+                    self._input.llm.max_attempts, summary + (f" on {entry}" if entry else ""),
+                    self._state.models.queue(self._input.model, entry))
+            except ActivityError as err:
+                why = fallback_reason(err)
+                if n == len(chain) - 1 or why is None:
+                    raise
+                workflow.logger.warning("step %d: %s; falling back to model entry %s", step, why,
+                                        chain[n + 1])
+                self._narrator.emit("reset", step=step, text=f"{why}; falling back to "
+                                                           f"{chain[n + 1]}")
+                continue
+            if n:
+                turn.fallbacks += 1
+            return reply
+        raise AssertionError("unreachable: the last entry's failure is raised")
 
     async def _model_activity(self, activity: str, request: object, result_type: type[T],
-                              attempts: int, summary: str) -> T:
-        """A model endpoint's activity, with the conversation's timeouts and retries."""
+                              attempts: int, summary: str, task_queue: str | None = None) -> T:
+        """A model endpoint's activity, with the conversation's timeouts and retries (on the
+        task queue of its entry, when the entry's rate holds across workers)."""
         return await workflow.execute_activity(
-            activity, request, result_type=result_type,
+            activity, request, result_type=result_type, task_queue=task_queue,
             start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
             heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
             retry_policy=RetryPolicy(
@@ -232,7 +274,8 @@ class Thinker:
                                  max_tokens=budget.summary_tokens)
         try:
             reply = await self._model_activity(SUMMARIZE_ACTIVITY, request, SummaryReply,
-                                               SUMMARY_ATTEMPTS, f"summarize turns {first}-{last}")
+                                               SUMMARY_ATTEMPTS, f"summarize turns {first}-{last}",
+                                               self._state.models.queue(self._input.model, None))
         except ActivityError as err:
             raise_if_cancelled(err)
             reply, problem = SummaryReply(text=""), f"summarizing failed: {failure_reason(err)}"
@@ -254,6 +297,28 @@ class Thinker:
             at=workflow.now(), turn=self._state.current.number, step=step, kind="summary",
             thought=summary, tokens=reply.usage,
         ))
+
+
+# A model entry's failures another entry may not have: its endpoint down, overloaded or out of
+# retries, the model unknown there, its key refused. A bad request would fail on every entry.
+ENTRY_FAILURES = frozenset({"LLMTransientError", "LLMModelUnavailable"})
+
+
+def fallback_reason(err: ActivityError) -> str | None:
+    """Why a failed model call may go to the next entry, or None (it is the request's fault, or
+    the conversation's: a context miss, a cancellation)."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type in ENTRY_FAILURES:
+        return f"the model entry failed: {failure_reason(err)}"
+    if isinstance(cause, ActivityTimeout):
+        return "the model entry timed out"
+    return None
+
+
+def is_context_too_long(err: ActivityError) -> bool:
+    """The endpoint refused the prompt as longer than the model's context window."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == "LLMContextTooLong"
 
 
 def is_context_miss(err: ActivityError) -> bool:

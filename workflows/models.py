@@ -161,6 +161,14 @@ class ToolCatalog(BaseModel):
     auto_approvable: list[str] | None = None
     # AGENT_FOUR_EYES: the risks whose calls someone other than the conversation's owner decides
     four_eyes: list[Risk] = []
+    # AGENT_MODELS: the model entries, the default one, each one's fallbacks, and the task queue
+    # of each entry whose requests per second hold across workers
+    model_entries: list[str] = []
+    default_model_entry: str | None = None
+    model_fallbacks: dict[str, list[str]] = {}
+    model_queues: dict[str, str] = {}
+    # where model calls ("models") and tool runs ("tools") go, when workers split the roles
+    activity_queues: dict[str, str] = {}
     system_prompt: str | None = None  # a subagent's, from its profile
 
 
@@ -226,6 +234,7 @@ class ConversationInput(BaseModel):
 
 class LLMRequest(BaseModel):
     model: str | None
+    entry: str | None = None  # the model entry to ask (a fallback); None: the one `model` names
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = []
     tool_choice: Literal["auto", "none"] = "auto"
@@ -247,6 +256,7 @@ class LLMStepRequest(BaseModel):
     digest. The worker rebuilds the prompt and checks it against `digest`."""
 
     model: str | None
+    entry: str | None = None  # as in `LLMRequest`
     parts: list[PromptPart]
     base: str | None = None
     digest: str
@@ -273,6 +283,7 @@ class SummaryRequest(BaseModel):
     """Fold turns into the running summary: the previous summary and the turns' messages."""
 
     model: str | None
+    entry: str | None = None  # as in `LLMRequest`
     previous: str | None
     messages: list[ChatMessage]
     first_turn: int
@@ -290,6 +301,7 @@ class LLMReply(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
     model: str = ""
+    entry: str | None = None  # the model entry that answered
 
 
 class ToolInvocation(BaseModel):
@@ -453,6 +465,7 @@ class AuditRecord(BaseModel):
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
     kind: Literal["step", "summary", "start", "message", "answer", "end"] = "step"
+    entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)
     text: str | None = None  # the message or the answer, clipped
@@ -496,6 +509,7 @@ class TurnSummary(BaseModel):
     stop_reason: StopReason | None
     usage: Usage
     error: str | None = None
+    fallbacks: int = 0  # model calls another entry answered, its own having failed
 
 
 class ContextUse(BaseModel):

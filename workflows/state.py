@@ -41,12 +41,37 @@ class TurnState(BaseModel):
     corrections: int = 0  # answers sent back for missing the output schema
     error: str | None = None
     forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
+    fallbacks: int = 0  # model calls a fallback entry answered
     call_records: list[CallRecord] = []  # the latest two, for loop detection
     decisions: list[Decision] = []
     children: list[ChildReport] = []  # subagents started this turn, and what they wait for
     # the turn's span (W3C traceparent: `workflows.telemetry`) and when the turn began
     trace: str | None = None
     started_at: datetime | None = None
+
+
+class ModelRoutes(BaseModel):
+    """Where model calls go (`AGENT_MODELS`, as the worker told it when the conversation
+    began): an entry's fallbacks, and the task queue of each rate-limited entry."""
+
+    entries: list[str] = []
+    default: str | None = None
+    fallbacks: dict[str, list[str]] = {}
+    queues: dict[str, str] = {}
+    shared: str | None = None  # every other model call's queue, when workers split the roles
+
+    def chain(self, model: str | None) -> list[str | None]:
+        """The entries a call for `model` tries in turn: [None] (the one `model` names, as
+        before entries) unless `model` resolves to an entry with fallbacks."""
+        entry = model if model in self.entries else self.default
+        if entry is None or not self.fallbacks.get(entry):
+            return [None]
+        return [None, *self.fallbacks[entry]]
+
+    def queue(self, model: str | None, entry: str | None) -> str | None:
+        """The task queue of the entry a call goes to (None: the conversation's own)."""
+        name = entry or (model if model in self.entries else self.default)
+        return (self.queues.get(name) if name else None) or self.shared
 
 
 class ContextState(BaseModel):
@@ -70,6 +95,8 @@ class ConversationState(BaseModel):
     inbox: list[str] = []  # accepted messages waiting for their turn
     catalog: dict[str, ToolDefinition] = {}
     four_eyes: list[Risk] = []  # risks decided by someone other than the owner (the worker's)
+    tool_queue: str | None = None  # where tool runs go, when workers split the roles
+    models: ModelRoutes = Field(default_factory=lambda: ModelRoutes())  # the worker's entries
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0
     usage: Usage = Field(default_factory=Usage)

@@ -16,7 +16,7 @@ from workflows.rules.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
 from workflows.rules.gate import policy_refusal
 from workflows.rules.questions import ASK_TOOLS
 from workflows.rules.start_input import admitted_tools
-from workflows.state import ConversationState
+from workflows.state import ConversationState, ModelRoutes
 
 LIST_TOOLS_ACTIVITY = "list_tools"
 
@@ -49,6 +49,10 @@ async def discover_tools(state: ConversationState, limits: Limits,
         state.notice(notice)
     state.catalog.update({t.name: t for t in kept})
     state.four_eyes = list(catalog.four_eyes)
+    state.models = ModelRoutes(entries=catalog.model_entries, default=catalog.default_model_entry,
+                               fallbacks=catalog.model_fallbacks, queues=catalog.model_queues,
+                               shared=catalog.activity_queues.get("models"))
+    state.tool_queue = catalog.activity_queues.get("tools")
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,
                                                  "system prompt")

@@ -272,6 +272,7 @@ class ToolRound:
                     tool.name,
                     invocation,
                     result_type=ToolOutcome,
+                    task_queue=self._state.tool_queue,
                     start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
                     heartbeat_timeout=self._pace.tool_heartbeat,
                     retry_policy=RetryPolicy(
