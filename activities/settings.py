@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_
 from activities.models import Models
 from activities.pricing import Prices
 from activities.profiles import Profiles
+from activities.webhooks import Webhooks
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
@@ -44,6 +46,10 @@ class ActivitySettings:
     four_eyes: tuple[str, ...] = ()
     # AGENT_MODELS: model entries and their fallbacks (None: OPENAI_* describe one entry)
     models: Models | None = None
+    # AGENT_WEBHOOKS: where events are delivered; AGENT_WEBHOOK_RETRY_S: for how long a
+    # delivery is retried before it is given up (and recorded as failed)
+    webhooks: Webhooks | None = None
+    webhook_retry_s: float = 3600.0
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -69,6 +75,9 @@ class ActivitySettings:
                                     default=True),
             four_eyes=four_eyes(env.get("AGENT_FOUR_EYES", "")),
             models=Models.load(Path(env["AGENT_MODELS"])) if env.get("AGENT_MODELS") else None,
+            webhooks=Webhooks.load(Path(env["AGENT_WEBHOOKS"]), env)
+            if env.get("AGENT_WEBHOOKS") else None,
+            webhook_retry_s=float(_whole(env, "AGENT_WEBHOOK_RETRY_S", 3600)),
         )
 
     def model_entries(self) -> Models:
@@ -80,6 +89,15 @@ def auto_approvable(value: str) -> frozenset[str] | None:
     """`AGENT_AUTO_APPROVE`: tool names, comma-separated; `*` for any."""
     names = frozenset(n.strip() for n in value.split(",") if n.strip())
     return None if "*" in names else names
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name} must be a whole number of seconds, not {raw!r}")
+    return int(raw)
 
 
 def four_eyes(value: str) -> tuple[str, ...]:

@@ -58,6 +58,8 @@ class ToolActivities:
         floor = None if allowed is None else sorted(allowed)
         rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes),
                  "activity_queues": self._activity_queues,
+                 "webhooks": self._settings.webhooks.refs() if self._settings.webhooks else [],
+                 "webhook_retry_s": self._settings.webhook_retry_s,
                  **model_routes(self._settings.models, activity.info().task_queue)}
         profiles = self._settings.profiles
         if request is not None and request.profile not in profiles.agents:

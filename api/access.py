@@ -105,6 +105,10 @@ class TokenBook:
     def __bool__(self) -> bool:
         return bool(self.entries)
 
+    def named(self, name: str) -> Principal | None:
+        """The principal of that name (a link's addressee), or None."""
+        return next((e.principal for e in self.entries if e.principal.name == name), None)
+
     def find(self, token: str) -> Principal | None:
         given = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found = None

@@ -38,6 +38,7 @@ from api.bodies import (
 )
 from api.errors import RequestIds, add_error_handlers, document_errors, errors, request_id
 from api.guard import BodyLimit, Gate
+from api.links import link_routes
 from api.settings import ApiSettings
 from client.connection import TemporalSettings, connect
 from client.session import ConversationRow, NotFound, Refused, Session, new_conversation_id
@@ -385,6 +386,10 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                              auth_required=settings.auth_required,
                              temporal_ui=settings.temporal_ui, namespace=temporal.namespace,
                              trace_url=settings.trace_url)
+
+    app.include_router(link_routes(
+        settings.link_secret, settings.tokens,
+        lambda: Session(app.state.client, temporal, settings.timeout_s)))
 
     @app.get("/", include_in_schema=False)
     async def console() -> FileResponse:

@@ -21,6 +21,7 @@ from api.settings import ANONYMOUS, ApiSettings, is_loopback_host
 
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 CONSOLE_FILES = "/static/"
+LINKS = "/links/"  # one-time approval links: the signed link is the credential
 SHOWN_CHARS = 100  # of a refused header, in the answer
 
 
@@ -37,7 +38,9 @@ class Gate:
             return
         headers = Headers(scope=scope)
         path = scope["path"]
-        send = _security_headers(send, console=path == "/" or path.startswith(CONSOLE_FILES))
+        # the console's pages and a link's (an Approve button): never framed by another site
+        send = _security_headers(send, console=path == "/"
+                                 or path.startswith((CONSOLE_FILES, LINKS)))
         refusal = self.refusal(scope, headers)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -59,7 +62,7 @@ class Gate:
                                  "(AGENT_API_CORS_ORIGINS)")
         principal = self.principal(headers)
         path = scope["path"]
-        public = path in PUBLIC_PATHS or path.startswith(CONSOLE_FILES)
+        public = path in PUBLIC_PATHS or path.startswith((CONSOLE_FILES, LINKS))
         # A CORS preflight carries no token; the CORS middleware inside answers it.
         preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers
         if principal is None and not (public or preflight):
@@ -127,6 +130,6 @@ def _security_headers(send: Send, console: bool) -> Send:
             if console:
                 headers["Content-Security-Policy"] = "frame-ancestors 'none'"
                 headers["X-Frame-Options"] = "DENY"
-                headers["Cache-Control"] = "no-cache"
+                headers.setdefault("Cache-Control", "no-cache")
         await send(message)
     return with_headers

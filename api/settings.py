@@ -32,6 +32,7 @@ class ApiSettings:
     temporal_ui: str = DEFAULT_TEMPORAL_UI
     timeout_s: float = DEFAULT_TIMEOUT_S  # how long a request waits for a worker
     trace_url: str | None = None  # AGENT_TRACE_URL: a trace viewer's URL with {trace_id}
+    link_secret: str | None = field(default=None, repr=False)  # AGENT_LINK_SECRET
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ApiSettings:
@@ -46,6 +47,7 @@ class ApiSettings:
             temporal_ui=(env.get("AGENT_TEMPORAL_UI_URL") or DEFAULT_TEMPORAL_UI).rstrip("/"),
             timeout_s=float(_positive_int(env, "AGENT_API_TIMEOUT_S", int(DEFAULT_TIMEOUT_S))),
             trace_url=trace_url(env.get("AGENT_TRACE_URL", "")),
+            link_secret=env.get("AGENT_LINK_SECRET") or None,
         )
         settings.check_exposure()
         return settings

@@ -22,10 +22,12 @@ from workflows.models import (
     ChatMessage,
     ChildReport,
     Decision,
+    NotifyRequest,
     SignalOutcome,
     ToolDefinition,
     TurnSummary,
     Usage,
+    WebhookRef,
 )
 from workflows.rules.handover import carried
 from workflows.rules.stopping import call_record_of_key
@@ -122,6 +124,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "four_eyes",  # a conversation from before four eyes has none (nor an owner to hold to it)
     "current.trace", "current.started_at",  # a turn from before traces has none: no spans
     "current.fallbacks", "models", "tool_queue",  # from before model entries: routed as ever
+    "webhooks", "webhook_retry_s", "outbox", "notified",  # from before webhooks: none
 }
 
 
@@ -181,6 +184,10 @@ def full_state() -> ConversationState:
                                fallbacks={"main": ["backup"]}, queues={"main": "q.model.main"},
                                shared="q.models")
     state.tool_queue = "q.tools"
+    state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
+    state.webhook_retry_s, state.notified = 60.0, 3
+    state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",
+                                  key="k" * 32, payload={"turn": 1})]
     return state
 
 

@@ -75,7 +75,8 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert workflow_sandbox(default_of(env["AGENT_WORKFLOW_SANDBOX"])) is False
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
                      "AGENT_AUTO_APPROVE", "AGENT_PROFILES", "AGENT_PRICES", "AGENT_FOUR_EYES",
-                     "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS", "AGENT_MODELS"):
+                     "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS", "AGENT_MODELS",
+                     "AGENT_WEBHOOKS", "AGENT_PUBLIC_URL", "AGENT_LINK_SECRET"):
         assert variable in env
     assert "/data" in env["AGENT_DATA_DIR"] and any(v.endswith(":/data") for v in worker["volumes"])
 
@@ -104,3 +105,4 @@ def test_the_api_is_built_here_and_needs_tokens_off_loopback():
     assert ApiSettings.from_env({"AGENT_API_ADDRESS": env["AGENT_API_ADDRESS"],
                                  "AGENT_API_TOKENS": "alice:t"}).tokens.find("t").name == "alice"
     assert "AGENT_API_TOKENS_FILE" in env and "AGENT_TRACE_URL" in env
+    assert "AGENT_LINK_SECRET" in env

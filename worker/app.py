@@ -22,6 +22,7 @@ from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.loader import load_tools
+from activities.webhooks import WebhookActivities
 from worker.logging import LoggingInterceptor
 from worker.telemetry import TelemetryInterceptor, Tracing
 from workflows.conversation import AGENT_STATUS, ConversationWorkflow, SignalGuard
@@ -85,13 +86,14 @@ def build_worker(
     them (`worker.telemetry`)."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
+    hooks = WebhookActivities(settings.webhooks, http)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow] if workflows else [],
         workflow_runner=workflow_runner(sandboxed),
-        activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool]
-                    if activities else []),
+        activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool,
+                     hooks.notify] if activities else []),
         interceptors=[LoggingInterceptor(), SignalGuard(),
                       *([TelemetryInterceptor(tracing)] if tracing is not None else [])],
         graceful_shutdown_timeout=timedelta(seconds=10),
@@ -120,9 +122,10 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
                                 sandboxed=sandboxed, tracing=tracing)]
     elif role == "workflows":
         lister = ToolActivities(registry, settings, http, mcp, activity_queues=queues)
+        hooks = WebhookActivities(settings.webhooks, http)
         workers = [Worker(client, task_queue=task_queue, workflows=[ConversationWorkflow],
                           workflow_runner=workflow_runner(sandboxed),
-                          activities=[lister.list_tools], **common,
+                          activities=[lister.list_tools, hooks.notify], **common,
                           sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT)]
     elif role == "models":
         workers = [Worker(client, task_queue=queues["models"],

@@ -135,6 +135,8 @@ class ConversationWorkflow:
                 if self._state.inbox:  # the first message, unless it was refused
                     self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
+            else:
+                self._narrator.notifier.resume()  # what the previous run had not delivered
             await self._serve()
         except asyncio.CancelledError:
             self._state.current.stop_reason = "cancelled"
@@ -144,6 +146,7 @@ class ConversationWorkflow:
             self._narrator.close()
             raise
         self._set_phase("completed")
+        await self._narrator.notifier.drain()  # the last deliveries (bounded by their window)
         return self.status()
 
     async def _serve(self) -> None:
@@ -424,6 +427,12 @@ class ConversationWorkflow:
         turn = self._state.current
         turn.in_progress = False
         self._trace_turn()
+        if self._input.profile is None:  # a subagent's turns are its parent's business
+            failed = turn.stop_reason in ERROR_STOPS
+            self._narrator.notifier.notify(
+                "conversation_failed" if failed else "turn_finished", turn.number,
+                answer=turn.final_answer, stop_reason=turn.stop_reason,
+                error=turn.error if failed else None)
         self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
                             tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd)
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
@@ -623,7 +632,9 @@ class ConversationWorkflow:
         return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
 
     async def _continue_as_new(self) -> None:
-        """Hand the conversation to a fresh run (bounded history), after every signal is handled."""
+        """Hand the conversation to a fresh run (bounded history), after every signal is handled;
+        deliveries in flight are carried to it."""
+        self._narrator.notifier.hand_over()
         await self._wind_up()
         workflow.logger.info(
             "continuing as new after %d events", workflow.info().get_current_history_length()

@@ -13,6 +13,11 @@ from temporalio.exceptions import (
 )
 
 
+def is_cancelled(err: ActivityError) -> bool:
+    """The activity was cancelled (by the conversation, or with it)."""
+    return isinstance(err.cause, CancelledError)
+
+
 def raise_if_cancelled(err: ActivityError) -> None:
     """An activity failed because the conversation is being cancelled: let that win."""
     if isinstance(err.cause, CancelledError):

@@ -169,7 +169,30 @@ class ToolCatalog(BaseModel):
     model_queues: dict[str, str] = {}
     # where model calls ("models") and tool runs ("tools") go, when workers split the roles
     activity_queues: dict[str, str] = {}
+    webhooks: list[WebhookRef] = []  # AGENT_WEBHOOKS
+    webhook_retry_s: float = 3600.0  # how long a delivery is retried before it is given up
     system_prompt: str | None = None  # a subagent's, from its profile
+
+
+class WebhookRef(BaseModel):
+    """A webhook as a conversation knows it (`AGENT_WEBHOOKS`): which, where, for what. Its URL's
+    path and its secret stay in the worker."""
+
+    index: int
+    host: str
+    events: list[str]
+
+
+class NotifyRequest(BaseModel):
+    """One event for one webhook (the `notify` activity). `key` is the same on every attempt
+    and after a handover, so a receiver can drop a repeat."""
+
+    webhook: int
+    host: str
+    event: str
+    key: str
+    payload: dict[str, Any]
+    args_hash: str | None = None  # of the call's args: what its one-time links may approve
 
 
 class ToolListRequest(BaseModel):
@@ -464,7 +487,7 @@ class AuditRecord(BaseModel):
     actions: list[AuditAction] = []
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
-    kind: Literal["step", "summary", "start", "message", "answer", "end"] = "step"
+    kind: Literal["step", "summary", "start", "message", "answer", "end", "notify"] = "step"
     entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)

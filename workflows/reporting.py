@@ -17,6 +17,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
 from workflows.models import AuditRecord, Decision, StreamEvent
+from workflows.notifier import Notifier
 from workflows.rules.bounds import (
     MAX_APPROVER_BYTES,
     MAX_AUDIT_RECORD_BYTES,
@@ -62,6 +63,7 @@ class Narrator:
         self._base = prior.base_offset if prior is not None else 0
         self._state = state
         self._audit = Tail(state.audit, MAX_AUDIT_RECORDS, audit_bytes)
+        self.notifier = Notifier(state, self.record)  # events for webhooks
 
     def emit(self, kind: str, *, turn: int | None = None, step: int | None = None,
              **fields: Any) -> None:

@@ -15,12 +15,14 @@ from workflows.models import (
     ChatMessage,
     ChildReport,
     Decision,
+    NotifyRequest,
     Risk,
     SignalOutcome,
     StopReason,
     ToolDefinition,
     TurnSummary,
     Usage,
+    WebhookRef,
 )
 from workflows.rules.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
 from workflows.rules.stopping import CallRecord, call_record_of_key
@@ -96,6 +98,10 @@ class ConversationState(BaseModel):
     catalog: dict[str, ToolDefinition] = {}
     four_eyes: list[Risk] = []  # risks decided by someone other than the owner (the worker's)
     tool_queue: str | None = None  # where tool runs go, when workers split the roles
+    webhooks: list[WebhookRef] = []  # whom events are delivered to (the worker's AGENT_WEBHOOKS)
+    webhook_retry_s: float = 3600.0
+    outbox: list[NotifyRequest] = []  # deliveries not yet done (a handover re-sends them)
+    notified: int = 0  # deliveries made so far: part of each one's key
     models: ModelRoutes = Field(default_factory=lambda: ModelRoutes())  # the worker's entries
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0

@@ -53,6 +53,7 @@ async def discover_tools(state: ConversationState, limits: Limits,
                                fallbacks=catalog.model_fallbacks, queues=catalog.model_queues,
                                shared=catalog.activity_queues.get("models"))
     state.tool_queue = catalog.activity_queues.get("tools")
+    state.webhooks, state.webhook_retry_s = list(catalog.webhooks), catalog.webhook_retry_s
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,
                                                  "system prompt")

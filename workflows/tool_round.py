@@ -207,6 +207,9 @@ class ToolRound:
         telemetry.approval_requested(item.tool.name)
         self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
+        self._narrator.notifier.notify(
+            "approval_requested", self._state.current.number, args_hash=gate.args_hash(args),
+            call_id=item.call.id, tool=item.tool.name, args=args, risk=item.tool.risk)
 
     def _policy(self, item: loop.ReadyCall) -> Decision | None:
         """What lets a call run without a human: nothing for a safe tool, else the policy."""
@@ -298,6 +301,9 @@ class ToolRound:
             self._desk.ask(call_id, question)
             self._narrator.emit("question_asked", call_id=call_id, text=question.message,
                                 options=question.options, question_kind=question.kind)
+            self._narrator.notifier.notify(
+                "question_asked", self._state.current.number, call_id=call_id,
+                question=question.message, kind=question.kind, options=question.options)
             self._sync_status()
             self._desk.settle(workflow.now())  # an answer that came with the result asking it
             try:

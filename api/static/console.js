@@ -7,6 +7,9 @@
   const LIST_EVERY_MS = 4000;
   const STATUS_EVERY_MS = 3000;
   const RECONNECT_MS = 1000;
+  // A phone's width (console.css has the same query): one pane at a time, the page scrolls.
+  const NARROW = window.matchMedia('(max-width: 820px)');
+  const nextMessage = () => `Your next message…${NARROW.matches ? '' : ' (Ctrl+Enter to send)'}`;
   const WAITING = new Set(['waiting_for_confirmation', 'waiting_for_input']);
   const CLOSED = new Set(['completed', 'failed']);
   const STATUS_LABEL = {
@@ -738,6 +741,7 @@
       this.chatPane = h('div', { class: 'chat-pane' }, this.el.log, this.el.pending, this.composer.form);
       fill(this.root, h('section', { class: 'conversation', testid: 'conversation', dataset: { id: this.cid } },
         h('div', { class: 'conv-head' },
+          h('a', { href: '#/', class: 'back-link', testid: 'back' }, '← Conversations'), // narrow screens
           h('div', { class: 'conv-title' },
             h('h1', { testid: 'conversation-id', title: this.cid }, this.cid),
             this.el.status, this.el.stream, this.el.activity),
@@ -761,7 +765,7 @@
     }
 
     buildComposer() {
-      const input = h('textarea', { testid: 'message-input', rows: 1, placeholder: 'Your next message… (Ctrl+Enter to send)' });
+      const input = h('textarea', { testid: 'message-input', rows: 1, placeholder: nextMessage() });
       const send = h('button', { type: 'submit', class: 'primary', testid: 'send' }, 'Send');
       const note = h('div', { class: 'refusal', testid: 'refusal', hidden: true, role: 'alert' });
       const info = h('div', { class: 'inline-note', testid: 'send-outcome', hidden: true });
@@ -809,15 +813,25 @@
       if (state === 'gone') message(this.el.error, why || `No such conversation: ${this.cid}`, 'error');
     }
 
+    /** What scrolls the chat: its log, or on a narrow screen the page itself. */
+    scroller() {
+      return NARROW.matches ? document.scrollingElement || document.documentElement : this.el.log;
+    }
+
     atBottom() {
-      const log = this.el.log;
-      return log.scrollHeight - log.scrollTop - log.clientHeight < 60;
+      const s = this.scroller();
+      return s.scrollHeight - s.scrollTop - s.clientHeight < 60;
+    }
+
+    toBottom() {
+      const s = this.scroller();
+      s.scrollTop = s.scrollHeight;
     }
 
     add(node, log = this.own) {
       const stick = this.atBottom();
       log.root.append(node);
-      if (stick) this.el.log.scrollTop = this.el.log.scrollHeight;
+      if (stick) this.toBottom();
       return node;
     }
 
@@ -862,7 +876,7 @@
       if (kind !== 'token') {
         for (const b of this.el.log.querySelectorAll('.bubble.streaming')) b.classList.remove('streaming');
       }
-      if (stick) this.el.log.scrollTop = this.el.log.scrollHeight;
+      if (stick) this.toBottom();
       if (STATUS_EVENTS.has(kind)) this.soon();
       if (kind === 'approval_requested' || kind === 'question_asked' || kind === 'turn_finished'
           || kind === 'decision_taken' || kind === 'answered') refreshList();
@@ -1132,7 +1146,7 @@
       this.composer.input.title = why;
       this.composer.send.title = why;
       this.composer.input.placeholder = closed ? 'The conversation has ended.'
-        : (why ? 'You may not send messages to this conversation.' : 'Your next message… (Ctrl+Enter to send)');
+        : (why ? 'You may not send messages to this conversation.' : nextMessage());
       message(this.composer.denied, closed ? '' : why);
     }
 
@@ -1164,7 +1178,7 @@
         this.el.pending.append(this.question.el);
       }
       this.el.pending.classList.toggle('has-items', this.el.pending.children.length > 0);
-      if (stick) this.el.log.scrollTop = this.el.log.scrollHeight;
+      if (stick) this.toBottom();
     }
 
     async refreshAudit() {
@@ -1514,6 +1528,9 @@
     if (home) home.destroy();
     current = null;
     home = null;
+    // Which pane a narrow screen shows: the conversation, or the inbox and the list.
+    $('.layout').dataset.view = cid ? 'conversation' : 'home';
+    if (NARROW.matches) window.scrollTo(0, 0);
     if (cid) current = new ConversationView(main, cid);
     else home = new HomeView(main);
     list.key = '';
