@@ -1,6 +1,6 @@
 """Model entries (DESIGN "Models and providers"): `AGENT_MODELS` names a JSON file of endpoints,
 
-    {"models": {"main":   {"model": "gpt-4o-mini", "base_url": null, "api_key_env": "OPENAI_API_KEY",
+    {"models": {"main":   {"model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY",
                            "max_concurrency": 32, "max_requests_per_s": 8},
                 "backup": {"model": "qwen2.5:7b", "base_url": "http://localhost:11434/v1",
                            "params": {"temperature": 0}}},

@@ -35,7 +35,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.models import NotifyRequest, WebhookRef
 
 log = structlog.get_logger("webhooks")
-EVENTS = ("approval_requested", "question_asked", "turn_finished", "conversation_failed")
+Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
 DEFAULT_LINK_TTL_S = 24 * 3600
 DELIVERY_TIMEOUT_S = 10.0
@@ -48,8 +48,7 @@ class WebhooksError(ValueError):
 class Webhook(BaseModel, extra="forbid"):
     url: str
     secret_env: str | None = None  # the variable holding the HMAC secret (None: unsigned)
-    events: list[Literal["approval_requested", "question_asked", "turn_finished",
-                         "conversation_failed"]] = Field(min_length=1)
+    events: list[Event] = Field(min_length=1)
     format: Literal["json", "slack"] = "json"
     addressee: str | None = Field(default=None, max_length=64)  # who its links decide as
 
@@ -88,7 +87,8 @@ class Webhooks:
                 from None
         except (json.JSONDecodeError, ValidationError) as err:
             raise WebhooksError(f"AGENT_WEBHOOKS {path} cannot be used: {err}") from None
-        missing = [h.secret_env for h in parsed.webhooks if h.secret_env and not env.get(h.secret_env)]
+        missing = [h.secret_env for h in parsed.webhooks
+                   if h.secret_env and not env.get(h.secret_env)]
         if missing:
             raise WebhooksError(f"AGENT_WEBHOOKS names secret variables that are not set: "
                                 f"{', '.join(sorted(set(missing)))}")

@@ -46,6 +46,8 @@ class Renderer:
                 return f"── turn {e.turn}: {e.text}"
             case "llm_started":
                 return f"[step {e.step}] thinking…"
+            case "reset" if e.attempt is None:  # another model entry takes the call
+                return f"[step {e.step}] {e.text}; discard the text above"
             case "reset":
                 return f"[step {e.step}] the model call is retried (attempt {e.attempt}); discard the text above"
             case "tool_started":

@@ -6,6 +6,7 @@ harder and asked again; `max_requests_per_s` holds across two worker processes."
 from __future__ import annotations
 
 import asyncio
+import io
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from temporalio.client import Client
 
 from activities.models import ModelEntry, Models, ModelsError, model_queue, model_routes
 from activities.settings import ActivitySettings
+from client.watch import Renderer
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -25,7 +27,7 @@ from tests.helpers import reaches, replay, script, settled, start, steps_of, too
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, LLMOptions, SayRequest
+from workflows.models import ConfirmRequest, LLMOptions, SayRequest, StreamEvent
 from workflows.state import ModelRoutes
 
 # Two attempts a second apart: an entry that is down is given up on quickly.
@@ -239,3 +241,14 @@ async def test_worker_roles_split_workflow_tasks_model_calls_and_tool_runs(
     assert "tool done" in logs["tools"] and "tool done" not in logs["models"]
     assert "tool done" not in logs["workflows"]
     assert f"{queue}.models" in logs["models"] and f"{queue}.tools" in logs["tools"]
+
+
+def test_watch_says_which_entry_took_over():
+    out = io.StringIO()
+    renderer = Renderer("conv", out)
+    renderer.render(StreamEvent(kind="reset", turn=1, step=2,
+                                text="the model entry failed: down; falling back to backup"))
+    renderer.render(StreamEvent(kind="reset", turn=1, step=3, attempt=2))
+    shown = out.getvalue()
+    assert "[step 2] the model entry failed: down; falling back to backup; discard" in shown
+    assert "[step 3] the model call is retried (attempt 2)" in shown

@@ -926,7 +926,8 @@
         bubble.text.textContent = '';
         bubble.el.classList.add('was-reset');
       }
-      this.setActivity(`model call retried · step ${e.step}`, log);
+      this.setActivity(e.attempt == null && e.text ? `${e.text} · step ${e.step}`
+        : `model call retried · step ${e.step}`, log);
     }
 
     card(e, log) {
