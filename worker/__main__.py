@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -162,6 +163,19 @@ def cli() -> None:
     if args.processes > 1:
         raise SystemExit(supervise(args.processes, args.role))
     asyncio.run(main(args.role))
+    exit_now()
+
+
+def exit_now(code: int = 0) -> None:
+    """Leave once the worker has stopped, without the interpreter's finalization: Temporal's
+    core threads can still be winding down then, and one that takes the GIL while Python
+    finalizes aborts the process (seen under load: "Fatal Python error: PyGILState_Release:
+    thread state ... must be current when releasing", exit -6, after "worker stopped").
+    Everything worth keeping is done by then: the workers drained, traces flushed, logs written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 if __name__ == "__main__":
