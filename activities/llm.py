@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -121,6 +120,14 @@ class Endpoint:
     server: str | None  # server.address, on spans
     slots: asyncio.Semaphore | None = None  # the entry's max_concurrency, in this process
 
+    def traced(self, attributes: dict[str, Any], content: dict[str, Any] | None = None
+               ) -> AbstractContextManager[telemetry.ModelCall]:
+        """The call's span and metrics (`telemetry.model_call`), with the entry's attributes."""
+        return telemetry.model_call(self.spec.model, {
+            "gen_ai.conversation.id": activity.info().workflow_id,
+            "server.address": self.server, "agent.model_entry": self.name, **attributes},
+            content)
+
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         if self.slots is None:
@@ -135,11 +142,14 @@ class LLMActivities:
                  temporal: Client | None = None, cache: ContextCache | None = None):
         self._settings = settings
         self._models = settings.model_entries()
-        # An endpoint's client, by (base URL, key variable); `client` serves the default entry.
-        self._clients: dict[tuple[str | None, str | None], openai.AsyncOpenAI] = {}
+        # By (base URL, key variable), made once: an endpoint's client, its prices and its host
+        # (server.address); `client` serves the default entry.
+        self._endpoints: dict[tuple[str | None, str | None],
+                              tuple[openai.AsyncOpenAI, Prices, str | None]] = {}
         if client is not None:
             default = self._models.entries[self._models.default]
-            self._clients[(default.base_url, default.api_key_env)] = client
+            self._endpoints[(default.base_url, default.api_key_env)] = self._endpoint(
+                default, client)
         self._slots = {name: asyncio.Semaphore(e.max_concurrency)
                        for name, e in self._models.entries.items() if e.max_concurrency}
         self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
@@ -158,17 +168,21 @@ class LLMActivities:
             raise ApplicationError(f"this worker has no model entry {entry!r} (AGENT_MODELS)",
                                    type="LLMModelUnavailable", non_retryable=True)
         key = (spec.base_url, spec.api_key_env)
-        if key not in self._clients:
+        if key not in self._endpoints:
             # OPENAI_API_KEY was read with the settings; another entry's key is read here, in the
             # worker, from the variable it names
             key_value = (self._settings.openai_api_key or "unset"
                          if spec.api_key_env == "OPENAI_API_KEY" else self._models.api_key(spec))
-            self._clients[key] = openai.AsyncOpenAI(
+            self._endpoints[key] = self._endpoint(spec, openai.AsyncOpenAI(
                 api_key=key_value, base_url=spec.base_url,
-                max_retries=0)  # Temporal's retry policy owns retries
-        client = self._clients[key]
-        return Endpoint(name, spec, client, self._settings.prices.for_endpoint(spec.base_url),
-                        urlsplit(str(client.base_url)).hostname, self._slots.get(name))
+                max_retries=0))  # Temporal's retry policy owns retries
+        client, prices, server = self._endpoints[key]
+        return Endpoint(name, spec, client, prices, server, self._slots.get(name))
+
+    def _endpoint(self, spec: ModelEntry, client: openai.AsyncOpenAI
+                  ) -> tuple[openai.AsyncOpenAI, Prices, str | None]:
+        return (client, self._settings.prices.for_endpoint(spec.base_url),
+                urlsplit(str(client.base_url)).hostname)
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
@@ -248,41 +262,30 @@ class LLMActivities:
         """One chat completion, streamed: token deltas go to the conversation's live stream."""
         model = endpoint.spec.model
         attempt = activity.info().attempt
-        started = time.monotonic()
-        with telemetry.span(f"chat {model}", {
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                "gen_ai.conversation.id": activity.info().workflow_id,
-                "server.address": endpoint.server, "agent.model_entry": endpoint.name,
-                "agent.turn": turn, "agent.step": step, "agent.attempt": attempt,
-        }, content={"gen_ai.input.messages": messages}) as span:
-            try:
-                async with WorkflowStreamClient.from_within_activity(
-                        batch_interval=TOKEN_BATCH) as live:
-                    tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
-                    if attempt > 1:  # watchers drop what an earlier attempt streamed
-                        tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
-                                                   attempt=attempt))
+        with endpoint.traced({"agent.turn": turn, "agent.step": step, "agent.attempt": attempt},
+                             content={"gen_ai.input.messages": messages}) as call:
+            async with WorkflowStreamClient.from_within_activity(
+                    batch_interval=TOKEN_BATCH) as live:
+                tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
+                if attempt > 1:  # watchers drop what an earlier attempt streamed
+                    tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
+                                               attempt=attempt))
 
-                    def on_text(text: str) -> None:
-                        for i in range(0, len(text), TOKEN_ITEM_CHARS):  # items stay small
-                            tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
-                                                       attempt=attempt,
-                                                       text=text[i:i + TOKEN_ITEM_CHARS]))
+                def on_text(text: str) -> None:
+                    for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
+                        tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
+                                                   attempt=attempt,
+                                                   text=text[i:i + TOKEN_ITEM_CHARS]))
 
-                    async with endpoint.slot():
-                        reply = await _classified(heartbeating(self._stream(
-                            endpoint, messages, tools, tool_choice, on_text, response_format)))
-            except Exception as err:
-                telemetry.model_call_measured(model, started, None, type(err).__name__)
-                raise
+                async with endpoint.slot():
+                    reply = await _classified(heartbeating(self._stream(
+                        endpoint, messages, tools, tool_choice, on_text, response_format)))
             reply.usage = endpoint.prices.priced(reply.model or model, reply.usage)
             reply.entry = endpoint.name
-            telemetry.set_attributes(span, {
+            call.answered(reply.usage, {
                 "gen_ai.response.model": reply.model or None,
                 "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason
-                else None, **telemetry.usage_attributes(reply.usage)},
-                content={"gen_ai.output.messages": [reply.message.to_openai()]})
-        telemetry.model_call_measured(model, started, reply.usage, None)
+                else None}, content={"gen_ai.output.messages": [reply.message.to_openai()]})
         log.info(
             "llm reply",
             model=model,
@@ -321,30 +324,19 @@ class LLMActivities:
         """Fold turns into the conversation's running summary: one chat completion, not streamed."""
         endpoint = self._entry(request.model, request.entry)
         model = endpoint.spec.model
-        started = time.monotonic()
         # the fold is a model call of its own, in the turn's trace
-        with telemetry.span(f"chat {model}", {
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                "gen_ai.conversation.id": activity.info().workflow_id,
-                "server.address": endpoint.server, "agent.model_entry": endpoint.name,
-                "agent.purpose": "summary",
-                "agent.folded_turns": f"{request.first_turn}-{request.last_turn}",
-        }) as span:
-            try:
-                async with endpoint.slot():
-                    completion = await _classified(heartbeating(
-                        endpoint.client.chat.completions.create(
-                            model=model, messages=[], max_tokens=request.max_tokens,
-                            extra_body={**endpoint.spec.params,
-                                        "messages": summary_messages(request)})))
-            except Exception as err:
-                telemetry.model_call_measured(model, started, None, type(err).__name__)
-                raise
+        with endpoint.traced({"agent.purpose": "summary",
+                              "agent.folded_turns": f"{request.first_turn}-{request.last_turn}"}
+                             ) as call:
+            async with endpoint.slot():
+                completion = await _classified(heartbeating(
+                    endpoint.client.chat.completions.create(
+                        model=model, messages=[], max_tokens=request.max_tokens,
+                        extra_body={**endpoint.spec.params,
+                                    "messages": summary_messages(request)})))
             text = (completion.choices[0].message.content or "") if completion.choices else ""
             usage = endpoint.prices.priced(completion.model or model, counted(completion.usage))
-            telemetry.set_attributes(span, telemetry.usage_attributes(usage),
-                                     content={"agent.summary": text})
-        telemetry.model_call_measured(model, started, usage, None)
+            call.answered(usage, content={"agent.summary": text})
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
         return SummaryReply(text=text, usage=usage)

@@ -14,14 +14,15 @@ entry, or, as before, a model on the default entry's endpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from activities.config_file import read_config
 
 DEFAULT_ENTRY = "default"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}")
@@ -90,12 +91,7 @@ class Models:
     @classmethod
     def load(cls, path: Path) -> Models:
         """The entries of an AGENT_MODELS file (`ModelsError`: why it cannot be used)."""
-        try:
-            parsed = ModelsFile.model_validate(json.loads(path.read_text()))
-        except OSError as err:
-            raise ModelsError(f"cannot read AGENT_MODELS {path}: {err.strerror or err}") from None
-        except (json.JSONDecodeError, ValidationError) as err:
-            raise ModelsError(f"AGENT_MODELS {path} cannot be used: {err}") from None
+        parsed = read_config(path, ModelsFile, "AGENT_MODELS", ModelsError)
         return cls(parsed.models, parsed.default or next(iter(parsed.models)), parsed.fallbacks)
 
     def resolve(self, name: str | None) -> tuple[str, ModelEntry]:

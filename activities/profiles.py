@@ -14,13 +14,13 @@ and limits, and the child's tool listing its system prompt, as MCP tool schemas 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from activities.config_file import read_config
 from workflows.models import AgentSpec, ToolDefinition
 from workflows.rules.output import output_schema_problem
 
@@ -73,12 +73,7 @@ class Profiles:
     def load(cls, path: Path | None) -> Profiles:
         if path is None:
             return cls()
-        try:
-            parsed = ProfilesFile.model_validate(json.loads(path.read_text()))
-        except OSError as err:
-            raise ProfilesError(f"cannot read AGENT_PROFILES {path}: {err.strerror or err}") from None
-        except (json.JSONDecodeError, ValidationError) as err:
-            raise ProfilesError(f"AGENT_PROFILES {path} cannot be used: {err}") from None
+        parsed = read_config(path, ProfilesFile, "AGENT_PROFILES", ProfilesError)
         return cls(parsed.agents)
 
     def tool(self, name: str) -> ToolDefinition:

@@ -11,7 +11,7 @@ from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_
 from activities.models import Models
 from activities.pricing import Prices
 from activities.profiles import Profiles
-from activities.webhooks import Webhooks
+from activities.webhooks import DEFAULT_LINK_TTL_S, Webhooks
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
@@ -75,9 +75,10 @@ class ActivitySettings:
                                     default=True),
             four_eyes=four_eyes(env.get("AGENT_FOUR_EYES", "")),
             models=Models.load(Path(env["AGENT_MODELS"])) if env.get("AGENT_MODELS") else None,
-            webhooks=Webhooks.load(Path(env["AGENT_WEBHOOKS"]), env)
+            webhooks=Webhooks.load(Path(env["AGENT_WEBHOOKS"]), env,
+                                   seconds(env, "AGENT_LINK_TTL_S", DEFAULT_LINK_TTL_S))
             if env.get("AGENT_WEBHOOKS") else None,
-            webhook_retry_s=float(_whole(env, "AGENT_WEBHOOK_RETRY_S", 3600)),
+            webhook_retry_s=float(seconds(env, "AGENT_WEBHOOK_RETRY_S", 3600)),
         )
 
     def model_entries(self) -> Models:
@@ -91,7 +92,8 @@ def auto_approvable(value: str) -> frozenset[str] | None:
     return None if "*" in names else names
 
 
-def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+def seconds(env: Mapping[str, str], name: str, default: int) -> int:
+    """A whole number of seconds, at least 1, from the environment."""
     raw = env.get(name, "").strip()
     if not raw:
         return default

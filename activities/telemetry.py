@@ -94,6 +94,35 @@ def usage_attributes(usage: Usage) -> dict[str, Any]:
             "agent.cost_usd": usage.cost_usd}
 
 
+class ModelCall:
+    """A model call under way: its span, and what it used once answered."""
+
+    def __init__(self, model: str, span: Span | None) -> None:
+        self.model, self.span, self.usage = model, span, None
+        self.started = time.monotonic()
+
+    def answered(self, usage: Usage, attributes: dict[str, Any] | None = None,
+                 content: dict[str, Any] | None = None) -> None:
+        self.usage = usage
+        set_attributes(self.span, {**(attributes or {}), **usage_attributes(usage)}, content)
+
+
+@contextmanager
+def model_call(model: str, attributes: dict[str, Any], content: dict[str, Any] | None = None
+               ) -> Iterator[ModelCall]:
+    """A `chat <model>` span around a model call, and its duration, tokens and dollars in the
+    metrics (its error type, when it fails)."""
+    with span(f"chat {model}", {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                                **attributes}, content) as s:
+        call = ModelCall(model, s)
+        try:
+            yield call
+        except Exception as err:
+            model_call_measured(model, call.started, None, type(err).__name__)
+            raise
+    model_call_measured(model, call.started, call.usage, None)
+
+
 # ----- metrics (Temporal's activity meter: Prometheus with AGENT_METRICS_ADDRESS) -----
 
 def model_call_measured(model: str, started: float, usage: Usage | None, error: str | None,

@@ -28,10 +28,11 @@ from urllib.parse import urlsplit
 
 import httpx
 import structlog
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.config_file import read_config
 from workflows.models import NotifyRequest, WebhookRef
 
 log = structlog.get_logger("webhooks")
@@ -79,24 +80,17 @@ class Webhooks:
         self.link_ttl_s = link_ttl_s
 
     @classmethod
-    def load(cls, path: Path, env: Mapping[str, str] = os.environ) -> Webhooks:
-        try:
-            parsed = WebhooksFile.model_validate(json.loads(path.read_text()))
-        except OSError as err:
-            raise WebhooksError(f"cannot read AGENT_WEBHOOKS {path}: {err.strerror or err}") \
-                from None
-        except (json.JSONDecodeError, ValidationError) as err:
-            raise WebhooksError(f"AGENT_WEBHOOKS {path} cannot be used: {err}") from None
+    def load(cls, path: Path, env: Mapping[str, str] = os.environ,
+             link_ttl_s: int = DEFAULT_LINK_TTL_S) -> Webhooks:
+        """The endpoints of an AGENT_WEBHOOKS file, each secret variable set in `env`."""
+        parsed = read_config(path, WebhooksFile, "AGENT_WEBHOOKS", WebhooksError)
         missing = [h.secret_env for h in parsed.webhooks
                    if h.secret_env and not env.get(h.secret_env)]
         if missing:
             raise WebhooksError(f"AGENT_WEBHOOKS names secret variables that are not set: "
                                 f"{', '.join(sorted(set(missing)))}")
-        ttl = env.get("AGENT_LINK_TTL_S", "")
-        if ttl and (not ttl.isdigit() or int(ttl) < 1):
-            raise WebhooksError(f"AGENT_LINK_TTL_S must be a whole number of seconds, not {ttl!r}")
         return cls(parsed.webhooks, env.get("AGENT_PUBLIC_URL") or DEFAULT_PUBLIC_URL,
-                   int(ttl) if ttl else DEFAULT_LINK_TTL_S)
+                   link_ttl_s)
 
     def refs(self) -> list[WebhookRef]:
         """What a conversation knows of them: enough to choose and to name, nothing secret."""

@@ -31,7 +31,7 @@ LINK_APPROVER = "link"  # the approver of a link that names nobody
 def link_routes(secret: str | None, tokens: TokenBook, session: Any) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
-    async def checked(token: str) -> tuple[dict[str, Any], Session]:
+    def checked(token: str) -> tuple[dict[str, Any], Session]:
         if secret is None:
             raise LinkError("one-time links are off (AGENT_LINK_SECRET is not set)", 404)
         return read_link(secret, token), session()
@@ -40,7 +40,7 @@ def link_routes(secret: str | None, tokens: TokenBook, session: Any) -> APIRoute
     async def show(token: str) -> HTMLResponse:
         """What the link would decide; nothing changes."""
         try:
-            claims, s = await checked(token)
+            claims, s = checked(token)
             call, status = await pending(s, claims)
         except LinkError as err:
             return page("Link", f"<p>{esc(err)}</p>", err.status)
@@ -57,7 +57,7 @@ def link_routes(secret: str | None, tokens: TokenBook, session: Any) -> APIRoute
     async def decide(token: str) -> HTMLResponse:
         """Decide, once: exactly the arguments the link names."""
         try:
-            claims, s = await checked(token)
+            claims, s = checked(token)
             call, status = await pending(s, claims)
             who = claims.get("to") or LINK_APPROVER
             if tokens and claims.get("to"):

@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.llm import LLMActivities
@@ -41,6 +41,7 @@ SANDBOX_LIBRARIES = ("pydantic", "pydantic_core", "annotated_types", "typing_ext
 # A workflow task waits this long for the worker that holds the conversation in its cache
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)  # what activities in flight get when a worker stops
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
@@ -92,13 +93,23 @@ def build_worker(
         task_queue=task_queue,
         workflows=[ConversationWorkflow] if workflows else [],
         workflow_runner=workflow_runner(sandboxed),
-        activities=([llm.llm_call, llm.llm_step, llm.summarize, tools.list_tools, tools.run_tool,
-                     hooks.notify] if activities else []),
-        interceptors=[LoggingInterceptor(), SignalGuard(),
-                      *([TelemetryInterceptor(tracing)] if tracing is not None else [])],
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        activities=([*model_activities(llm), tools.list_tools, tools.run_tool, hooks.notify]
+                    if activities else []),
+        interceptors=interceptors(tracing),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
+
+
+def interceptors(tracing: Tracing | None) -> list[Interceptor]:
+    """Every worker's: one log context per task, signals with one request, traces when on."""
+    return [LoggingInterceptor(), SignalGuard(),
+            *([TelemetryInterceptor(tracing)] if tracing is not None else [])]
+
+
+def model_activities(llm: LLMActivities) -> list[Any]:
+    """The activities that call a model endpoint."""
+    return [llm.llm_call, llm.llm_step, llm.summarize]
 
 
 def role_workers(client: Client, task_queue: str, role: str, settings: ActivitySettings,
@@ -112,10 +123,8 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
     - `models`: model calls; `tools`: tool runs.
     Each also serves its rate-limited model entries' queues when it makes model calls."""
     llm = llm or LLMActivities(settings, temporal=client)
-    interceptors = [LoggingInterceptor(), SignalGuard(),
-                    *([TelemetryInterceptor(tracing)] if tracing is not None else [])]
-    common: dict[str, Any] = {"interceptors": interceptors,
-                              "graceful_shutdown_timeout": timedelta(seconds=10)}
+    common: dict[str, Any] = {"interceptors": interceptors(tracing),
+                              "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN}
     queues = role_queues(task_queue)
     if role == "all":
         workers = [build_worker(client, task_queue, settings, http, registry, mcp=mcp, llm=llm,
@@ -128,8 +137,8 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
                           activities=[lister.list_tools, hooks.notify], **common,
                           sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT)]
     elif role == "models":
-        workers = [Worker(client, task_queue=queues["models"],
-                          activities=[llm.llm_call, llm.llm_step, llm.summarize], **common)]
+        workers = [Worker(client, task_queue=queues["models"], activities=model_activities(llm),
+                          **common)]
     elif role == "tools":
         tools = ToolActivities(registry, settings, http, mcp)
         workers = [Worker(client, task_queue=queues["tools"], activities=[tools.run_tool],
@@ -149,11 +158,8 @@ def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
     if settings.models is None:
         return []
     return [Worker(client, task_queue=model_queue(task_queue, name),
-                   activities=[llm.llm_call, llm.llm_step, llm.summarize],
-                   max_task_queue_activities_per_second=rate,
-                   interceptors=[LoggingInterceptor(),
-                                 *([TelemetryInterceptor(tracing)] if tracing is not None else [])],
-                   graceful_shutdown_timeout=timedelta(seconds=10))
+                   activities=model_activities(llm), max_task_queue_activities_per_second=rate,
+                   interceptors=interceptors(tracing), graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)
             for name, rate in settings.models.limited().items()]
 
 

@@ -58,7 +58,7 @@ from workflows.telemetry import EMIT_SPAN, TRACEPARENT, SpanRecord, parse_tracep
 log = structlog.get_logger("telemetry")
 SERVICE_NAME = "durable-react-agent"  # the distribution's name: OTEL_SERVICE_NAME's default
 FLUSH_TIMEOUT_MS = 1_000
-DEFAULT_BSP_DELAY_MS = "500"  # spans leave within half a second unless OTEL_BSP_SCHEDULE_DELAY
+DEFAULT_BSP_DELAY_MS = 500  # spans leave within half a second unless OTEL_BSP_SCHEDULE_DELAY
 
 
 class TelemetryError(ValueError):
@@ -107,9 +107,11 @@ class Tracing:
             resource=Resource.create({"service.name": env.get("OTEL_SERVICE_NAME")
                                       or SERVICE_NAME}),
             id_generator=ChosenIds())
-        if processor is None:
-            os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", DEFAULT_BSP_DELAY_MS)
-            processor = BatchSpanProcessor(exporter or otlp_exporter(env))
+        if processor is None:  # OTEL_BSP_* as set; the delay, ours unless set
+            processor = BatchSpanProcessor(
+                exporter or otlp_exporter(env),
+                schedule_delay_millis=None if env.get("OTEL_BSP_SCHEDULE_DELAY")
+                else DEFAULT_BSP_DELAY_MS)
         provider.add_span_processor(processor)
         return cls(provider, activity_telemetry.capture_content(dict(env)))
 
@@ -121,17 +123,12 @@ class Tracing:
 
     def emit(self, record: SpanRecord) -> None:
         """A completed span from workflow code, with the ids and times it chose."""
-        parent = Context()
-        if record.parent_id is not None:
-            parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-                record.trace_id, record.parent_id, is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+        parent = Context() if record.parent_id is None else remote_parent(record.trace_id,
+                                                                          record.parent_id)
         attributes = dict(record.attributes)
         if self.capture_content and record.content:
             attributes.update(activity_telemetry.content_attributes(record.content))
-        links = [Link(SpanContext(trace_id, span_id, is_remote=True,
-                                  trace_flags=TraceFlags(TraceFlags.SAMPLED)))
-                 for trace_id, span_id in record.links]
+        links = [Link(remote_span(trace_id, span_id)) for trace_id, span_id in record.links]
         token = ChosenIds.chosen.set((record.trace_id, record.span_id))
         try:
             span = self.tracer.start_span(record.name, context=parent, attributes=attributes,
@@ -159,6 +156,17 @@ class Tracing:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+def remote_span(trace_id: int, span_id: int) -> SpanContext:
+    """A span another process (or the workflow) started: sampled, as ours all are."""
+    return SpanContext(trace_id, span_id, is_remote=True,
+                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+def remote_parent(trace_id: int, span_id: int) -> Context:
+    """A context whose current span is that one: what a new span is started under."""
+    return trace.set_span_in_context(NonRecordingSpan(remote_span(trace_id, span_id)))
 
 
 def otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
@@ -243,8 +251,7 @@ class _TraceActivity(ActivityInboundInterceptor):
         if header is not None:
             ids = parse_traceparent(default().payload_converter.from_payload(header, str))
             if ids is not None:
-                parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-                    ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+                parent = remote_parent(*ids)
         token = activity_telemetry.PARENT.set(parent)
         try:
             return await super().execute_activity(input)

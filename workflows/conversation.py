@@ -448,8 +448,7 @@ class ConversationWorkflow:
         turn, usage = self._state.current, self._state.current.usage
         agent = self._input.profile or "assistant"
         telemetry.emit(
-            f"invoke_agent {agent}", turn.trace,
-            self._input.trace_parent if turn.number == 1 else None,
+            f"invoke_agent {agent}", turn.trace, self._turn_parent(turn.number),
             turn.started_at or workflow.now(), workflow.now(),
             {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
              "gen_ai.conversation.id": workflow.info().workflow_id,
@@ -462,6 +461,11 @@ class ConversationWorkflow:
             error=turn.error if turn.stop_reason in ERROR_STOPS else None,
             content={"gen_ai.input.messages": self._turn_text,
                      "gen_ai.output.messages": turn.final_answer})
+
+    def _turn_parent(self, number: int) -> str | None:
+        """The span a turn's trace continues: for the first, whoever started the conversation
+        (a caller's request, a parent's call of this subagent); the others begin their own."""
+        return self._input.trace_parent if number == 1 else None
 
     def trace_parent(self) -> str | None:
         """The span a model call or tool run now belongs under: the running turn's (read by the
@@ -481,9 +485,7 @@ class ConversationWorkflow:
     def _begin_turn(self, text: str) -> None:
         self._turns_this_run += 1
         number = self._state.current.number + 1
-        # a new trace (the first turn's continues the one that started the conversation)
-        trace = telemetry.new_span(self._trace_ids, self._input.trace_parent if number == 1
-                                   else None)
+        trace = telemetry.new_span(self._trace_ids, self._turn_parent(number))
         self._state.current = TurnState(number=number, in_progress=True, trace=trace,
                                         started_at=workflow.now())
         self._turn_text = text

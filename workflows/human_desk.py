@@ -281,7 +281,7 @@ class HumanDesk:
         turn = self._state.current
         turn.decisions = keep_last([*turn.decisions, pending.decision], MAX_TURN_DECISIONS)
         asked = pending.asked_at or now
-        outcome = "approved" if approved else "rejected"
+        outcome, waited = "approved" if approved else "rejected", (now - asked).total_seconds()
         telemetry.emit(f"approval {pending.tool.name}",
                        telemetry.child_span(turn.trace, f"approval/{pending.call_id}"),
                        turn.trace, asked, now,
@@ -290,9 +290,9 @@ class HumanDesk:
                         "agent.approval.approver": pending.decision.approver,
                         "agent.approval.outcome": outcome,
                         "agent.approval.reason": pending.decision.reason,
-                        "agent.approval.wait_s": (now - asked).total_seconds()},
+                        "agent.approval.wait_s": waited},
                        links=[decided_in] if decided_in else None)
-        telemetry.approval_waited(pending.tool.name, outcome, (now - asked).total_seconds())
+        telemetry.approval_waited(pending.tool.name, outcome, waited)
         return pending.decision
 
     # ----- questions -----

@@ -151,17 +151,16 @@ class Thinker:
         turn = self._state.current
         tools = self.tool_schemas() if send_tools else []
         tool_choice = "auto" if offered_tools else "none"
-        self.sent_tokens = int((estimate_tokens(messages) + (budget.tools if send_tools else 0))
-                               * ctx.token_ratio)
+        estimated = estimate_tokens(messages) + (budget.tools if send_tools else 0)
+        self.sent_tokens = int(estimated * ctx.token_ratio)
         if self._delta:
             reply = await self._step(messages, tools, tool_choice, step)
         else:
             reply = await self._call(LLM_ACTIVITY, LLMRequest(
                 model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
                 turn=turn.number, step=step, response_format=self._response_format()), step)
-        sent_tools = budget.tools if send_tools else 0
-        ctx.token_ratio = context.calibrated_ratio(
-            estimate_tokens(messages) + sent_tools, reply.usage.prompt_tokens, ctx.token_ratio)
+        ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,
+                                                   ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens
         self.count(reply.usage)
         return reply
