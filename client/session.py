@@ -39,7 +39,6 @@ from temporalio.common import (
 from temporalio.contrib.workflow_streams import (
     PollInput,
     PollResult,
-    WorkflowStreamClient,
     WorkflowStreamItem,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -62,7 +61,7 @@ from workflows.models import (
     Status,
     StreamEvent,
 )
-from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, TOKENS_TOPIC, owned_by
+from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, owned_by
 from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from workflows.rules.output import output_schema_problem
 from workflows.rules.schemas import MAX_DEPTH
@@ -439,9 +438,12 @@ class Session:
     # ----- the live stream -----
 
     async def stream_offset(self, workflow_id: str) -> int:
-        """The offset the next stream event will have."""
-        stream = WorkflowStreamClient.create(self.client, workflow_id)
-        return await self._answered(workflow_id, stream.get_offset)
+        """The offset the next stream event will have: the stream's offset query, with the
+        deadline every query here has (the library's `get_offset` has none, so a slow server
+        held a caller for as long as it took, past the session's timeout)."""
+        handle = self.client.get_workflow_handle(workflow_id)
+        return await self._answered(workflow_id, lambda: handle.query(
+            OFFSET_QUERY, result_type=int, rpc_timeout=QUERY_RPC_TIMEOUT))
 
     def follow(self, workflow_id: str, from_offset: int = 0
                ) -> AsyncIterator[WorkflowStreamItem[StreamEvent]]:
