@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -43,6 +44,7 @@ from workflows.models import (
 )
 from workflows.reporting import TOKENS_TOPIC
 from workflows.rules import delta
+from workflows.rules.bounds import valid_text
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -78,6 +80,7 @@ CONTEXT_TOO_LONG = re.compile(
     r"|prompt is too long|input token count.*exceeds the maximum"
     r"|too large for model with \d+ maximum context length"
     r"|reduce the length of the messages", re.IGNORECASE | re.DOTALL)
+MAX_DETAIL_CHARS = 2048  # of an endpoint's error: what is matched, and kept in the failure
 
 
 def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
@@ -86,14 +89,16 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
     entry (final here; a fallback entry may answer), a prompt longer than the model's window
     (the conversation folds harder), or the request's own fault (final)."""
     status = exc.status_code
-    detail = _error_detail(exc)
+    detail = valid_text(_error_detail(exc)[:MAX_DETAIL_CHARS])  # it goes into the history
     if is_retryable_status(status):
         return ApplicationError(
             f"model endpoint answered {status}: {detail}",
             type="LLMTransientError",
             next_retry_delay=_retry_after(exc),
         )
-    if status in (400, 413, 422) and CONTEXT_TOO_LONG.search(f"{detail} {_error_code(exc)}"):
+    # the pattern has `.*`: it looks at the endpoint's words bounded, never at all of them
+    words = f"{detail} {_error_code(exc)[:MAX_DETAIL_CHARS]}"
+    if status in (400, 413, 422) and CONTEXT_TOO_LONG.search(words):
         return ApplicationError(f"the prompt is longer than the model's context window "
                                 f"({status}): {detail}", type="LLMContextTooLong",
                                 non_retryable=True)
@@ -118,23 +123,25 @@ class Endpoint:
     client: openai.AsyncOpenAI
     prices: Prices
     server: str | None  # server.address, on spans
+    label: str  # its model as metrics name it (`telemetry.model_label`)
     slots: asyncio.Semaphore | None = None  # the entry's max_concurrency, in this process
 
     def traced(self, attributes: dict[str, Any], content: dict[str, Any] | None = None
                ) -> AbstractContextManager[telemetry.ModelCall]:
         """The call's span and metrics (`telemetry.model_call`), with the entry's attributes."""
-        return telemetry.model_call(self.spec.model, {
+        return telemetry.model_call(self.spec.model, self.label, {
             "gen_ai.conversation.id": activity.info().workflow_id,
             "server.address": self.server, "agent.model_entry": self.name, **attributes},
             content)
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def in_slot(self, call: Awaitable[T]) -> T:
+        """`call`, once one of the entry's slots is free. Waiting for it is part of the call:
+        a caller heartbeats through both, or a queued call would time out, be retried, and the
+        old attempt send its request anyway once it got the slot."""
         if self.slots is None:
-            yield
-            return
+            return await call
         async with self.slots:
-            yield
+            return await call
 
 
 class LLMActivities:
@@ -150,6 +157,7 @@ class LLMActivities:
             default = self._models.entries[self._models.default]
             self._endpoints[(default.base_url, default.api_key_env)] = self._endpoint(
                 default, client)
+        self._known = telemetry.known_models(settings)  # what a metric may name
         self._slots = {name: asyncio.Semaphore(e.max_concurrency)
                        for name, e in self._models.entries.items() if e.max_concurrency}
         self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
@@ -177,7 +185,8 @@ class LLMActivities:
                 api_key=key_value, base_url=spec.base_url,
                 max_retries=0))  # Temporal's retry policy owns retries
         client, prices, server = self._endpoints[key]
-        return Endpoint(name, spec, client, prices, server, self._slots.get(name))
+        return Endpoint(name, spec, client, prices, server,
+                        telemetry.model_label(spec.model, self._known), self._slots.get(name))
 
     def _endpoint(self, spec: ModelEntry, client: openai.AsyncOpenAI
                   ) -> tuple[openai.AsyncOpenAI, Prices, str | None]:
@@ -277,10 +286,9 @@ class LLMActivities:
                                                    attempt=attempt,
                                                    text=text[i:i + TOKEN_ITEM_CHARS]))
 
-                async with endpoint.slot():
-                    reply = await _classified(heartbeating(self._stream(
-                        endpoint, messages, tools, tool_choice, on_text, response_format)))
-            reply.usage = endpoint.prices.priced(reply.model or model, reply.usage)
+                reply = await _classified(heartbeating(endpoint.in_slot(self._stream(
+                    endpoint, messages, tools, tool_choice, on_text, response_format))))
+            reply.usage = endpoint.prices.priced(model, reply.usage)
             reply.entry = endpoint.name
             call.answered(reply.usage, {
                 "gen_ai.response.model": reply.model or None,
@@ -328,14 +336,13 @@ class LLMActivities:
         with endpoint.traced({"agent.purpose": "summary",
                               "agent.folded_turns": f"{request.first_turn}-{request.last_turn}"}
                              ) as call:
-            async with endpoint.slot():
-                completion = await _classified(heartbeating(
-                    endpoint.client.chat.completions.create(
-                        model=model, messages=[], max_tokens=request.max_tokens,
-                        extra_body={**endpoint.spec.params,
-                                    "messages": summary_messages(request)})))
+            completion = await _classified(heartbeating(endpoint.in_slot(
+                endpoint.client.chat.completions.create(
+                    model=model, messages=[], max_tokens=request.max_tokens,
+                    extra_body={**endpoint.spec.params,
+                                "messages": summary_messages(request)}))))
             text = (completion.choices[0].message.content or "") if completion.choices else ""
-            usage = endpoint.prices.priced(completion.model or model, counted(completion.usage))
+            usage = endpoint.prices.priced(model, counted(completion.usage))
             call.answered(usage, content={"agent.summary": text})
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
@@ -347,16 +354,28 @@ UNMETERED = Usage(cost_usd=None, cost_note="the endpoint reported no usage", unm
 
 
 def counted(usage: Any) -> Usage:
-    """The endpoint's usage, with its cached prompt tokens where it reports them."""
+    """The endpoint's usage, with its cached prompt tokens where it reports them. A total left
+    out (null, 0) or below its parts counts the parts, and no count is below 0: a token budget
+    counts what was used, whatever the endpoint writes."""
     if usage is None:
         return UNMETERED.model_copy()
     details = getattr(usage, "prompt_tokens_details", None)
+    prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
     return Usage(
-        prompt_tokens=usage.prompt_tokens or 0,
-        completion_tokens=usage.completion_tokens or 0,
-        total_tokens=usage.total_tokens or 0,
-        cached_tokens=getattr(details, "cached_tokens", None) or 0,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=max(_tokens(usage, "total_tokens"), prompt + completion),
+        cached_tokens=_tokens(details, "cached_tokens"),
     )
+
+
+def _tokens(usage: Any, field: str) -> int:
+    """A count the endpoint reports: a whole number of at least 0, whatever it wrote (left
+    out, null, a string, a fraction, a negative number)."""
+    value = getattr(usage, field, None)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0) if math.isfinite(value) else 0
 
 
 async def _classified(call: Awaitable[T]) -> T:
@@ -442,6 +461,9 @@ class ReplyAssembler:
         return ""
 
     def result(self) -> LLMReply:
+        if self._finish_reason is None:  # every complete stream's last choice says why it ended
+            raise ApplicationError("the model's stream ended before its reply did (no "
+                                   "finish_reason): the connection was cut", type="LLMTransientError")
         calls = [
             ToolCall(id=c["id"], function=FunctionCall(name=c["name"], arguments=c["arguments"]))
             for _, c in sorted(self._calls.items())

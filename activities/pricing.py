@@ -1,6 +1,9 @@
 """What a model call costs in dollars: `genai-prices` (the maintained price database pydantic-ai
-also uses), under a price-override file for private or local models (`AGENT_PRICES`). A local
-Ollama costs 0. An unknown model costs `None`, with a note saying so: never a made-up number.
+also uses), under a price-override file for private or local models (`AGENT_PRICES`). A call is
+priced by its entry's model, never by the name the endpoint answers with, and it costs 0 only
+where the configuration says so (an override of zero prices): a host or port that looks local
+may be a proxy in front of a paid endpoint. An unknown model costs `None`, with a note saying
+so: never a made-up number.
 
 The override file:
 
@@ -16,13 +19,10 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field, ValidationError
 
 from workflows.models import Usage
-
-OLLAMA_PORT = 11434
 
 
 class ModelPrice(BaseModel):
@@ -79,8 +79,6 @@ class Prices:
     def cost(self, model: str, usage: Usage) -> tuple[float | None, str | None]:
         if model in self.overrides:
             return round(self.overrides[model].cost(usage), 10), None
-        if self._is_ollama():
-            return 0.0, None
         import genai_prices  # imported on first use: its price data takes a moment to load
 
         counted = genai_prices.Usage(input_tokens=usage.prompt_tokens,
@@ -98,9 +96,3 @@ class Prices:
                 continue
             return round(float(price.total_price), 10), None
         return None, f"no price known for model {model!r} (add it to the AGENT_PRICES file)"
-
-    def _is_ollama(self) -> bool:
-        if not self.base_url:
-            return False
-        url = urlparse(self.base_url)
-        return url.port == OLLAMA_PORT or "ollama" in (url.hostname or "")

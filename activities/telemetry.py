@@ -3,7 +3,9 @@ a tool run, under the span of the turn they belong to (its traceparent comes in 
 headers: `worker.telemetry.TelemetryInterceptor`), and the GenAI client metrics.
 
 Off unless the worker installs a tracer (`install`): a span is then a no-op that costs a check.
-Metrics go to Temporal's activity meter, which is a no-op without `AGENT_METRICS_ADDRESS`.
+Metrics go to Temporal's activity meter, which is a no-op without `AGENT_METRICS_ADDRESS`. A
+conversation's caller chooses its `model`, so a metric labels a model only if the worker was
+configured with it (`known_models`), else `(other)`: every label value is a time series.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from temporalio import activity
 
+from activities.settings import ActivitySettings
 from workflows.models import Usage
+from workflows.telemetry import label
 
 # The turn's span an activity runs under (set per activity from its headers), or None.
 PARENT: ContextVar[Context | None] = ContextVar("agent_trace_parent", default=None)
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 MAX_CONTENT_CHARS = 16_384  # of a content attribute (a prompt can be large)
+OTHER_MODEL = "(other)"  # the label of every model the worker was not configured with
 
 
 class _State:
@@ -108,28 +113,41 @@ class ModelCall:
 
 
 @contextmanager
-def model_call(model: str, attributes: dict[str, Any], content: dict[str, Any] | None = None
-               ) -> Iterator[ModelCall]:
+def model_call(model: str, label: str, attributes: dict[str, Any],
+               content: dict[str, Any] | None = None) -> Iterator[ModelCall]:
     """A `chat <model>` span around a model call, and its duration, tokens and dollars in the
-    metrics (its error type, when it fails)."""
+    metrics under `label` (its error type, when it fails)."""
     with span(f"chat {model}", {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
                                 **attributes}, content) as s:
         call = ModelCall(model, s)
         try:
             yield call
         except Exception as err:
-            model_call_measured(model, call.started, None, type(err).__name__)
+            model_call_measured(label, call.started, None, type(err).__name__)
             raise
-    model_call_measured(model, call.started, call.usage, None)
+    model_call_measured(label, call.started, call.usage, None)
 
 
 # ----- metrics (Temporal's activity meter: Prometheus with AGENT_METRICS_ADDRESS) -----
 
-def model_call_measured(model: str, started: float, usage: Usage | None, error: str | None,
+def known_models(settings: ActivitySettings) -> frozenset[str]:
+    """The model names a worker was configured with: its entries' (AGENT_MODELS, or
+    OPENAI_MODEL), its profiles', those AGENT_PRICES prices, and OPENAI_MODEL's default."""
+    return frozenset({ActivitySettings.openai_model,
+                      *(e.model for e in settings.model_entries().entries.values()),
+                      *(p.model for p in settings.profiles.agents.values() if p.model),
+                      *settings.prices.overrides})
+
+
+def model_label(model: str, known: frozenset[str]) -> str:
+    return label(model) if model in known else OTHER_MODEL
+
+
+def model_call_measured(label: str, started: float, usage: Usage | None, error: str | None,
                         operation: str = "chat") -> None:
-    """A model call's duration, tokens and dollars, by model."""
+    """A model call's duration, tokens and dollars, by model (`label`: its `model_label`)."""
     meter = activity.metric_meter()
-    labels = {"gen_ai_operation_name": operation, "gen_ai_request_model": model}
+    labels = {"gen_ai_operation_name": operation, "gen_ai_request_model": label}
     duration = meter.create_histogram_float(
         "gen_ai_client_operation_duration", "duration of a model call", "s")
     duration.record(time.monotonic() - started,

@@ -25,7 +25,7 @@ from workflows.models import (
     ToolListRequest,
     ToolOutcome,
 )
-from workflows.rules.bounds import truncate_observation
+from workflows.rules.bounds import truncate_observation, valid_text
 from workflows.rules.gate import execution_refusal
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ class ToolActivities:
                            invocation.max_observation_bytes)
         finally:
             await reporter.aclose()
+        observation = valid_text(observation)  # a tool's text, as it enters
         log.info("tool done", observation_bytes=len(observation.encode()))
         return bounded(ToolOutcome(status="ok", observation=observation),
                        invocation.max_observation_bytes)

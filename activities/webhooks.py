@@ -11,11 +11,19 @@ and the `notify` activity delivers one event to one of them: a POST of the JSON 
 attempt of one delivery, so a receiver can drop a repeat). With `AGENT_LINK_SECRET`, an
 approval's delivery carries one-time approve and reject links (`api.links` serves them).
 The conversation knows a webhook by its index and host only: its URL's path and its secret stay
-here."""
+here.
+
+The contract's signature covers the body alone, so a captured delivery could be sent again
+forever. Beside it each delivery is also signed as Standard Webhooks (standardwebhooks.com)
+says, over its id and the time of this attempt: `webhook-id` (the delivery key),
+`webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`,
+keyed by `signing_key`: a `whsec_` secret is base64 after its prefix, as the standard's are;
+any other is its UTF-8 bytes, which a receiver gives its library as they are or in base64."""
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -34,12 +42,16 @@ from temporalio.exceptions import ApplicationError
 
 from activities.config_file import read_config
 from workflows.models import NotifyRequest, WebhookRef
+from workflows.rules.links import LinkClaims, sign_link
 
 log = structlog.get_logger("webhooks")
 Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
 DEFAULT_LINK_TTL_S = 24 * 3600
 DELIVERY_TIMEOUT_S = 10.0
+STANDARD_SECRET_PREFIX = "whsec_"
+SLACK_TEXT_CHARS = 1000  # of one outside text (a question, an answer, an error) in a message
+SLACK_CODE_CHARS = 500  # of a tool's name or its args
 
 
 class WebhooksError(ValueError):
@@ -89,6 +101,9 @@ class Webhooks:
         if missing:
             raise WebhooksError(f"AGENT_WEBHOOKS names secret variables that are not set: "
                                 f"{', '.join(sorted(set(missing)))}")
+        for hook in parsed.webhooks:
+            if hook.secret_env:
+                signing_key(env[hook.secret_env], hook.secret_env)
         return cls(parsed.webhooks, env.get("AGENT_PUBLIC_URL") or DEFAULT_PUBLIC_URL,
                    link_ttl_s)
 
@@ -98,39 +113,7 @@ class Webhooks:
                 for i, h in enumerate(self.hooks)]
 
 
-# ----- one-time links: signed, bound to the conversation, the call and its args, expiring -----
-
-def sign_link(secret: str, claims: dict[str, Any]) -> str:
-    """`<claims as base64url JSON>.<HMAC-SHA256 of them>`."""
-    body = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":"),
-                                               sort_keys=True).encode()).rstrip(b"=")
-    mac = hmac.new(secret.encode(), body, hashlib.sha256).digest()
-    return f"{body.decode()}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
-
-
-def read_link(secret: str, token: str, now: float | None = None) -> dict[str, Any]:
-    """The claims of a link this secret signed; `LinkError` if it is forged, damaged or old."""
-    body, _, mac = token.partition(".")
-    try:
-        given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
-        expected = hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest()
-        if not body or not hmac.compare_digest(given, expected):
-            raise LinkError("this link is not valid", 403)
-        claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-    except (ValueError, UnicodeError):
-        raise LinkError("this link is not valid", 403) from None
-    if not isinstance(claims, dict) or not {"c", "k", "h", "a", "x", "n"} <= claims.keys():
-        raise LinkError("this link is not valid", 403)
-    if (now or time.time()) > claims["x"]:
-        raise LinkError("this link has expired", 410)
-    return claims
-
-
-class LinkError(Exception):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
+# ----- one-time links (`workflows.rules.links`) -----
 
 def link_secret(env: Mapping[str, str] = os.environ) -> str | None:
     return env.get("AGENT_LINK_SECRET") or None
@@ -148,9 +131,9 @@ def body_of(hook: Webhook, request: NotifyRequest, webhooks: Webhooks,
     if request.event == "approval_requested" and secret and call_id and args_hash:
         expires = int(time.time()) + webhooks.link_ttl_s
         for action in ("approve", "reject"):
-            token = sign_link(secret, {"c": conversation, "k": call_id, "h": args_hash,
-                                       "a": action, "x": expires, "n": request.key,
-                                       "to": hook.addressee})
+            token = sign_link(secret, LinkClaims(c=conversation, k=call_id, h=args_hash,
+                                                 a=action, x=expires, n=request.key,
+                                                 t=request.ticket, to=hook.addressee))
             payload[f"{action}_url"] = f"{webhooks.public_url}/links/{token}"
     if hook.format == "slack":
         return {"text": slack_text(payload)}
@@ -158,18 +141,72 @@ def body_of(hook: Webhook, request: NotifyRequest, webhooks: Webhooks,
 
 
 def slack_text(p: dict[str, Any]) -> str:
-    where = f"<{p['console_url']}|{p['conversation_id']}>"
+    """The message in Slack's mrkdwn. The model, a tool or a person wrote everything in it but
+    our own three links, so all the rest is escaped and clipped: it can make no link, no
+    mention, no fake Approve."""
+    where = _slack_link(p["console_url"], p["conversation_id"])
     if p["event"] == "approval_requested":
-        args = json.dumps(p.get("args"), ensure_ascii=False)[:500]
-        text = f"{where} waits for approval: `{p.get('tool')}` ({p.get('risk')}) `{args}`"
+        args = json.dumps(p.get("args"), ensure_ascii=False)
+        text = (f"{where} waits for approval: {_slack_code(p.get('tool'))} "
+                f"({_slack_plain(p.get('risk'))}) {_slack_code(args)}")
         if p.get("approve_url"):
-            text += f"\n<{p['approve_url']}|Approve> · <{p['reject_url']}|Reject>"
+            text += (f"\n{_slack_link(p['approve_url'], 'Approve')} · "
+                     f"{_slack_link(p['reject_url'], 'Reject')}")
         return text
     if p["event"] == "question_asked":
-        return f"{where} asks: {p.get('question')}"
+        return f"{where} asks: {_slack_plain(p.get('question'))}"
+    turn = _slack_plain(p.get("turn"))
     if p["event"] == "conversation_failed":
-        return f"{where} failed in turn {p.get('turn')}: {p.get('error')}"
-    return f"{where} finished turn {p.get('turn')}: {p.get('answer') or p.get('stop_reason')}"
+        return f"{where} failed in turn {turn}: {_slack_plain(p.get('error'))}"
+    return f"{where} finished turn {turn}: {_slack_plain(p.get('answer') or p.get('stop_reason'))}"
+
+
+def _slack_escaped(text: str) -> str:
+    """Slack's three control characters as the entities it shows as text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_plain(value: object, limit: int = SLACK_TEXT_CHARS) -> str:
+    text = str(value)
+    return _slack_escaped(text if len(text) <= limit else text[:limit - 1] + "…")
+
+
+def _slack_code(value: object) -> str:
+    """An inline code span its text cannot close: a backtick becomes a look-alike (ˋ), a line
+    break a space."""
+    text = str(value).replace("`", "ˋ").replace("\r", " ").replace("\n", " ")
+    return f"`{_slack_plain(text, SLACK_CODE_CHARS)}`"
+
+
+def _slack_link(url: str, label: str) -> str:
+    """One of our links; a `|` would end its URL early."""
+    return f"<{_slack_escaped(url.replace('|', '%7C'))}|{_slack_plain(label, 200)}>"
+
+
+def signing_key(secret: str, name: str = "the secret") -> bytes:
+    """The Standard Webhooks HMAC key of a webhook's secret (`name`: its variable, for the
+    error): base64 after a `whsec_` prefix, else the secret's UTF-8 bytes."""
+    if not secret.startswith(STANDARD_SECRET_PREFIX):
+        return secret.encode()
+    encoded = secret.removeprefix(STANDARD_SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except binascii.Error:
+        key = b""
+    if not key:
+        raise WebhooksError(f"{name} starts with {STANDARD_SECRET_PREFIX} but is not base64 "
+                            f"after it")
+    return key
+
+
+def signatures(secret: str, delivery: str, timestamp: str, body: bytes) -> dict[str, str]:
+    """The contract's signature of the body, and the Standard Webhooks one of the delivery's
+    id, this attempt's time and the body."""
+    signed = f"{delivery}.{timestamp}.".encode() + body
+    standard = hmac.new(signing_key(secret), signed, hashlib.sha256).digest()
+    return {"X-Agent-Signature": "sha256=" + hmac.new(secret.encode(), body,
+                                                      hashlib.sha256).hexdigest(),
+            "webhook-signature": "v1," + base64.b64encode(standard).decode()}
 
 
 class WebhookActivities:
@@ -182,7 +219,8 @@ class WebhookActivities:
     @activity.defn(name="notify")
     async def notify(self, request: NotifyRequest) -> int:
         """Deliver one event to one webhook; the HTTP status. A refusal (4xx but 408/429) is
-        final; anything else is retried by Temporal's policy, with the same delivery key."""
+        final; anything else is retried by Temporal's policy, with the same delivery key and
+        `webhook-id`, and a `webhook-timestamp` (and so a signature) of its own."""
         if self._webhooks is None or request.webhook >= len(self._webhooks.hooks):
             raise ApplicationError(f"this worker has no webhook {request.webhook}",
                                    type="UnknownWebhook", non_retryable=True)
@@ -191,10 +229,14 @@ class WebhookActivities:
         body = json.dumps(body_of(hook, request, self._webhooks, link_secret(self._env)),
                           ensure_ascii=False, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json", "X-Agent-Delivery": request.key,
-                   "X-Agent-Event": request.event}
+                   "X-Agent-Event": request.event, "webhook-id": request.key,
+                   "webhook-timestamp": str(int(time.time()))}
         if secret:
-            headers["X-Agent-Signature"] = "sha256=" + hmac.new(
-                secret.encode(), body, hashlib.sha256).hexdigest()
+            try:
+                headers |= signatures(secret, request.key, headers["webhook-timestamp"], body)
+            except WebhooksError as err:
+                raise ApplicationError(f"{hook.secret_env}: {err}", type="BadWebhookSecret",
+                                       non_retryable=True) from None
         try:
             response = await self._http.post(hook.url, content=body, headers=headers,
                                              timeout=DELIVERY_TIMEOUT_S)

@@ -79,7 +79,7 @@ ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_fou
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # Events after which the conversation may have come to wait for a human.
 MAY_WAIT = frozenset({"approval_requested", "question_asked", "decision_taken", "answered",
-                      "decision_refused"})
+                      "decision_refused", "child_waiting"})
 
 
 def last_user_text(inp: RunAgentInput) -> tuple[str, str] | None:
@@ -357,8 +357,8 @@ async def _run(session: Session, inp: RunAgentInput, who: Principal,
             log.warning("agui_resume_ignored", thread=thread, run=run[:200],
                         interrupts=[i["interruptId"][:200] for i in plan.ignored])
             metadata = {"ignoredResume": plan.ignored}
-        for request in plan.requests.values():
-            await session.decide(thread, request, by_update=True)
+        if plan.requests:  # whole or not at all (`Session.decide`)
+            await session.decide(thread, *plan.requests.values(), by_update=True)
         translator = Translator(set(plan.requests))  # the run that raised them announced them
         answer_turn, sent = status.turn, bool(plan.requests)
     else:

@@ -22,6 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from fastapi.staticfiles import StaticFiles
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import BaseModel, WithJsonSchema
 from temporalio.client import Client
 
@@ -36,12 +37,27 @@ from api.bodies import (
     StartBody,
     StrictJsonRoute,
 )
-from api.errors import RequestIds, add_error_handlers, document_errors, errors, request_id
+from api.errors import (
+    RequestIds,
+    add_error_handlers,
+    document_discriminators,
+    document_errors,
+    errors,
+    request_id,
+)
 from api.guard import BodyLimit, Gate
 from api.links import link_routes
 from api.settings import ApiSettings
 from client.connection import TemporalSettings, connect
-from client.session import ConversationRow, NotFound, Refused, Session, new_conversation_id
+from client.session import (
+    ConversationRow,
+    NotFound,
+    Refused,
+    Session,
+    UsageError,
+    new_conversation_id,
+    unsendable,
+)
 from client.tree import follow_tree
 from workflows.models import (
     AnswerRequest,
@@ -54,10 +70,10 @@ from workflows.models import (
     SignalOutcome,
     Status,
 )
-from workflows.telemetry import parse_traceparent
 
 log = structlog.get_logger("api")
 STATIC = FilePath(__file__).parent / "static"
+W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 class ConsoleConfig(BaseModel):
@@ -123,8 +139,18 @@ def enforce(who: Principal, action: Action, cid: str, owner: str | None) -> None
 
 def caller_trace(request: Request) -> str | None:
     """The caller's span (a W3C `traceparent` header), when it sent a valid one."""
-    header = request.headers.get("traceparent")
-    return header.strip() if parse_traceparent(header) is not None else None
+    return canonical_traceparent(request.headers.get("traceparent"))
+
+
+def canonical_traceparent(header: str | None) -> str | None:
+    """The span a `traceparent` names, as OpenTelemetry's W3C propagator reads it and writes it
+    again (`00-<trace id>-<span id>-<flags>`), or None: what the conversation keeps is never
+    the caller's own text."""
+    if not header:
+        return None
+    carrier: dict[str, str] = {}
+    W3C_TRACE_CONTEXT.inject(carrier, W3C_TRACE_CONTEXT.extract({"traceparent": header}))
+    return carrier.get("traceparent")
 
 
 def allowed(action: Action) -> Any:
@@ -201,6 +227,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     app.add_middleware(RequestIds)
     add_error_handlers(app)
     document_errors(app)
+    document_discriminators(app)
 
     # ----- conversations -----
 
@@ -303,9 +330,10 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
               responses=given)
     async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
                      _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
-        """Answer the pending question."""
+        """Answer the pending question: the one `call_id` names (its ref, as the status shows
+        it), refused (409) if another question is open by then."""
         return await s.decide(cid, AnswerRequest(request_id=rid, values=body.values,
-                                                 sender=who.name),
+                                                 call_id=body.call_id, sender=who.name),
                               by_update=True)
 
     @app.post("/conversations/{cid}/end", response_model=SignalOutcome, tags=["input"],
@@ -359,6 +387,10 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         conversation, streams the turn, and ends in an answer or an interrupt. `resume` entries
         answer the interrupts of the previous run. A thread is the conversation: another
         user's answers 404; a run that resumes decides, any other sends a message."""
+        # every event names the thread and the run: ids that no event can carry are a 422 now,
+        # not a stream that breaks after its 200
+        if (reason := unsendable([body.thread_id, body.run_id])) is not None:
+            raise UsageError(f"threadId and runId: {reason}")
         try:
             owner = await s.owner(body.thread_id)
         except NotFound:  # a new thread (or a bad id, which the run refuses)

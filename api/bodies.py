@@ -31,6 +31,7 @@ NOT_BLANK = f"[^{BLANK}]"
 # A character takes at most 6 bytes of JSON (`\u0001`), and the conversation counts JSON bytes.
 MESSAGE_CHARS = DEFAULT_MESSAGE_BYTES // 6
 MAX_ANSWER_VALUES = 16
+MAX_REF_CHARS = 1000  # a call's ref: the path of call ids from the conversation to its owner
 # The values together, quotes and commas included, fit the bytes of one message.
 ANSWER_CHARS = ((DEFAULT_MESSAGE_BYTES - 1) // MAX_ANSWER_VALUES - 3) // 6
 TEXT_RULE = (f"not blank; at most {MESSAGE_CHARS:,} characters (the conversation takes "
@@ -148,6 +149,11 @@ class RejectBody(Targets):
 
 
 class AnswerBody(Body):
+    call_id: str | None = Field(
+        default=None, max_length=MAX_REF_CHARS,
+        description="the question answered, by its ref (`pending_question.ref`): a later "
+                    "question, or another subagent's, refuses the answer; unset, the answer is "
+                    "for whichever question is open")
     values: list[AnswerValue] = Field(
         min_length=1, max_length=MAX_ANSWER_VALUES,
         description=f"text, one option, several, or yes/no; each value not blank and at most "

@@ -5,14 +5,19 @@ Temporal or an unexpected exception said is logged, not sent back."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
@@ -116,6 +121,23 @@ def add_error_handlers(app: FastAPI) -> None:
                                "temporal_error": err.message}
         return failed(request_id(request), 502, "Temporal refused the request")
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> Response:
+        """A 405 names every method served at its path; Starlette's names only those of the
+        first route there (POST of `/conversations`, which GET serves too)."""
+        if err.status_code == 405 and (methods := served_methods(request)):
+            err = HTTPException(405, err.detail, headers={"Allow": ", ".join(methods)})
+        return await http_exception_handler(request, err)
+
+
+def served_methods(request: Request) -> list[str]:
+    """The methods the app's routes serve at the request's path, whatever its method."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
 
 def _plain(code: int) -> Any:
     async def handler(request: Request, err: Exception) -> JSONResponse:
@@ -157,6 +179,38 @@ def document_errors(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         doc = default()
         doc["components"]["schemas"].setdefault("Error", Error.model_json_schema())
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def discriminators(node: Any) -> Iterator[dict[str, Any]]:
+    """Every `discriminator` (with its mapping) in a part of an OpenAPI document."""
+    if isinstance(node, dict):
+        if "mapping" in node.get("discriminator", {}):
+            yield node["discriminator"]
+        for value in node.values():
+            yield from discriminators(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from discriminators(value)
+
+
+def document_discriminators(app: FastAPI) -> None:
+    """The document says what the server checks: a union's discriminating property (AG-UI's
+    message `role`, a content part's `type`) is required in each schema it maps to. The models
+    give it a default, so pydantic's schema marks it optional, yet a message without one is a
+    422."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        doc = default()
+        schemas = doc["components"]["schemas"]
+        for union in list(discriminators(doc)):
+            for ref in union["mapping"].values():
+                required = schemas[ref.rsplit("/", 1)[1]].setdefault("required", [])
+                if union["propertyName"] not in required:
+                    required.append(union["propertyName"])
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -56,12 +56,15 @@ class Gate:
                                  "AGENT_API_TOKENS the API answers localhost, 127.0.0.1 and "
                                  "[::1] only")
         origin = headers.get("origin")
-        if origin and origin.rstrip("/") not in {f"http://{host}", f"https://{host}",
-                                                 *self.settings.cors_origins}:
+        path = scope["path"]
+        # A link's page posts its form with `Origin: null` in a browser that keeps referrers
+        # to itself: the signed link is the credential there, not the origin.
+        opaque_link = origin == "null" and path.startswith(LINKS)
+        if origin and not opaque_link and origin.rstrip("/") not in {
+                f"http://{host}", f"https://{host}", *self.settings.cors_origins}:
             return _refused(403, f"origin {origin[:SHOWN_CHARS]} is not allowed "
                                  "(AGENT_API_CORS_ORIGINS)")
         principal = self.principal(headers)
-        path = scope["path"]
         public = path in PUBLIC_PATHS or path.startswith((CONSOLE_FILES, LINKS))
         # A CORS preflight carries no token; the CORS middleware inside answers it.
         preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers

@@ -154,7 +154,8 @@ async def cmd_reject(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
-    request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values, sender=a.who)
+    request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values, call_id=a.call_id,
+                            sender=a.who)
     return await send_and_report(s, a, request)
 
 
@@ -281,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("answer", cmd_answer, "answer the pending question")
     p.add_argument("values", nargs="+", metavar="VALUE",
                    help="the answer: text, one option, several options, or yes/no")
+    p.add_argument("--call-id", metavar="REF",
+                   help="the question answered (its ref, as `status` shows it): refused if "
+                        "another question is open by then")
     _add_as(p, "who answers")
     _add_wait(p)
 

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import json
-import shlex
 
 from workflows.models import AuditRecord, ConversationStatus
+from workflows.rules.commands import REASON, TEXT, client_command
 from workflows.rules.stopping import dollars
+
+
+# What a model (or a tool, or anyone who sends a signal) writes may not drive the terminal:
+# control characters (an ANSI escape rewrites what is on the screen), line and paragraph
+# separators, and bidi overrides (which reorder what is shown) are printed as escapes.
+_HIDDEN = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x200E, 0x200F, 0x2028, 0x2029,
+           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_SHOWN = {c: f"\\u{c:04x}" for c in _HIDDEN if c not in (0x09, 0x0A)}
+CONTINUED = "  │ "  # begins every further line of outside text: none looks like one of ours
+
+
+def shown(text: object) -> str:
+    """Outside text as it may be printed: escapes for what would drive the terminal, and its
+    further lines marked, so it cannot print a line that looks like a command of ours."""
+    return str(text).translate(_SHOWN).replace("\n", "\n" + CONTINUED)
 
 
 def render_status(s: ConversationStatus) -> str:
@@ -18,13 +33,13 @@ def render_status(s: ConversationStatus) -> str:
     if s.tools_used:
         lines.append(f"tools used: {', '.join(s.tools_used)}")
     if s.final_answer is not None:
-        lines.append(f"answer: {s.final_answer}")
+        lines.append(f"answer: {shown(s.final_answer)}")
     if s.final_output is not None:
-        lines.append(f"output: {json.dumps(s.final_output, ensure_ascii=False)}")
+        lines.append(f"output: {shown(json.dumps(s.final_output, ensure_ascii=False))}")
     if s.stop_reason:
         lines.append(f"stop reason: {s.stop_reason}")
     if s.error:
-        lines.append(f"error: {s.error}")
+        lines.append(f"error: {shown(s.error)}")
     if s.queued_messages:
         lines.append(f"queued messages: {s.queued_messages}")
     u = s.usage
@@ -45,27 +60,29 @@ def render_status(s: ConversationStatus) -> str:
         args = json.dumps(p.args, ensure_ascii=False)
         whose = f" in subagent {p.conversation_id}" if p.conversation_id else ""
         ref = p.ref or p.call_id  # a subagent's call by its path: call ids can repeat across them
-        lines.append(f"waiting for approval{whose}: {p.tool}({args}) [{p.risk}], call {ref}")
-        lines.append(f"  approve: python -m client confirm {wid} {ref}")
-        lines.append(f"  edit:    python -m client confirm {wid} {ref} --args {shlex.quote(args)}")
-        lines.append(f'  reject:  python -m client reject {wid} {ref} --reason "..."')
+        lines.append(f"waiting for approval{whose}: {shown(p.tool)}({shown(args)}) [{p.risk}], "
+                     f"call {ref}")
+        lines.append(f"  approve: {client_command('confirm', wid, ref)}")
+        lines.append(f"  edit:    {client_command('confirm', wid, ref, '--args', args)}")
+        lines.append(f"  reject:  {client_command('reject', wid, ref, then=REASON)}")
     if len(s.pending_confirmations) > 1:
-        lines.append(f"  or all at once: python -m client confirm {wid} --all")
+        lines.append(f"  or all at once: {client_command('confirm', wid, '--all')}")
     q = s.pending_question
     if q is not None:
         whose = f" from subagent {q.conversation_id}" if q.conversation_id else ""
-        lines.append(f"question ({q.kind}){whose}: {q.message}")
+        lines.append(f"question ({q.kind}){whose}: {shown(q.message)}")
         if q.options:
-            lines.append("  options: " + " | ".join(q.options))
-        hint = {"input": '"your answer"', "choice": '"one option"',
-                "multi_choice": '"option" "another option"', "confirm": "yes|no"}[q.kind]
-        lines.append(f"  answer: python -m client answer {wid} {hint}")
+            lines.append("  options: " + " | ".join(map(shown, q.options)))
+        hint = {"input": ["your answer"], "choice": ["one option"],
+                "multi_choice": ["option", "another option"], "confirm": ["yes|no"]}[q.kind]
+        lines.append(f"  answer: {client_command('answer', wid, '--call-id', q.ref or q.call_id, *hint)}")
     for d in s.decisions:
-        verdict = "approved" if d.approved else f"rejected ({d.reason})"
-        lines.append(f"decision: {d.tool} call {d.call_id} {verdict} by {d.approver} at "
+        verdict = "approved" if d.approved else f"rejected ({shown(d.reason)})"
+        lines.append(f"decision: {d.tool} call {d.call_id} {verdict} by {shown(d.approver)} at "
                      f"{d.at.isoformat(timespec='seconds')}")
     if s.status == "idle":
-        lines.append(f'next: python -m client say {wid} "..."   or   python -m client end {wid}')
+        lines.append(f"next: {client_command('say', wid, then=TEXT)}   or   "
+                     f"{client_command('end', wid)}")
     return "\n".join(lines)
 
 
@@ -82,23 +99,23 @@ def render_history(records: list[AuditRecord]) -> str:
         if r.kind == "summary":
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} before step {r.step}"
                          f"  context folded ({tokens})")
-            lines.append(f"  summary: {r.thought}")
+            lines.append(f"  summary: {shown(r.thought)}")
             continue
         if r.kind in INPUTS:
-            said = f": {r.text}" if r.text else ""
+            said = f": {shown(r.text)}" if r.text else ""
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "
                          f"{INPUTS[r.kind]} by {r.by}{said}")
             continue
         lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} step {r.step}  ({tokens})")
         if r.thought:
-            lines.append(f"  thought: {r.thought}")
+            lines.append(f"  thought: {shown(r.thought)}")
         for a in r.actions:
-            shown = json.dumps(a.input, ensure_ascii=False) if isinstance(a.input, dict) else a.input
-            lines.append(f"  action:  {a.tool}({shown}) call {a.call_id}")
+            given = json.dumps(a.input, ensure_ascii=False) if isinstance(a.input, dict) else a.input
+            lines.append(f"  action:  {shown(a.tool)}({shown(given)}) call {a.call_id}")
             if a.decision is not None:
                 d = a.decision
-                verdict = "approved" if d.approved else f"rejected ({d.reason})"
-                lines.append(f"  decision: {verdict} by {d.approver} at "
+                verdict = "approved" if d.approved else f"rejected ({shown(d.reason)})"
+                lines.append(f"  decision: {verdict} by {shown(d.approver)} at "
                              f"{d.at.isoformat(timespec='seconds')}, args {d.args_hash[:19]}…")
             size = f"{a.observation_bytes} bytes" + (f" of {a.full_bytes}" if a.full_bytes else "")
             timing = f", {a.ms} ms" if a.ms is not None else ""

@@ -55,6 +55,7 @@ from workflows.models import (
     ConversationStatus,
     EndRequest,
     PendingConfirmation,
+    PendingQuestion,
     RejectRequest,
     SayRequest,
     SignalOutcome,
@@ -63,6 +64,7 @@ from workflows.models import (
 )
 from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, owned_by
 from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from workflows.rules.gate import NOBODY
 from workflows.rules.output import output_schema_problem
 from workflows.rules.schemas import MAX_DEPTH
 
@@ -80,6 +82,7 @@ CLOSED_CHECK_EVERY = 10  # empty reads between two looks at whether the conversa
 LIST_LABEL, LIST_LABEL_CHARS = "prompt", 120  # the memo a conversation is listed by
 STATUSES: list[str] = list(get_args(Status))
 STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
+HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 
 
 class CliError(Exception):
@@ -351,25 +354,52 @@ class Session:
 
     # ----- a decision or an answer, sent to the conversation that owns the call -----
 
-    async def decide(self, workflow_id: str, request: ConfirmRequest | RejectRequest
-                     | AnswerRequest, by_update: bool) -> SignalOutcome:
-        """Send a decision or answer, by Update (`Refused` on a refusal) or by signal (the
+    async def decide(self, workflow_id: str, *requests: HumanRequest, by_update: bool
+                     ) -> SignalOutcome:
+        """Send decisions and answers, by Update (`Refused` on a refusal) or by signal (the
         outcome says). A subagent's call or question goes to the child conversation that owns
-        it, where the decision is recorded, so `confirm PARENT CALL_ID` reaches it."""
-        outcomes = []
-        for target, part in await self._owners(workflow_id, request):
+        it, where the decision is recorded, so `confirm PARENT CALL_ID` reaches it.
+
+        Whole or not at all: what spans several conversations is split into parts, and every
+        part is checked against its owner's own status before any is sent. Should a part still
+        be refused once others were taken (its conversation changed meanwhile), `PartlyApplied`
+        says exactly which were."""
+        parts = [part for request in requests for part in await self._owners(workflow_id, request)]
+        if len(parts) > 1:
+            await self._check_whole(parts)
+        outcomes: list[SignalOutcome] = []
+        for n, (target, part) in enumerate(parts):
             try:
-                if by_update:
-                    outcomes.append(await self.update(target, part))
-                else:
-                    outcomes.append(await self.send(target, _SIGNALS[type(part)], part))
+                outcome = await (self.update(target, part) if by_update
+                                 else self.send(target, _SIGNALS[type(part)], part))
             except NotFound:
                 if target == workflow_id:
                     raise
-                # the subagent finished since the status showed its call: that call is stale
-                raise Refused(f"{', '.join(getattr(part, 'call_ids', [])) or 'the question'} "
-                              f"is stale: subagent {target} has finished") from None
-        return next((o for o in outcomes if not o.accepted), outcomes[0])
+                outcome = refused_outcome(part, stale_child(target, part))
+            except Refused as err:
+                outcome = refused_outcome(part, str(err))
+            if not outcome.accepted:
+                if n:
+                    raise PartlyApplied(parts[:n], (target, part), outcome.reason or "refused")
+                if by_update:
+                    raise Refused(outcome.reason or "refused")
+                return outcome
+            outcomes.append(outcome)
+        return outcomes[0]
+
+    async def _check_whole(self, parts: list[tuple[str, HumanRequest]]) -> None:
+        """Every part of a decision, against its conversation's own status, before any is sent:
+        a refusal here sends nothing."""
+        statuses: dict[str, ConversationStatus] = {}
+        for target, part in parts:
+            if target not in statuses:
+                try:
+                    statuses[target] = await self.status(target)
+                except NotFound:
+                    raise Refused(stale_child(target, part) + "; nothing was decided") from None
+            reason = part_refusal(part, statuses[target])
+            if reason is not None:
+                raise Refused(f"{reason}; nothing was decided")
 
     async def _owners(self, workflow_id: str, request: Any) -> list[tuple[str, Any]]:
         """The request split by the conversations that own what it names, each part bound to
@@ -377,33 +407,32 @@ class Session:
         `all` is every call the status shows (a subagent's too), never one it did not show."""
         status = await self.status(workflow_id)
         if isinstance(request, AnswerRequest):
-            q = status.pending_question
-            if q is None:  # let the conversation say why (or take it once a question comes)
-                return [(workflow_id, request)]
-            bound = request if request.call_id else request.model_copy(update={"call_id": q.call_id})
-            return [(q.conversation_id or workflow_id, bound)]
+            return [answer_owner(workflow_id, request, status.pending_question)]
         pending = status.pending_confirmations
         if request.all and not pending:
             raise Refused("no call is waiting for a decision")
         if request.all and getattr(request, "args", None) is not None:
             raise Refused("edited args apply to exactly one call id, named explicitly")
         names = [p.ref or p.call_id for p in pending] if request.all else request.call_ids
-        groups: dict[str, tuple[list[str], dict[str, str]]] = {}
+        groups: dict[str, tuple[list[str], dict[str, str], dict[str, str]]] = {}
         for name in names:
             call = pending_call(name, pending)
             if call is None:  # not shown (yet): the conversation decides what the name means
-                ids, seen = groups.setdefault(workflow_id, ([], {}))
+                ids, seen, tickets = groups.setdefault(workflow_id, ([], {}, {}))
                 ids.append(name)
             else:
-                ids, seen = groups.setdefault(call.conversation_id or workflow_id, ([], {}))
+                ids, seen, tickets = groups.setdefault(call.conversation_id or workflow_id,
+                                                       ([], {}, {}))
                 ids.append(call.call_id)
             # the arguments the caller saw (a console sends them), else those the status shows
             if (hashed := request.seen.get(name) or (call and call.args_hash)) is not None:
                 seen[ids[-1]] = hashed
+            if (ticket := request.tickets.get(name)) is not None:
+                tickets[ids[-1]] = ticket
         return [(target, request.model_copy(update={
-            "call_ids": ids, "all": False, "seen": seen,
+            "call_ids": ids, "all": False, "seen": seen, "tickets": tickets,
             "request_id": request.request_id if n == 0 else f"{request.request_id}-{n}"}))
-            for n, (target, (ids, seen)) in enumerate(groups.items())]
+            for n, (target, (ids, seen, tickets)) in enumerate(groups.items())]
 
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
@@ -513,6 +542,74 @@ def pending_call(name: str, pending: list[PendingConfirmation]) -> PendingConfir
         which = ", ".join(f"{p.ref} ({p.tool} in {p.conversation_id})" for p in by_id)
         raise Refused(f"{name} names {len(by_id)} pending calls: {which}; name one by its ref")
     return by_id[0] if by_id else None
+
+
+def answer_owner(workflow_id: str, request: AnswerRequest, q: PendingQuestion | None
+                 ) -> tuple[str, AnswerRequest]:
+    """Where an answer goes, bound to its question: the one it names (its ref, or the call id
+    of this conversation's own question), else the one the status shows. An answer naming a
+    question that is not the open one is refused, never given to another question."""
+    if q is None:  # let the conversation say why (or take it once its question comes)
+        return workflow_id, request
+    named = request.call_id
+    if named is not None and named != (q.ref or q.call_id) and not (
+            q.conversation_id is None and named == q.call_id):
+        raise Refused(f"the question of {named} is not the one open ({q.ref or q.call_id}: "
+                      f"{clip(q.message, 80)}); nothing was answered")
+    return q.conversation_id or workflow_id, request.model_copy(update={"call_id": q.call_id})
+
+
+def part_refusal(part: HumanRequest, status: ConversationStatus) -> str | None:
+    """Why the conversation whose own status this is would refuse this part of a decision, as
+    far as its status tells: a call or question no longer open there, arguments other than
+    those seen, four eyes. (The conversation checks again, whole.)"""
+    if isinstance(part, AnswerRequest):
+        q = status.pending_question
+        if q is None or q.conversation_id is not None or q.call_id != part.call_id:
+            return f"the question of {part.call_id} is no longer open in {status.workflow_id}"
+        return None
+    own = {p.call_id: p for p in status.pending_confirmations if p.conversation_id is None}
+    for call_id in part.call_ids:
+        call = own.get(call_id)
+        if call is None:
+            return f"call {call_id} is no longer waiting in {status.workflow_id}"
+        if call_id in part.seen and part.seen[call_id] != call.args_hash:
+            return f"the arguments of call {call_id} are not the ones this decision saw"
+        if call_id in part.tickets and part.tickets[call_id] != call.ticket:
+            return f"call {call_id} is not the call this decision was made for"
+        if call.four_eyes and part.approver in {status.owner, *NOBODY}:
+            return (f"four eyes: call {call_id} ({call.tool}, {call.risk}) must be decided by "
+                    f"someone other than {status.owner}")
+    return None
+
+
+def refused_outcome(part: HumanRequest, reason: str) -> SignalOutcome:
+    return SignalOutcome(request_id=part.request_id or "", accepted=False, reason=reason)
+
+
+def stale_child(target: str, part: HumanRequest) -> str:
+    """What a part for a subagent that has finished since the status showed its call is."""
+    named = ", ".join(getattr(part, "call_ids", [])) or "the question"
+    return f"{named} is stale: subagent {target} has finished"
+
+
+class PartlyApplied(Refused):
+    """A decision of several parts that was refused after some parts were taken: exactly what
+    was decided, and what was not, with why."""
+
+    def __init__(self, applied: list[tuple[str, HumanRequest]],
+                 refused: tuple[str, HumanRequest], reason: str) -> None:
+        done = "; ".join(describe_part(t, p) for t, p in applied)
+        super().__init__(f"partly applied: {done}; not applied: "
+                         f"{describe_part(*refused)}, refused: {reason}")
+        self.applied, self.refused = applied, refused
+
+
+def describe_part(target: str, part: HumanRequest) -> str:
+    if isinstance(part, AnswerRequest):
+        return f"the answer to {part.call_id} in {target}"
+    verb = "approved" if isinstance(part, ConfirmRequest) else "rejected"
+    return f"{verb} {', '.join(part.call_ids)} in {target}"
 
 
 def targets(call_ids: list[str], all_: bool, all_name: str) -> tuple[list[str], bool]:

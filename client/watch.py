@@ -12,6 +12,8 @@ from temporalio.service import RPCError
 from client.tree import follow_tree
 from workflows.conversation import relative_id
 from workflows.models import StreamEvent
+from client.render import shown
+from workflows.rules.commands import REASON, TEXT, client_command
 from workflows.rules.stopping import dollars
 
 
@@ -28,6 +30,11 @@ class Renderer:
         """Render an event; a subagent's (`agent`: its profile; `owner`: its conversation) is
         marked with its name, and its calls are named by their ref from the watched one."""
         mark = f"[{agent}] " if agent else ""
+        e = e.model_copy(update={  # outside text may not drive the terminal (`shown`)
+            "text": None if e.text is None else shown(e.text),
+            "tool": None if e.tool is None else shown(e.tool),
+            "approver": None if e.approver is None else shown(e.approver),
+            "options": [shown(o) for o in e.options]})
         if e.kind == "token":
             if self._streaming and self._agent != agent:
                 self._write("")
@@ -40,7 +47,8 @@ class Renderer:
 
     def _line(self, e: StreamEvent, owner: str | None = None) -> str | None:
         wid = self._wid
-        ref = e.call_id if owner in (None, wid) else f"{relative_id(owner, wid)}/{e.call_id}"
+        ref = (e.call_id if owner in (None, wid)
+               else f"{relative_id(owner, wid)}/{e.call_id}") or ""
         match e.kind:
             case "turn_started":
                 return f"── turn {e.turn}: {e.text}"
@@ -52,15 +60,16 @@ class Renderer:
                 return f"[step {e.step}] the model call is retried (attempt {e.attempt}); discard the text above"
             case "tool_started":
                 args = ", ".join(f"{k}={v}" for k, v in (e.args or {}).items())
-                return f"→ {e.tool}({args})"
+                return f"→ {e.tool}({shown(args)})"
             case "tool_progress":
                 return f"  ⋯ {e.tool}: {e.text}"
             case "tool_finished":
                 return f"← {e.tool} {e.status} ({e.observation_bytes} bytes, {e.ms} ms)"
             case "approval_requested":
-                return (f"⏸ {e.tool}({e.args}) is {e.risk} and waits for approval, call {ref}\n"
-                        f"   approve: python -m client confirm {wid} {ref}\n"
-                        f"   reject:  python -m client reject {wid} {ref} --reason \"...\"")
+                return (f"⏸ {e.tool}({shown(e.args)}) is {e.risk} and waits for approval, "
+                        f"call {ref}\n"
+                        f"   approve: {client_command('confirm', wid, ref)}\n"
+                        f"   reject:  {client_command('reject', wid, ref, then=REASON)}")
             case "decision_taken":
                 why = f": {e.text}" if e.text else ""
                 return f"✓ {e.tool} call {e.call_id} {e.status} by {e.approver}{why}"
@@ -69,7 +78,7 @@ class Renderer:
             case "question_asked":
                 options = f" [{' | '.join(e.options)}]" if e.options else ""
                 return (f"? {e.text}{options}\n"
-                        f"   answer: python -m client answer {wid} ...")
+                        f"   answer: {client_command('answer', wid, '--call-id', ref, then=TEXT)}")
             case "answered":
                 return f"✓ answered: {e.text}"
             case "child_started":

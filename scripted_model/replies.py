@@ -39,6 +39,11 @@ class ScriptedReply(BaseModel):
     finish_reason: str | None = None
     content_without_tools: str | None = None  # the answer instead, when no tools are offered
     no_usage: bool = False  # answer without any usage, as some endpoints do
+    usage_patch: dict[str, Any] = {}  # usage fields set to these values (None: null)
+    usage_missing: list[str] = []  # usage fields left out
+    # streamed replies cut after this many bytes, one per hit after the `errors`: the endpoint
+    # dropped the connection mid-stream
+    cut_at: list[int] = []
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:

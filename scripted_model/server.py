@@ -123,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _error_body(400, "body must be JSON with a 'messages' list"))
             return
         owner = self.server.owner
-        selection, error_status = owner._begin_chat(body)
+        selection, error_status, cut_at = owner._begin_chat(body)
         if error_status is not None:
             reply = selection.reply
             body = _error_body(error_status, reply.error_message or f"scripted {error_status}")
@@ -138,11 +138,14 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold:
             owner._release_event.wait()
         model = body.get("model") or MODEL_ID
-        counts = None if reply.no_usage else usage(messages, body.get("tools"), reply)
+        counts = None if reply.no_usage else {
+            **{k: v for k, v in usage(messages, body.get("tools"), reply).items()
+               if k not in reply.usage_missing}, **reply.usage_patch}
         completion_id = f"chatcmpl-{owner._conversation_key(messages)[:24]}"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(completion_id, model, selection, counts if include_usage else None)
+            self._send_stream(completion_id, model, selection, counts if include_usage else None,
+                              cut_at)
         else:
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             calls = tool_call_payloads(selection.step, reply)
@@ -170,7 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_stream(
-        self, completion_id: str, model: str, selection: Selection, counts: dict[str, int] | None
+        self, completion_id: str, model: str, selection: Selection, counts: dict[str, int] | None,
+        cut_at: int | None = None,
     ) -> None:
         # No Content-Length: the body ends when the connection closes.
         self.close_connection = True
@@ -179,6 +183,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
+
+        sent = 0  # bytes of the stream written, for a stream cut at `cut_at`
+
+        def write(data: bytes) -> None:
+            nonlocal sent
+            if cut_at is not None and sent + len(data) > cut_at:
+                data = data[:max(cut_at - sent, 0)]
+            sent += len(data)
+            self.wfile.write(data)
+            self.wfile.flush()
 
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
             event = {
@@ -189,8 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": choices,
                 **extra,
             }
-            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-            self.wfile.flush()
+            write(f"data: {json.dumps(event)}\n\n".encode())
 
         def delta(d: dict[str, Any], finish_reason: str | None = None) -> None:
             chunk([{"index": 0, "delta": d, "finish_reason": finish_reason}])
@@ -207,8 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         delta({}, reply.effective_finish_reason())
         if counts is not None:
             chunk([], usage=counts)
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
+        write(b"data: [DONE]\n\n")
 
 
 class ScriptedModelServer:
@@ -339,8 +351,9 @@ class ScriptedModelServer:
     def _conversation_key(messages: list[Any]) -> str:
         return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
 
-    def _begin_chat(self, body: dict[str, Any]) -> tuple[Selection, int | None]:
-        """Record the request and decide whether this hit gets a scripted error status."""
+    def _begin_chat(self, body: dict[str, Any]) -> tuple[Selection, int | None, int | None]:
+        """Record the request and decide whether this hit gets a scripted error status, or a
+        stream cut after some bytes."""
         messages = body["messages"]
         with self._arrived:
             selection = select_reply(self._script, messages, tools_offered=bool(body.get("tools")))
@@ -355,5 +368,7 @@ class ScriptedModelServer:
             self._requests.append(RecordedRequest(selection.trigger, selection.step, body,
                                                   selection.kind, time.monotonic()))
             self._arrived.notify_all()
-        errors = selection.reply.errors
-        return selection, (errors[hit] if hit < len(errors) else None)
+        errors, cuts = selection.reply.errors, selection.reply.cut_at
+        if hit < len(errors):
+            return selection, errors[hit], None
+        return selection, None, (cuts[hit - len(errors)] if hit - len(errors) < len(cuts) else None)

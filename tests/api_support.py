@@ -9,10 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import httpx
+from ag_ui.core import PROTOCOL_VERSION, EventType
+from ag_ui.core.events import Event
 from fastapi import FastAPI
+from pydantic import TypeAdapter
 from starlette.routing import Mount, Route
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,3 +125,35 @@ def routes_by_access(app: FastAPI) -> tuple[list[tuple[str, str]], list[tuple[st
             (public if route.path in PUBLIC_PATHS else guarded).extend(
                 (method, concrete(route.path)) for method in methods)
     return guarded, public
+
+
+AGUI_EVENTS = TypeAdapter(Event)
+
+
+async def agui_run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume=None,
+                   run_id: str | None = None) -> list:
+    """One AG-UI run, its events parsed with the protocol's own models: it starts, and ends
+    once, in RUN_FINISHED or RUN_ERROR."""
+    body = {"threadId": thread, "runId": run_id or f"run-{uuid.uuid4().hex[:8]}",
+            "messages": messages, "state": None, "tools": [], "context": [],
+            "forwardedProps": {}}
+    if resume is not None:
+        body["resume"] = resume
+    r = await http.post("/agui", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = [AGUI_EVENTS.validate_json(e["data"]) for e in sse_events(r.text)]
+    assert events[0].type == EventType.RUN_STARTED and events[0].thread_id == thread
+    assert events[0].protocol_version == PROTOCOL_VERSION == "1.0"
+    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    ends = [e for e in events if e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)]
+    assert ends == [events[-1]]
+    return events
+
+
+def of(events: list, kind: EventType) -> list:
+    return [e for e in events if e.type == kind]
+
+
+def user(mid: str, text: str) -> dict:
+    return {"id": mid, "role": "user", "content": text}

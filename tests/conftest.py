@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 import pytest_asyncio
+from playwright.async_api import Browser, async_playwright
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -15,8 +17,9 @@ from temporalio.testing import WorkflowEnvironment
 from activities.settings import ActivitySettings
 from scripted_model import ScriptedModelServer
 from tests.api_support import ApiProcess
+from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.devserver import TUNING_ARGS, temporal_cli
-from tests.fake_tools import registry_with_test_tools
+from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
 from worker.app import build_worker
 from workflows.conversation import AGENT_STATUS
 from workflows.reporting import AGENT_OWNER
@@ -88,6 +91,16 @@ async def task_queue(client: Client, activity_settings: ActivitySettings) -> Asy
             yield queue
 
 
+@pytest_asyncio.fixture(scope="session")
+async def odd_tools_queue(client: Client, activity_settings: ActivitySettings) -> AsyncIterator[str]:
+    """A task queue whose worker also has the odd tools (`tests.fake_tools.ODD_TOOLS`)."""
+    queue = f"tests-odd-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, activity_settings, http,
+                                registry_with_test_tools(*ODD_TOOLS)):
+            yield queue
+
+
 @pytest.fixture(scope="session")
 def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
     """`python -m api` without tokens (loopback), on the session's dev server and queue."""
@@ -96,3 +109,20 @@ def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's chromium (installed on first use)."""
+    return installed_chromium()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def browser(chromium: Path) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(chromium), headless=True,
+                                                   args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            await browser.close()

@@ -49,6 +49,17 @@ async def slow_tool(args: NoArgs, ctx) -> str:
     return "finished"
 
 
+async def slow_write(args: NoArgs, ctx) -> str:
+    """A write that takes a moment: what a decision may arrive during."""
+    await asyncio.sleep(2)
+    return "written, slowly"
+
+
+async def odd_text(args: NoArgs, ctx) -> str:
+    """Text a tool may return that no payload can carry: a lone surrogate and a NUL."""
+    return "before \ud800 after \x00 end"
+
+
 async def note_then_crash(args: CreateNoteArgs, ctx) -> str:
     """create_note, whose first attempt dies right after its write committed."""
     ATTEMPTS["note_then_crash"] += 1
@@ -68,5 +79,14 @@ TEST_TOOLS = [
 ]
 
 
-def registry_with_test_tools() -> ToolRegistry:
-    return ToolRegistry([WEATHER, *NOTES_TOOLS, *TEST_TOOLS])
+# Tools of the workers that ask for them only: the shared worker's catalog stays the one the
+# context budgets of other tests were measured with.
+ODD_TOOLS = [
+    ToolSpec("odd_text", "Returns text that is not valid Unicode.", NoArgs, odd_text),
+    ToolSpec("slow_write", "Writes, in two seconds.", NoArgs, slow_write, risk="sensitive",
+             keyed=True),
+]
+
+
+def registry_with_test_tools(*extra: ToolSpec) -> ToolRegistry:
+    return ToolRegistry([WEATHER, *NOTES_TOOLS, *TEST_TOOLS, *extra])

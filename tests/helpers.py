@@ -26,6 +26,7 @@ from scripted_model import (
 )
 from worker.app import workflow_runner
 from workflows.conversation import ConversationWorkflow, SignalGuard
+from workflows.reporting import owned_by
 from workflows.models import (
     SETTLED_STATUSES,
     AuditRecord,
@@ -115,6 +116,7 @@ async def start(
         ConversationInput(prompt=prompt, **options),
         id=unique("conv"),
         task_queue=task_queue,
+        search_attributes=owned_by(options.get("owner")),  # as the CLI and the API start them
     )
 
 

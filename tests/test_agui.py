@@ -7,41 +7,14 @@ import json
 
 import httpx
 import pytest
-from ag_ui.core import PROTOCOL_VERSION, EventType
-from ag_ui.core.events import Event
-from pydantic import TypeAdapter
+from ag_ui.core import EventType
 from temporalio.service import RPCError
 
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess, sse_events
+from tests.api_support import ApiProcess, agui_run, of, user
 from tests.helpers import note_rows, replay, script, tool_call, unique
 
-EVENTS = TypeAdapter(Event)
-
-
-async def run(http: httpx.AsyncClient, thread: str, messages: list[dict], resume=None,
-              run_id: str | None = None) -> list:
-    body = {"threadId": thread, "runId": run_id or unique("run"), "messages": messages,
-            "state": None, "tools": [], "context": [], "forwardedProps": {}}
-    if resume is not None:
-        body["resume"] = resume
-    r = await http.post("/agui", json=body)
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"].startswith("text/event-stream")
-    events = [EVENTS.validate_json(e["data"]) for e in sse_events(r.text)]
-    assert events[0].type == EventType.RUN_STARTED and events[0].thread_id == thread
-    assert events[0].protocol_version == PROTOCOL_VERSION == "1.0"
-    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
-    assert [e for e in events if e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)] == [events[-1]]
-    return events
-
-
-def of(events: list, kind: EventType) -> list:
-    return [e for e in events if e.type == kind]
-
-
-def user(mid: str, text: str) -> dict:
-    return {"id": mid, "role": "user", "content": text}
+run = agui_run
 
 
 @pytest.fixture

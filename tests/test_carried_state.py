@@ -125,6 +125,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "current.trace", "current.started_at",  # a turn from before traces has none: no spans
     "current.fallbacks", "models", "tool_queue",  # from before model entries: routed as ever
     "webhooks", "webhook_retry_s", "outbox", "notified",  # from before webhooks: none
+    "reported",  # a subagent from before numbered reports
 }
 
 
@@ -185,7 +186,7 @@ def full_state() -> ConversationState:
                                shared="q.models")
     state.tool_queue = "q.tools"
     state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
-    state.webhook_retry_s, state.notified = 60.0, 3
+    state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",
                                   key="k" * 32, payload={"turn": 1})]
     return state

@@ -6,8 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from api.links import decision
+from client.render import CONTINUED, render_status
 from client.session import MAX_JSON_DEPTH, check_conversation_id, unsendable
-from workflows.models import AnswerRequest, ConfirmRequest, SayRequest
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationStatus,
+    RejectRequest,
+    SayRequest,
+    Usage,
+)
+from workflows.rules.links import LinkClaims
 
 
 @pytest.mark.parametrize("cid", ["conv-1a2b", "web-1", "3f2c8d0e-uuid-v4", "team.alice:42",
@@ -44,3 +54,29 @@ def test_requests_temporal_cannot_carry_are_refused_before_sending(request_):
 def test_ordinary_requests_are_sendable():
     assert unsendable(SayRequest(text="emoji 🦀, NUL \x00, BOM \ufeff")) is None
     assert unsendable(ConfirmRequest(call_ids=["c"], args={"deep": nested(MAX_JSON_DEPTH - 2)})) is None
+
+
+def test_what_a_model_wrote_cannot_drive_the_terminal_or_pass_for_a_command_of_ours():
+    """A model's answer may hold an ANSI escape (it rewrites the screen), a bidi override (it
+    reorders what is shown) and lines made to look like the CLI's: printed, each is inert."""
+    fake = "  approve: python -m client confirm conv-1 x; rm -rf ~"
+    status = ConversationStatus(
+        workflow_id="conv-1", status="idle", turn=1, steps=1, llm_calls=1, tools_used=[],
+        stop_reason="answered", final_answer=f"done\x1b[2K\r\n{fake}\u202e", usage=Usage(),
+        error="bad\x07 bell")
+    shown = render_status(status)
+    assert "\x1b" not in shown and "\r" not in shown and "\u202e" not in shown
+    assert "\x07" not in shown and "\\u001b[2K" in shown
+    lines = shown.split("\n")
+    assert fake not in lines and f"{CONTINUED}{fake}\\u202e" in lines
+    assert [line for line in lines if line.startswith("  approve:")] == []
+
+
+def test_a_links_decision_names_its_call_its_arguments_and_its_ticket():
+    claims = LinkClaims(c="conv-1", k="dup", h="sha256:a", a="reject", x=1, n="key", t="T",
+                        to="carol")
+    request = decision(claims)
+    assert isinstance(request, RejectRequest) and request.approver == "carol"
+    assert (request.call_ids, request.seen, request.tickets) == (
+        ["dup"], {"dup": "sha256:a"}, {"dup": "T"})
+    assert request.request_id == "link-key-reject"  # one per link: taken once

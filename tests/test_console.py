@@ -12,21 +12,14 @@ docs/screenshots.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 from urllib.parse import quote, unquote
 
 import httpx
-import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Page, Request, expect
 from temporalio.client import Client
 
 from scripted_model import ScriptedModelServer, ScriptedReply
@@ -36,53 +29,11 @@ from tests.test_roles import roles_queue  # noqa: F401 - a fixture: a worker und
 from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
 from workflows.rules.gate import args_hash
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 800}
 WAIT_MS = 30_000
 
 expect.set_options(timeout=WAIT_MS)
-
-
-# ----- the browser -----
-
-@pytest.fixture(scope="session")
-def chromium() -> Path:
-    """Debian's chromium, installed with apt-get when it is missing (Playwright downloads
-    nothing). One xdist worker installs it; the other waits on the lock, then finds it."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    apt = shutil.which("apt-get")
-    if apt is None:
-        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install chromium with")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=300"]  # apt run by something else on the machine
-    with open(Path(tempfile.gettempdir()) / "react-agent-chromium.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        for command in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "chromium"]):
-            if CHROMIUM.exists():
-                break
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0 and not CHROMIUM.exists():
-                pytest.fail(f"{CHROMIUM} is missing and `{' '.join(command)}` failed "
-                            f"({done.returncode}): {(done.stderr or done.stdout)[-2000:]}\n"
-                            "install it by hand: sudo apt-get install -y chromium")
-    if not CHROMIUM.exists():
-        pytest.fail(f"apt-get installed chromium, but {CHROMIUM} is still missing")
-    return CHROMIUM
-
-
-@pytest_asyncio.fixture(scope="module")
-async def browser(chromium: Path) -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=str(chromium), headless=True,
-                                                   args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 class Console:
@@ -349,8 +300,9 @@ async def test_console_answers_questions_and_shows_a_refusal(
     card = page.get_by_test_id("approval-card")
     await expect(card).to_be_visible()
     await expect(form).to_have_count(0)
-    assert console.posted(cid, "answer") == [
-        {"values": ["Ada"]}, {"values": ["green"]}, {"values": ["mon", "wed"]}, {"values": ["yes"]}]
+    assert console.posted(cid, "answer") == [  # each bound to the question it answers
+        {"values": values, "call_id": f"call_{step}_0"} for step, values in
+        enumerate([["Ada"], ["green"], ["mon", "wed"], ["yes"]])]
     await expect(page.get_by_test_id("chat").get_by_test_id("answer")).to_have_count(4)
 
     # Someone else rejects the call while this page still offers it (its status reads are held

@@ -20,22 +20,12 @@ from playwright.async_api import Browser, Locator, Page, expect
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.helpers import note_rows, script, tool_call, unique
-from tests.test_console import (  # noqa: F401 - browser and chromium: fixtures
-    SCREENSHOTS,
-    VIEWPORT,
-    Console,
-    browser,
-    call,
-    chromium,
-    status_of,
-)
-
-PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2,
-         "is_mobile": True, "has_touch": True}
+from tests.browser_support import PHONE
+from tests.test_console import SCREENSHOTS, VIEWPORT, Console, call, status_of
 
 
 @pytest_asyncio.fixture
-async def phone(browser: Browser) -> AsyncIterator[Console]:  # noqa: F811
+async def phone(browser: Browser) -> AsyncIterator[Console]:
     context = await browser.new_context(**PHONE)
     try:
         yield Console(await context.new_page())
@@ -267,7 +257,7 @@ async def test_phone_answers_a_choice_question(
     await expect(chat.get_by_test_id("final-answer")).to_contain_text("sage green")
     await expect(page.get_by_test_id("answer-form")).to_have_count(0)
     await expect(page.get_by_test_id("status")).to_have_attribute("data-status", "idle")
-    assert phone.posted(cid, "answer") == [{"values": ["sage green"]}]
+    assert [a["values"] for a in phone.posted(cid, "answer")] == [["sage green"]]
     assert (await status_of(api.url, cid))["status"] == "idle"
     await one_conversation(page, cid)
     await on_screen(page, page.get_by_test_id("message-input"))
@@ -280,7 +270,7 @@ async def test_phone_answers_a_choice_question(
     assert phone.errors == []
 
 
-async def test_desktop_keeps_two_panes(api: ApiProcess, browser: Browser):  # noqa: F811
+async def test_desktop_keeps_two_panes(api: ApiProcess, browser: Browser):
     """On a desktop the list stays beside the conversation, and there is no back link."""
     context = await browser.new_context(viewport=VIEWPORT)
     try:

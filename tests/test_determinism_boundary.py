@@ -95,3 +95,22 @@ def test_no_module_keeps_mutable_state(name: str):
             if not key.startswith("__") and isinstance(value, MUTABLE)]
     assert kept == [], f"{name} keeps {kept} at module level: use a tuple, a frozenset or a " \
                        "MappingProxyType, or keep it in the conversation's state"
+
+
+# Calls a `finally` of workflow code may make: pure bookkeeping of the conversation's own.
+PURE_IN_FINALLY = frozenset({"minus"})
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_finally_of_workflow_code_calls_no_workflow_api(name: str):
+    """A cache eviction tears a conversation's coroutines down, running their `finally`s where
+    no workflow API may be called (the clock, a span, a command: `_NotInWorkflowEventLoopError`).
+    So a `finally` only keeps books; what must happen on the way out happens on the paths out."""
+    tree = ast.parse(Path(importlib.import_module(name).__file__).read_text())
+    for node in ast.walk(tree):
+        for statement in getattr(node, "finalbody", []):
+            for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
+                called = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(
+                    call.func, "id", "?")
+                assert called in PURE_IN_FINALLY, (
+                    f"{name}:{call.lineno}: a finally calls {called}()")

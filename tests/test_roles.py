@@ -21,7 +21,8 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import replay, script, start, tool_call, unique
-from tests.test_agui import EVENTS, user
+from tests.api_support import AGUI_EVENTS as EVENTS
+from tests.api_support import user
 from tests.test_api import until
 from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
 from worker.app import build_worker
@@ -291,7 +292,8 @@ async def test_a_subagent_belongs_to_its_parents_owner(client: Client, model: Sc
     assert (await child.query(ConversationWorkflow.status)).owner == "alice"
     assert (await child.describe()).typed_search_attributes.get(AGENT_OWNER) == "alice"
     session = Session(client, TemporalSettings(task_queue=agents_queue), 30)
-    assert await session.owner(child.id) == await session.owner(parent.id) is None  # started raw
+    # a child's owner is read off its top conversation's
+    assert await session.owner(child.id) == await session.owner(parent.id) == "alice"
 
 
 

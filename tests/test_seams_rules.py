@@ -3,13 +3,18 @@ named across subagents, and the bounds on what a conversation counts and cuts.""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections import Counter
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client.session import Refused, pending_call
+from tests.generated import code_spans
 from workflows import human_desk as desk_module
 from workflows.conversation import relative_id
 from workflows.human_desk import HumanDesk
@@ -23,7 +28,11 @@ from workflows.models import (
 )
 from workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
 from workflows.rules.bounds import Limits, text_size, truncate_observation
+from workflows.rules.commands import code_span
 from workflows.rules.compaction import tool_counts
+from workflows.rules.links import call_ticket
+from workflows.rules.output import unfenced
+from workflows.rules.repair import fenced
 from workflows.state import ContextState, ConversationState
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -145,3 +154,89 @@ def test_the_dropped_rounds_note_names_at_most_a_few_tools():
     note = tool_counts(made_up)
     assert note.startswith("get_weather x9, ") and note.endswith("498 call(s) of 498 other tool(s)")
     assert len(note) < 200  # within the note's reserve, however many names the model made up
+
+
+# ----- issue 30: tickets, four eyes that wants a person, what is coming, fences, spans -----
+
+DELETE = ToolDefinition(name="delete_note", description="", risk="destructive",
+                        parameters={"type": "object"})
+
+
+def strict_desk(owner: str = "alice") -> HumanDesk:
+    d = desk()
+    d.strict, d.owner, d._state.four_eyes = True, owner, ["destructive"]
+    return d
+
+
+def test_a_decision_made_for_one_call_does_not_decide_a_later_call_with_its_id():
+    d = desk()
+    d.hold("r1", NOTE, {"title": "t"}, ticket=call_ticket("key-2"))
+    old = d.take(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-1")}), NOW)
+    assert "not the call this decision was made for" in old.verdict.reason
+    assert d.pending["r1"].decision is None
+    taken = d.take(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-2")}), NOW)
+    assert [x.approved for x in taken.verdict] == [True]
+    assert call_ticket("key-1") != call_ticket("key-2") == call_ticket("key-2")
+
+
+@pytest.mark.parametrize("approver", ["alice", "link", "unknown", "", " policy ", "system"])
+def test_under_four_eyes_a_decision_names_a_person_other_than_the_owner(approver: str):
+    d = strict_desk()
+    d.hold("d1", DELETE, {})
+    refused = d.take(ConfirmRequest(call_ids=["d1"], approver=approver), NOW)
+    assert refused.verdict.reason.startswith("four eyes: call d1 (delete_note, destructive)")
+    assert d.pending["d1"].decision is None
+    assert [x.approver for x in d.take(ConfirmRequest(call_ids=["d1"], approver="carol"),
+                                       NOW).verdict] == ["carol"]
+
+
+def test_runs_begun_before_the_patch_let_a_decision_that_names_nobody_decide():
+    d = strict_desk()
+    d.strict = False  # as their replay did: their commands must not change
+    d.hold("d1", DELETE, {})
+    assert [x.approver for x in d.take(ConfirmRequest(call_ids=["d1"], approver="link"),
+                                       NOW).verdict] == ["link"]
+
+
+def test_a_request_naming_a_call_the_round_will_hold_waits_while_its_reads_run():
+    d = strict_desk()
+    d.expect({"g1"})  # held once the round's safe calls have run
+    waiting = d.take(ConfirmRequest(request_id="c", call_ids=["g1"], approver="carol"), NOW)
+    d.settle(NOW)  # a safe call starts: what waited for the reply is settled
+    assert waiting.verdict is None
+    d.hold("g1", NOTE, {"title": "t"})
+    d.settle(NOW)
+    assert [x.approver for x in waiting.verdict] == ["carol"] and not d.coming
+
+
+FENCE_BEFORE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+ANSWER_FENCE_BEFORE = re.compile(r"^\s*```(?:json)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+fence_texts = st.lists(st.sampled_from(["`", "```", "json", "\n", " ", "\t", "{}", "1", "a",
+                                        "\u00a0", "\r", "\u2028"]), max_size=14).map("".join)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(fence_texts)
+def test_a_fence_reads_as_the_backtracking_patterns_read_it(text: str):
+    """The linear scans answer as the patterns they replace did (which took cubic time): the
+    same inside of a reply, and the same JSON of a typed answer."""
+    stripped = text.strip()
+    before = FENCE_BEFORE.match(stripped)
+    assert fenced(stripped) == (before.group(1) if before else None)
+    old = ANSWER_FENCE_BEFORE.match(text)
+    assert parsed(unfenced(text)) == parsed(old.group(1) if old else text)
+
+
+def parsed(text: str) -> object:
+    try:
+        return ("json", json.loads(text))
+    except ValueError:
+        return "not json"
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.sampled_from(["`", "``", "a", " ", "b"]), max_size=10).map("".join))
+def test_a_code_span_holds_any_text_whole(text: str):
+    """What a model wrote, shown in the Temporal UI's Markdown: one span, as CommonMark reads
+    it (a span's one leading and trailing space are its padding)."""
+    assert code_spans(f"x {code_span(text)} y") == [text or " "]

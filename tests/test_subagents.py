@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from activities.profiles import AgentProfile, Profiles
 from api.agui import interrupts
@@ -41,8 +41,8 @@ from tests.helpers import (
 )
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import ConfirmRequest, ConversationInput, EndRequest
+from workflows.conversation import AGENT_STATUS, CHILD_STATUS_SIGNAL, ConversationWorkflow
+from workflows.models import ChildReport, ConfirmRequest, ConversationInput, EndRequest
 
 PROFILES = {
     "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",
@@ -485,3 +485,29 @@ async def test_a_child_whose_id_someone_holds_is_an_observation_not_a_failed_par
     assert status.final_answer.startswith("after: Error: the researcher agent could not start")
     assert f"{parent_id}/sq1 already exists" in status.final_answer
     await squatter.signal(ConversationWorkflow.end, EndRequest())
+
+
+async def test_a_subagents_report_delivered_late_does_not_undo_a_later_one(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    """Signals from one workflow may arrive out of order: the child's report that it runs
+    (sent before it came to wait), delivered after the report that it waits, must not hide the
+    call it waits on."""
+    title = unique("late-report")
+    handle = await start(client, agents_queue, delegating(
+        model, "late", "writer", "w", [ScriptedReply(tool_calls=[tool_call(
+            "create_note", {"title": title, "body": "b"})]), ScriptedReply(content="ok")]))
+    for _ in range(150):
+        status = await handle.query(ConversationWorkflow.status)
+        if status.pending_confirmations:
+            break
+        await asyncio.sleep(0.1)
+    [waiting] = status.pending_confirmations
+    late = ChildReport(workflow_id=f"{handle.id}/w", profile="writer", status="running", seq=0)
+    await handle.signal(CHILD_STATUS_SIGNAL, late)
+    with pytest.raises(WorkflowUpdateFailedError):  # a barrier: taken after the signal is
+        await handle.execute_update(ConversationWorkflow.decide_confirm,
+                                    ConfirmRequest(call_ids=["none"]))
+    status = await handle.query(ConversationWorkflow.status)
+    assert status.pending_confirmations == [waiting] and status.status == \
+        "waiting_for_confirmation"
+    await handle.signal(ConversationWorkflow.end)

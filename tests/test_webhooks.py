@@ -2,84 +2,59 @@
 runs, within seconds of a call starting to wait; one delivery key however many attempts (a
 worker SIGKILLed mid-delivery); a receiver that is down blocks nothing and is recorded as failed;
 one-time links (a GET changes nothing, a POST approves exactly those args, a second is refused,
-a forged or expired one decides nothing)."""
+a forged or expired one decides nothing); a Slack message that model-written text cannot put a
+link or a mention into; deliveries a Standard Webhooks library verifies; 429 and 408 retried
+with the same key, other refusals not."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import hashlib
 import hmac
 import json
-import threading
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 import pytest_asyncio
+import standardwebhooks
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.settings import ActivitySettings
-from activities.webhooks import Webhook, Webhooks, WebhooksError, read_link, sign_link
+from activities.webhooks import (
+    Webhook,
+    WebhookActivities,
+    Webhooks,
+    WebhooksError,
+    slack_text,
+)
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import note_rows, reaches, replay, script, settled, start, tool_call, unique
+from tests.helpers import (
+    note_rows,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from tests.test_durability import WorkerProcess
+from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import AnswerRequest, SayRequest
-
-SECRET, LINKS = "hook-secret-123", "link-secret-456"
-
-
-class Receiver:
-    """A webhook receiver: what it got, when; it can hold its answer (`hold_s`)."""
-
-    def __init__(self, hold_s: float = 0.0) -> None:
-        self.got: list[dict] = []
-        received, self.hold_s = self.got, hold_s
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                received.append({"at": time.monotonic(), "body": body,
-                                 "headers": dict(self.headers)})
-                time.sleep(owner.hold_s)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-    def events(self, event: str) -> list[dict]:
-        return [{**d, "json": json.loads(d["body"])} for d in self.got
-                if d["headers"].get("X-Agent-Event") == event]
-
-    async def until(self, event: str, count: int = 1, timeout_s: float = 20) -> list[dict]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.events(event)) < count:
-            assert time.monotonic() < deadline, f"no {event} delivery: {self.got}"
-            await asyncio.sleep(0.05)
-        return self.events(event)
-
-
-def signed(delivery: dict, secret: str = SECRET) -> bool:
-    expected = "sha256=" + hmac.new(secret.encode(), delivery["body"], hashlib.sha256).hexdigest()
-    return hmac.compare_digest(delivery["headers"]["X-Agent-Signature"], expected)
+from workflows.models import AnswerRequest, NotifyRequest, SayRequest
+from workflows.rules.links import LinkClaims, read_link, sign_link
 
 
 @pytest.fixture
@@ -87,13 +62,6 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.close()
-
-
-def hooks_of(*urls: str, addressee: str | None = None, public_url: str = "") -> Webhooks:
-    return Webhooks([Webhook(url=url, secret_env="TEST_HOOK_SECRET", addressee=addressee,
-                             events=["approval_requested", "question_asked", "turn_finished",
-                                     "conversation_failed"]) for url in urls],
-                    public_url=public_url or "http://127.0.0.1:8000")
 
 
 @pytest_asyncio.fixture
@@ -148,14 +116,14 @@ async def test_a_signed_delivery_comes_within_seconds_and_its_links_decide_once(
             assert page.headers["x-frame-options"] == "DENY"  # no click-jacked Approve
         assert (await handle.query(ConversationWorkflow.status)).pending_confirmations == [call]
         # A forged link (its claims changed, its signature kept) decides nothing.
-        claims = read_link(LINKS, body["approve_url"].rsplit("/", 1)[1])
-        forged = sign_link("not the secret", {**claims, "h": "sha256:other"})
+        claims = read_link(LINKS, body["approve_url"].rsplit("/", 1)[1], time.time())
+        forged = sign_link("not the secret", claims.model_copy(update={"h": "sha256:other"}))
         assert (await http.post(f"{api.url}/links/{forged}")).status_code == 403
         # An expired one neither.
-        old = sign_link(LINKS, {**claims, "x": int(time.time()) - 1})
+        old = sign_link(LINKS, claims.model_copy(update={"x": int(time.time()) - 1}))
         assert (await http.post(f"{api.url}/links/{old}")).status_code == 410
         # One for other args (the call's args changed since) neither.
-        other = sign_link(LINKS, {**claims, "h": "sha256:" + "0" * 64})
+        other = sign_link(LINKS, claims.model_copy(update={"h": "sha256:" + "0" * 64}))
         refused = await http.post(f"{api.url}/links/{other}")
         assert refused.status_code == 409 and "arguments" in refused.text
         # The POST approves exactly those args, once.
@@ -253,9 +221,159 @@ def test_links_are_signed_bound_and_expire():
     claims = {"c": "conv", "k": "call_1", "h": "sha256:ab", "a": "approve", "x": 2_000_000_000,
               "n": "key", "to": None}
     token = sign_link(LINKS, claims)
-    assert read_link(LINKS, token, now=1_000) == claims
+    assert read_link(LINKS, token, now=1_000) == LinkClaims(**claims)
     for bad in (token + "x", "x" + token, token.replace(".", ""), "", ".", sign_link("s", claims)):
         with pytest.raises(Exception, match="not valid"):
             read_link(LINKS, bad, now=1_000)
     with pytest.raises(Exception, match="expired"):
         read_link(LINKS, token, now=2_000_000_001)
+
+
+# ----- what a delivery says and how it is signed, at the activity (no server) -----
+
+HOSTILE = "<https://evil.example|Approve> <!channel> <@U123> Tom & Jerry &lt;b&gt;"
+
+
+def notify_request(**payload: object) -> NotifyRequest:
+    fields = {"event": "approval_requested", "conversation_id": "conv-1", "turn": 1,
+              "at": "2026-01-01T00:00:00+00:00", "call_id": "call_1", "tool": "create_note",
+              "args": {"title": "t"}, "risk": "sensitive", **payload}
+    return NotifyRequest(webhook=0, host="hooks.example", event=str(fields["event"]),
+                         key="d" * 32, payload=fields, args_hash="sha256:ab")
+
+
+async def delivered(request: NotifyRequest, secret: str = SECRET, status: int = 200,
+                    hook_format: str = "json") -> tuple[list[httpx.Request], int | Exception]:
+    """What `notify` sends a receiver answering `status`, and what it returns or raises."""
+    sent: list[httpx.Request] = []
+
+    def answer(r: httpx.Request) -> httpx.Response:
+        sent.append(r)
+        return httpx.Response(status)
+
+    hooks = Webhooks([Webhook(url="https://hooks.example/agent", secret_env="TEST_HOOK_SECRET",
+                              events=["approval_requested", "turn_finished"],
+                              format=hook_format)])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        notify = WebhookActivities(hooks, http, {"TEST_HOOK_SECRET": secret,
+                                                 "AGENT_LINK_SECRET": LINKS}).notify
+        try:
+            outcome: int | Exception = await ActivityEnvironment().run(notify, request)
+        except ApplicationError as err:
+            outcome = err
+    return sent, outcome
+
+
+async def test_a_slack_message_links_only_to_us_whatever_the_model_wrote():
+    request = notify_request(tool="create_note`<!here>", risk="sensitive",
+                             args={"title": HOSTILE, "body": "``` `x` " + "y" * 5000})
+    sent, _ = await delivered(request, hook_format="slack")
+    text = json.loads(sent[0].content)["text"]
+    links = re.findall(r"<([^<>]*)>", text)  # every link or mention Slack would make
+    assert [link.rpartition("|")[2] for link in links] == ["conv-1", "Approve", "Reject"]
+    assert links[1].startswith("http://127.0.0.1:8000/links/")
+    assert "&lt;https://evil.example|Approve&gt; &lt;!channel&gt; &lt;@U123&gt;" in text
+    assert "Tom &amp; Jerry &amp;lt;b&amp;gt;" in text  # an entity it wrote stays text
+    assert text.count("`") == 4  # two code spans, the tool's and the args', none closed early
+    assert len(text) < 1500 and "…" in text  # long args are clipped
+    for event, field in [("question_asked", "question"), ("turn_finished", "answer"),
+                         ("conversation_failed", "error")]:
+        said = slack_text({"event": event, "conversation_id": "conv-1", "turn": 2,
+                           "console_url": "http://127.0.0.1:8000/#/c/conv-1",
+                           field: HOSTILE + "\n" + "z" * 10_000})
+        assert re.findall(r"<([^<>]*)>", said) == ["http://127.0.0.1:8000/#/c/conv-1|conv-1"]
+        assert "&lt;!channel&gt; &lt;@U123&gt;" in said and "Tom &amp; Jerry" in said
+        assert len(said) < 2000 and said.endswith("…")
+
+
+async def test_a_delivery_verifies_as_a_standard_webhook_and_keeps_its_agent_headers():
+    raw = base64.b64encode(b"a standard secret, 24 b").decode()
+    # (our secret, what a receiver gives the library): a whsec_ secret as it is; any other
+    # as the base64 of its UTF-8 bytes, or as those bytes.
+    for secret, theirs in [(SECRET, base64.b64encode(SECRET.encode()).decode()),
+                           (SECRET, SECRET.encode()), ("whsec_" + raw, "whsec_" + raw),
+                           ("whsec_" + raw.rstrip("="), raw)]:
+        (first,), _ = await delivered(notify_request(), secret)
+        (again,), _ = await delivered(notify_request(), secret)  # another attempt
+        headers, body = dict(first.headers), first.content
+        receiver = standardwebhooks.Webhook(theirs)
+        assert receiver.verify(body, headers)["approve_url"].startswith("http://127.0.0.1:")
+        assert receiver.verify(again.content, dict(again.headers))
+        assert headers["webhook-id"] == again.headers["webhook-id"] == "d" * 32
+        assert abs(int(headers["webhook-timestamp"]) - time.time()) < 5  # of this attempt
+        # The contract's headers, as they were.
+        assert headers["x-agent-delivery"] == again.headers["x-agent-delivery"] == "d" * 32
+        assert headers["x-agent-signature"] == "sha256=" + hmac.new(
+            secret.encode(), body, hashlib.sha256).hexdigest()
+        # A replayed delivery with its id, its time or its body changed verifies no more.
+        for changed in [{"webhook-id": "e" * 32},
+                        {"webhook-timestamp": str(int(headers["webhook-timestamp"]) - 1)}]:
+            with pytest.raises(standardwebhooks.WebhookVerificationError):
+                receiver.verify(body, {**headers, **changed})
+        with pytest.raises(standardwebhooks.WebhookVerificationError):
+            receiver.verify(body.replace(b"create_note", b"delete_note"), headers)
+        with pytest.raises(standardwebhooks.WebhookVerificationError):
+            standardwebhooks.Webhook(base64.b64encode(b"another secret").decode()).verify(
+                body, headers)
+
+
+def test_a_whsec_secret_that_is_not_base64_is_refused(tmp_path: Path):
+    path = tmp_path / "hooks.json"
+    path.write_text(json.dumps({"webhooks": [{"url": "http://x", "events": ["turn_finished"],
+                                              "secret_env": "HOOK_SECRET"}]}))
+    with pytest.raises(WebhooksError, match="HOOK_SECRET.*base64"):
+        Webhooks.load(path, {"HOOK_SECRET": "whsec_not*base64!"})
+    assert Webhooks.load(path, {"HOOK_SECRET": "whsec_" + base64.b64encode(b"k").decode()})
+
+
+async def test_only_what_a_retry_can_cure_is_retried():
+    for status in (200, 202, 204):
+        assert (await delivered(notify_request(), status=status))[1] == status
+    for status, retried in [(408, True), (429, True), (500, True), (502, True), (503, True),
+                            (301, True), (400, False), (401, False), (403, False),
+                            (404, False), (409, False), (410, False), (422, False)]:
+        _, refused = await delivered(notify_request(), status=status)
+        assert isinstance(refused, ApplicationError) and refused.type == "WebhookRefused"
+        assert refused.non_retryable is not retried, status
+
+
+async def test_a_receiver_answering_429_or_408_gets_the_delivery_again_and_400_or_404_not(
+        client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings,
+        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TEST_HOOK_SECRET", SECRET)
+    busy, slow = Receiver(statuses=(429, 429)), Receiver(statuses=(408,))
+    bad, gone = Receiver(statuses=(400,) * 5), Receiver(statuses=(404,) * 5)
+    receivers = [busy, slow, bad, gone]
+    queue = unique("hook-retry")
+    settings = dataclasses.replace(
+        activity_settings, webhooks=hooks_of(*(r.url for r in receivers)), webhook_retry_s=60)
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            async with build_worker(client, queue, settings, http, registry_with_test_tools()):
+                handle = await start(client, queue, script(model, unique("hook-retry"),
+                                                           ScriptedReply(content="done")))
+                await settled(handle)
+                deliveries = [await busy.until("turn_finished", 3),
+                              await slow.until("turn_finished", 2),
+                              await bad.until("turn_finished"), await gone.until("turn_finished")]
+                keys = [d[0]["headers"]["X-Agent-Delivery"] for d in deliveries]
+                deadline = time.monotonic() + 20
+                while len(notes := [r.text for r in await handle.query(
+                        ConversationWorkflow.history) if r.kind == "notify"]) < 4:
+                    assert time.monotonic() < deadline, notes
+                    await asyncio.sleep(0.1)
+                await handle.signal(ConversationWorkflow.end, None)
+                await handle.result()
+    finally:
+        for r in receivers:
+            r.close()
+    outcome = {key: note.split(": ")[1].split(" ")[0] for note in notes for key in keys
+               if key in note}
+    assert [outcome[key] for key in keys] == ["delivered", "delivered", "failed", "failed"]
+    for attempts in deliveries[:2]:  # retried, as one delivery: the same keys, each verified
+        assert len({d["headers"]["X-Agent-Delivery"] for d in attempts}) == 1
+        assert {d["headers"]["webhook-id"] for d in attempts} == {
+            attempts[0]["headers"]["X-Agent-Delivery"]}
+        receiver = standardwebhooks.Webhook(base64.b64encode(SECRET.encode()).decode())
+        assert all(receiver.verify(d["body"], d["headers"]) for d in attempts)
+    assert [len(r.got) for r in receivers] == [3, 2, 1, 1]  # a 400 or a 404 is final

@@ -91,6 +91,10 @@ DELTA_CONTEXT_PATCH = "delta-context"
 GATE_SEAMS_PATCH = "gate-at-every-seam"
 # Runs with this marker keep who started them, sent a message or ended them in the audit trail.
 AUDIT_INPUTS_PATCH = "audit-inputs"
+# Runs with this marker hold the gate at the new seams: calls get ids of a safe alphabet, four
+# eyes wants a decision that names a person, and a request that waited for a result is answered
+# as soon as nothing more is on its way.
+TRUSTED_SEAMS_PATCH = "trust-at-the-seams"
 
 
 @workflow.defn
@@ -110,6 +114,7 @@ class ConversationWorkflow:
         self._seams = workflow.patched(GATE_SEAMS_PATCH)
         self._desk.dedupe = self._seams
         self._desk.owner = self._input.owner
+        self._desk.strict = workflow.patched(TRUSTED_SEAMS_PATCH)
         self._audit_inputs = workflow.patched(AUDIT_INPUTS_PATCH)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
@@ -123,12 +128,16 @@ class ConversationWorkflow:
         self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
         self._reported: ChildReport | None = None  # a subagent's last report to its parent
         self._reports: list[asyncio.Future[None]] = []
+        self._settler: asyncio.Future[None] | None = None  # `HumanDesk.settle_when_nothing_comes`
         self._pace = FAST if self._delta_context else Pace()
         self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
-                                self._pace, delta_context=self._delta_context)
+                                self._pace, delta_context=self._delta_context,
+                                safe_ids=self._desk.strict)
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
+        if self._desk.strict:
+            self._settler = asyncio.ensure_future(self._desk.settle_when_nothing_comes())
         try:
             self._sync_status()
             if inp.state is None and inp.carry is None:
@@ -231,12 +240,20 @@ class ConversationWorkflow:
             return
         for child in self._state.current.children:
             if child.workflow_id == report.workflow_id and child.status not in CLOSED_STATUSES:
+                if None not in (report.seq, child.seq) and report.seq <= child.seq:
+                    return  # an earlier report, delivered after a later one
+                child.seq = report.seq
+                waited = (child.pending_confirmations, child.pending_question)
                 child.status = report.status
                 child.pending_confirmations = [
                     self._owned(p, report.workflow_id)
                     for p in report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
                 question = report.pending_question
                 child.pending_question = question and self._owned(question, report.workflow_id)
+                waits = (child.pending_confirmations, child.pending_question)
+                if waits != waited and (waits[0] or waits[1]):  # what this one's watchers wake on
+                    self._narrator.emit("child_waiting", text=child.workflow_id,
+                                        tool=child.profile, status=child.status)
                 self._sync_status()
 
     def _owned(self, pending: PendingT, child_id: str) -> PendingT:
@@ -683,6 +700,8 @@ class ConversationWorkflow:
                 workflow_id=report.workflow_id, profile=report.profile, status="running")):
             return  # the parent learns the end from the child's result
         self._reported = report
+        self._state.reported += 1
+        report = report.model_copy(update={"seq": self._state.reported})
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
         self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
 

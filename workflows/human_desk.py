@@ -49,6 +49,7 @@ from workflows.rules.bounds import (
     keep_last,
     text_size,
 )
+from workflows.rules.commands import REASON, TEXT, client_command, code_span
 from workflows.rules.gate import PendingCall, Refusal
 from workflows.rules.questions import DECLINED
 from workflows.state import ConversationState
@@ -84,7 +85,13 @@ class HumanDesk:
         self.pending: dict[str, PendingCall] = {}
         self.owner: str | None = None  # who started the conversation (four eyes)
         self.dedupe = False  # a request id already taken is not taken again (set per run)
+        # runs with the trust-at-the-seams marker (set per run): four eyes wants a person, and
+        # a waiting request is settled as soon as nothing more is on its way
+        self.strict = False
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
+        # (strict) calls the round will hold once its safe calls have run: a request naming one
+        # waits for it, as for a result on its way
+        self.coming: set[str] = set()
         self._waiting: list[Taken] = []
         self.on_settled: Callable[[list[Taken]], None] = lambda taken: None
         queue_bound = MAX_QUEUED_MESSAGES if limits.inbox_bytes is not None else 2**31
@@ -125,9 +132,17 @@ class HumanDesk:
 
     # ----- rounds -----
 
+    def expect(self, call_ids: set[str]) -> None:
+        """(strict) The calls this round holds once its safe calls have run: a request that
+        names one waits until it is held, not refused while the reads run."""
+        if self.strict:
+            self.coming = call_ids
+
     def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any],
-             now: datetime | None = None) -> None:
-        self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args, asked_at=now)
+             now: datetime | None = None, ticket: str | None = None) -> None:
+        self.pending[call_id] = PendingCall(call_id=call_id, tool=tool, args=args, asked_at=now,
+                                            ticket=ticket)
+        self.coming.discard(call_id)
 
     def close_round(self) -> None:
         """The round's calls all have results: their ids become stale."""
@@ -175,7 +190,8 @@ class HumanDesk:
     def awaiting_results(self) -> Iterator[None]:
         """While the conversation awaits a model call, a tool or a subagent. What came before
         it is settled first: a request that waited for a result now in, and not made valid by
-        it, is refused before the conversation starts on something new."""
+        it, is refused before the conversation starts on something new (with `strict`, also as
+        soon as nothing more is on its way: `settle_when_nothing_comes`)."""
         self.settle(workflow.now())
         self.results_pending += 1
         try:
@@ -183,10 +199,23 @@ class HumanDesk:
         finally:
             self.results_pending -= 1
 
+    async def settle_when_nothing_comes(self) -> None:
+        """(strict, for the conversation's lifetime) A request that waited for a result is
+        answered as soon as nothing more is on its way, not at the next decision: one call's tool
+        may finish while another call waits for a human. A condition is looked at only once the
+        workflow has nothing else to do, so a result's own effects (the calls a reply brings
+        held, the question a tool asks) are in by then."""
+        while True:
+            await workflow.wait_condition(lambda: bool(self._waiting) and not self._on_its_way())
+            self.settle(workflow.now())
+
+    def _on_its_way(self) -> bool:
+        return bool(self.results_pending or self.coming)
+
     def _waits(self, request: HumanRequest) -> bool:
         """Whether a request must wait: it cannot be taken now, and a result on its way may
         change that (`Refusal.final` False)."""
-        if not self.results_pending:
+        if not self._on_its_way():
             return False
         plan: object
         if isinstance(request, ConfirmRequest):
@@ -233,10 +262,10 @@ class HumanDesk:
         if isinstance(targets, Refusal):
             return targets
         return (gate.check_seen(targets, self.pending, request.seen)
+                or gate.check_tickets(targets, self.pending, request.tickets)
                 or gate.four_eyes_refusal(targets, self.pending,
                                           clip(request.approver, MAX_APPROVER_BYTES) or "",
-                                          self.owner,
-                                          self._state.four_eyes)
+                                          self.owner, self._state.four_eyes, self.strict)
                 or targets)
 
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:
@@ -373,7 +402,7 @@ class HumanDesk:
             PendingConfirmation(call_id=p.call_id, tool=p.tool.name, args=p.args, risk=p.tool.risk,
                                 ref=p.call_id, args_hash=gate.args_hash(p.args),
                                 four_eyes=self.owner is not None
-                                and p.tool.risk in self._state.four_eyes)
+                                and p.tool.risk in self._state.four_eyes, ticket=p.ticket)
             for p in self.pending.values()
             if p.decision is None
         ]
@@ -396,35 +425,35 @@ class HumanDesk:
         if stop_reason:
             lines.append(f"**Stop reason:** {stop_reason}")
         if error:
-            lines.append(f"**Error:** {error}")
+            lines.append(f"**Error:** {code_span(error)}")
         for p in self.pending_confirmations():
             lines.append(
-                f"**Waiting for approval:** `{p.tool}` ({p.risk}) call `{p.call_id}` with "
-                f"`{gate.canonical_json(p.args)}`"
+                f"**Waiting for approval:** {code_span(p.tool)} ({p.risk}) call `{p.call_id}` "
+                f"with {code_span(gate.canonical_json(p.args))}"
                 + (f" (four eyes: someone other than {self.owner} decides)" if p.four_eyes else "")
                 + "\n\n"
-                f"Approve: `python -m client confirm {wid} {p.call_id}` · "
-                f"Reject: `python -m client reject {wid} {p.call_id} --reason \"...\"`"
+                f"Approve: `{client_command('confirm', wid, p.call_id)}` · "
+                f"Reject: `{client_command('reject', wid, p.call_id, then=REASON)}`"
             )
         question = self.pending_question()
         if question is not None:
-            options = f" Options: {', '.join(question.options)}." if question.options else ""
+            options = (f" Options: {', '.join(map(code_span, question.options))}."
+                       if question.options else "")
             lines.append(
-                f"**Question ({question.kind}):** {question.message}{options}\n\n"
-                f"Answer: `python -m client answer {wid} ...`"
+                f"**Question ({question.kind}):** {code_span(question.message)}{options}\n\n"
+                f"Answer: `{answer_command(wid, question)}`"
             )
         for child in children:
             for p in child.pending_confirmations:
-                lines.append(f"**Subagent `{child.profile}` waits for approval:** `{p.tool}` "
+                lines.append(f"**Subagent `{child.profile}` waits for approval:** {code_span(p.tool)} "
                              f"call `{p.call_id}` in `{p.conversation_id or child.workflow_id}`"
-                             f"\n\nApprove: `python -m client confirm {wid} {p.ref or p.call_id}`")
-            if child.pending_question is not None:
-                lines.append(f"**Subagent `{child.profile}` asks:** "
-                             f"{child.pending_question.message}\n\n"
-                             f"Answer: `python -m client answer {wid} ...`")
+                             f"\n\nApprove: `{client_command('confirm', wid, p.ref or p.call_id)}`")
+            if (q := child.pending_question) is not None:
+                lines.append(f"**Subagent `{child.profile}` asks:** {code_span(q.message)}\n\n"
+                             f"Answer: `{answer_command(wid, q)}`")
         if status == "idle":
-            lines.append(f"Reply: `python -m client say {wid} \"...\"` · "
-                         f"Finish: `python -m client end {wid}`")
+            lines.append(f"Reply: `{client_command('say', wid, then=TEXT)}` · "
+                         f"Finish: `{client_command('end', wid)}`")
         return "\n\n".join(lines)
 
     # ----- signal outcomes -----
@@ -458,3 +487,7 @@ class HumanDesk:
         kept = [o for o in self._state.outcomes if o.request_id != request_id]
         self._state.outcomes = keep_last([*kept, outcome], MAX_REMEMBERED_SIGNALS)
 
+
+def answer_command(wid: str, question: PendingQuestion) -> str:
+    """The command that answers exactly this question (a later one refuses it)."""
+    return client_command("answer", wid, "--call-id", question.ref or question.call_id, then=TEXT)

@@ -57,7 +57,8 @@ T = TypeVar("T")
 
 class Thinker:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
-                 narrator: Narrator, pace: Pace, delta_context: bool = False) -> None:
+                 narrator: Narrator, pace: Pace, delta_context: bool = False,
+                 safe_ids: bool = False) -> None:
         self._input = inp
         self._state = state
         self._limits = limits
@@ -74,6 +75,7 @@ class Thinker:
         self._sent: delta.Sent | None = None
         self._pending: tuple[str, list[ChatMessage], list[dict]] | None = None
         self._squeeze = 1  # the budget is divided by it: 2 to fold harder for a small window
+        self._safe_ids = safe_ids  # calls get ids of a safe alphabet (runs begun before: any)
         self.sent_tokens = 0  # the estimated tokens of the prompt last sent
 
     def tool_schemas(self) -> list[dict]:
@@ -253,7 +255,7 @@ class Thinker:
         message = recover_tool_calls(message, state.catalog.keys())
         if message.tool_calls:
             calls = unique_call_ids(message.tool_calls, state.seen_call_ids,
-                                    state.current.number, step)
+                                    state.current.number, step, self._safe_ids)
             state.seen_call_ids = keep_last([*state.seen_call_ids, *(c.id for c in calls)],
                                             MAX_SEEN_CALL_IDS)
             message = message.model_copy(update={"tool_calls": calls})

@@ -7,11 +7,16 @@ OpenAI chat format so they can be sent to any OpenAI-compatible endpoint unchang
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
+from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS, valid_json, valid_text
+
+# Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
+# model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
+Text = Annotated[str, AfterValidator(valid_text)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(valid_json)]
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -40,19 +45,19 @@ CLOSED_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 
 
 class FunctionCall(BaseModel):
-    name: str
-    arguments: str = ""
+    name: Text
+    arguments: Text = ""
 
 
 class ToolCall(BaseModel):
-    id: str
+    id: Text
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None
+    content: Text | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
@@ -123,9 +128,9 @@ class AgentSpec(BaseModel):
 class ToolDefinition(BaseModel):
     """What the workflow knows of a tool: enough to describe, validate, gate and schedule it."""
 
-    name: str
-    description: str
-    parameters: dict[str, Any]
+    name: Text
+    description: Text
+    parameters: JsonObject
     risk: Risk = "safe"
     idempotent: bool = True
     keyed: bool = False  # writes under the call's idempotency key: a retry finds what it wrote
@@ -193,6 +198,7 @@ class NotifyRequest(BaseModel):
     key: str
     payload: dict[str, Any]
     args_hash: str | None = None  # of the call's args: what its one-time links may approve
+    ticket: str | None = None  # the call's ticket (`workflows.rules.links`): its links name it
 
 
 class ToolListRequest(BaseModel):
@@ -315,15 +321,15 @@ class SummaryRequest(BaseModel):
 
 
 class SummaryReply(BaseModel):
-    text: str
+    text: Text
     usage: Usage = Field(default_factory=Usage)
 
 
 class LLMReply(BaseModel):
     message: ChatMessage
     usage: Usage = Field(default_factory=Usage)
-    finish_reason: str | None = None
-    model: str = ""
+    finish_reason: Text | None = None
+    model: Text = ""
     entry: str | None = None  # the model entry that answered
 
 
@@ -345,8 +351,8 @@ class ToolInvocation(BaseModel):
 
 class Question(BaseModel):
     kind: QuestionKind
-    message: str
-    options: list[str] = []
+    message: Text
+    options: list[Text] = []
 
 
 ObservationStatus = Literal["ok", "error", "rejected", "timed_out"]
@@ -356,7 +362,7 @@ class ToolOutcome(BaseModel):
     # Activities answer ok, error, needs_input or needs_approval (not run: the call's approval
     # does not cover the tool's risk now); the workflow adds rejected and timed_out.
     status: Literal["ok", "error", "needs_input", "needs_approval", "rejected", "timed_out"] = "ok"
-    observation: str = ""
+    observation: Text = ""
     question: Question | None = None  # set with status "needs_input"
     risk: Risk | None = None  # set with status "needs_approval": the tool's risk as the worker sees it
     full_bytes: int | None = None  # the observation's size before truncation, when truncated
@@ -383,6 +389,9 @@ class ConfirmRequest(BaseModel):
     # call id -> the `args_hash` of the arguments the human saw: a call whose arguments are not
     # those is refused, and with `all`, so is a pending call the human did not see
     seen: dict[str, str] = {}
+    # call id -> the ticket of the call the decision was made for (a one-time link): a call that
+    # has the id but another ticket (the id used again) is refused
+    tickets: dict[str, str] = {}
     trace_parent: str | None = None  # the span of the request that carried it (W3C traceparent)
 
 
@@ -393,6 +402,7 @@ class RejectRequest(BaseModel):
     reason: str = ""
     approver: str = "unknown"
     seen: dict[str, str] = {}  # as in `ConfirmRequest`
+    tickets: dict[str, str] = {}  # as in `ConfirmRequest`
     trace_parent: str | None = None  # as in `ConfirmRequest`
 
 
@@ -437,6 +447,7 @@ class PendingConfirmation(BaseModel):
     args_hash: str | None = None  # of `args`: what a decision may bind to (`ConfirmRequest.seen`)
     # under four eyes (AGENT_FOUR_EYES): someone other than the conversation's owner decides it
     four_eyes: bool = False
+    ticket: str | None = None  # no other call has it (`workflows.rules.links.call_ticket`)
 
 
 class PendingQuestion(BaseModel):
@@ -461,6 +472,9 @@ class ChildReport(ChildRef):
 
     pending_confirmations: list[PendingConfirmation] = []
     pending_question: PendingQuestion | None = None
+    # the report's place among its subagent's reports: signals may arrive out of order, and a
+    # later one must not be undone by an earlier (None: from a version that did not number them)
+    seq: int | None = None
 
 
 class AuditAction(BaseModel):
@@ -501,14 +515,15 @@ class StreamEvent(BaseModel):
         "turn_started", "llm_started", "token", "reset", "tool_started", "tool_finished",
         "approval_requested", "decision_taken", "decision_refused", "question_asked", "answered",
         "turn_finished", "summary_started", "summary_finished", "child_started",
+        "child_waiting",  # a subagent came to wait for a person (its calls, or a question)
         "tool_progress",  # published by a running tool (ctx.progress), on the tokens topic
     ]
     turn: int = 0
     step: int = 0
-    text: str | None = None
+    text: Text | None = None  # a token's, a tool's observation: outside text
     call_id: str | None = None
     tool: str | None = None
-    args: dict[str, Any] | None = None
+    args: JsonObject | None = None
     risk: Risk | None = None
     status: str | None = None
     observation_bytes: int | None = None

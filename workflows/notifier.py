@@ -39,7 +39,7 @@ class Notifier:
         self._tasks: list[asyncio.Task[None]] = []
 
     def notify(self, event: str, turn: int, args_hash: str | None = None,
-               **fields: Any) -> None:
+               ticket: str | None = None, **fields: Any) -> None:
         """Deliver `event` to each webhook that asked for it (nothing without webhooks)."""
         hooks = [h for h in self._state.webhooks if event in h.events]
         if not hooks:
@@ -53,7 +53,7 @@ class Notifier:
             key = hashlib.sha256(f"{conversation}|{event}|{self._state.notified}|"
                                  f"{hook.index}".encode()).hexdigest()[:32]
             request = NotifyRequest(webhook=hook.index, host=hook.host, event=event, key=key,
-                                    payload=payload, args_hash=args_hash)
+                                    payload=payload, args_hash=args_hash, ticket=ticket)
             self._state.outbox = keep_last([*self._state.outbox, request], MAX_OUTBOX)
             self._start(request)
 

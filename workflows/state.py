@@ -102,6 +102,7 @@ class ConversationState(BaseModel):
     webhook_retry_s: float = 3600.0
     outbox: list[NotifyRequest] = []  # deliveries not yet done (a handover re-sends them)
     notified: int = 0  # deliveries made so far: part of each one's key
+    reported: int = 0  # reports a subagent sent its parent so far: each one's `seq`
     models: ModelRoutes = Field(default_factory=lambda: ModelRoutes())  # the worker's entries
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0

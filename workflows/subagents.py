@@ -110,16 +110,31 @@ class Subagents:
             trace_parent=span,
         )
         self._reserved = self._reserved.plus(share)
-        started, failed = workflow.now(), "the subagent did not finish"
+        started = workflow.now()
+
+        def traced(failed: str | None) -> None:
+            """The call's span. Never from a `finally`: that runs on a cache eviction too, out
+            of the workflow's event loop, where no workflow API may be called."""
+            telemetry.emit(f"execute_tool {item.tool.name}", span, turn.trace, started,
+                           workflow.now(),
+                           {"gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": item.tool.name,
+                            "gen_ai.tool.call.id": item.call.id, "gen_ai.agent.name": spec.profile,
+                            "gen_ai.conversation.id": workflow.info().workflow_id,
+                            "agent.child.id": child_id}, error=failed)
+
         try:
-            result = await workflow.execute_child_workflow(
-                CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
-                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=clip(f"agent {spec.profile}: {task}", 200),
-                search_attributes=owned_by(inp.owner),
-            )
-            failed = None if result.stop_reason == "answered" else f"stopped: {result.stop_reason}"
+            try:
+                result = await workflow.execute_child_workflow(
+                    CONVERSATION_WORKFLOW, child, id=child_id, result_type=ConversationStatus,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    static_summary=clip(f"agent {spec.profile}: {task}", 200),
+                    search_attributes=owned_by(inp.owner),
+                )
+            finally:
+                self._reserved = self._reserved.minus(share)
         except ChildWorkflowError as err:
+            traced("the subagent did not finish")
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
             self._child_done(child_id, "failed")
@@ -128,20 +143,16 @@ class Subagents:
         except WorkflowAlreadyStartedError:
             if not self._seams:
                 raise
+            traced("the subagent did not finish")
             # Someone else holds the id (started it by hand, say): not this conversation's child.
             self._child_done(child_id, "failed")
             return ToolOutcome(status="error", observation=(
                 f"Error: the {spec.profile} agent could not start: a conversation with the id "
                 f"{child_id} already exists"))
-        finally:
-            self._reserved = self._reserved.minus(share)
-            telemetry.emit(f"execute_tool {item.tool.name}", span, turn.trace, started,
-                           workflow.now(),
-                           {"gen_ai.operation.name": "execute_tool",
-                            "gen_ai.tool.name": item.tool.name,
-                            "gen_ai.tool.call.id": item.call.id, "gen_ai.agent.name": spec.profile,
-                            "gen_ai.conversation.id": workflow.info().workflow_id,
-                            "agent.child.id": child_id}, error=failed)
+        except asyncio.CancelledError:  # `end`, or the workflow's cancellation
+            traced("the subagent did not finish")
+            raise
+        traced(None if result.stop_reason == "answered" else f"stopped: {result.stop_reason}")
         self._child_done(child_id, result.status)
         self._state.usage = self._state.usage + result.usage
         turn.usage = turn.usage + result.usage

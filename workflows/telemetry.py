@@ -20,6 +20,8 @@ every call here is a lookup that finds nothing.
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
 from random import Random
@@ -29,6 +31,9 @@ from temporalio import workflow
 
 EMIT_SPAN = "agent_emit_span"  # the extern function's name
 TRACEPARENT = "traceparent"  # the W3C header an activity's parent span travels in
+# Version 00 exactly as W3C writes it: lowercase hex, fixed lengths (`int(x, 16)` alone would
+# take `+`, `0x`, `_`, spaces and uppercase too).
+W3C_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 
 
 @dataclass
@@ -53,16 +58,12 @@ def traceparent(trace_id: int, span_id: int) -> str:
 
 
 def parse_traceparent(value: str | None) -> tuple[int, int] | None:
-    """(trace id, span id) of a W3C traceparent, or None for anything else."""
-    if not value:
+    """(trace id, span id) of a W3C traceparent of version 00 with non-zero ids, or None for
+    anything else: a caller's header reaches span ids and hashes, so only the one form does."""
+    match = W3C_TRACEPARENT.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
         return None
-    parts = value.strip().split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
-        return None
-    try:
-        trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
-    except ValueError:
-        return None
+    trace_id, span_id = int(match[1], 16), int(match[2], 16)
     return (trace_id, span_id) if trace_id and span_id else None
 
 
@@ -113,24 +114,39 @@ def trace_id_of(span: str | None) -> str | None:
 
 # ----- metrics: Temporal's workflow meter records nothing while replaying -----
 
+# Every label value is a time series of its own: one from outside data stays one of a few.
+UNKNOWN_TOOL = "(unknown)"
+MAX_LABEL_CHARS = 64
+
+
+def label(value: str) -> str:
+    return value[:MAX_LABEL_CHARS]
+
+
+def tool_label(name: str, catalog: Container[str]) -> str:
+    """A call's tool label: its name if the conversation's catalog has that tool, else one label
+    for every name a model invents."""
+    return label(name) if name in catalog else UNKNOWN_TOOL
+
+
 def count_tool_call(tool: str, status: str) -> None:
-    """A tool call's observation: ok, error, rejected, timed_out."""
+    """A tool call's observation: ok, error, rejected, timed_out (`tool`: its `tool_label`)."""
     if workflow.in_workflow():
         workflow.metric_meter().create_counter(
             "agent_tool_calls", "tool calls by tool and outcome").add(
-            1, {"tool": tool, "outcome": status})
+            1, {"tool": label(tool), "outcome": status})
 
 
 def approval_waited(tool: str, outcome: str, seconds: float) -> None:
-    """How long a call waited for its decision, by tool and outcome."""
+    """How long a call waited for its decision, by tool (one of the catalog's) and outcome."""
     if workflow.in_workflow():
         workflow.metric_meter().create_histogram_float(
             "agent_approval_wait", "how long a call waited for a decision", "s").record(
-            seconds, {"tool": tool, "outcome": outcome})
+            seconds, {"tool": label(tool), "outcome": outcome})
 
 
 def approval_requested(tool: str) -> None:
     if workflow.in_workflow():
         workflow.metric_meter().create_counter(
             "agent_approvals_requested", "calls that came to wait for a decision").add(
-            1, {"tool": tool})
+            1, {"tool": label(tool)})

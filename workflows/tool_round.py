@@ -33,6 +33,7 @@ from workflows.models import (
 from workflows.reporting import Narrator
 from workflows.rules import gate, loop
 from workflows.rules.bounds import MAX_TOOLS_USED, truncate_observation
+from workflows.rules.links import call_ticket
 from workflows.rules.questions import DECLINED, question_from_args
 from workflows.rules.stopping import CallRecord, call_record
 from workflows.state import ConversationState
@@ -110,6 +111,7 @@ class ToolRound:
                 safe.append(i)
                 self._desk.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
+        self._desk.expect({checked[i].call.id for i in gated})
         self._subagents = Subagents(self._input, self._state, self._narrator, self._sync_status,
                                     self._seams, sum(1 for i in safe + gated
                                                      if checked[i].tool.agent is not None))
@@ -125,7 +127,7 @@ class ToolRound:
                 gated = sorted([*gated, i])
         if gated:
             for i in gated:
-                self._hold(checked[i], checked[i].arguments)
+                self._hold(checked[i], checked[i].arguments, keys[i])
             self._sync_status()
             self._desk.settle(workflow.now())  # decisions that came with the reply naming these
             ran = await asyncio.gather(
@@ -160,7 +162,7 @@ class ToolRound:
             result.records.append(call_record(
                 name, args if isinstance(args, dict) else {"raw": args}, outcome.observation))
             status = "error" if outcome.status in ("needs_input", "needs_approval") else outcome.status
-            telemetry.count_tool_call(name, status)
+            telemetry.count_tool_call(telemetry.tool_label(name, self._state.catalog), status)
             result.actions.append(AuditAction(
                 call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
                 status=status,
@@ -180,7 +182,7 @@ class ToolRound:
             if outcome.status != "needs_approval":
                 return outcome
             item = self._regated(item, outcome)
-            self._hold(item, args)
+            self._hold(item, args, key)
             self._sync_status()
             self._desk.settle(workflow.now())
         return outcome.model_copy(update={"status": "error"})
@@ -202,14 +204,18 @@ class ToolRound:
         assert decision is not None
         return decision
 
-    def _hold(self, item: loop.ReadyCall, args: dict) -> None:
-        self._desk.hold(item.call.id, item.tool, args, workflow.now())
+    def _hold(self, item: loop.ReadyCall, args: dict, key: str) -> None:
+        """Put a call before the human; its ticket, drawn from its idempotency key, tells it
+        from any later call that has its id (a one-time link names it)."""
+        ticket = call_ticket(key)
+        self._desk.hold(item.call.id, item.tool, args, workflow.now(), ticket)
         telemetry.approval_requested(item.tool.name)
         self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
         self._narrator.notifier.notify(
             "approval_requested", self._state.current.number, args_hash=gate.args_hash(args),
-            call_id=item.call.id, tool=item.tool.name, args=args, risk=item.tool.risk)
+            ticket=ticket, call_id=item.call.id, tool=item.tool.name, args=args,
+            risk=item.tool.risk)
 
     def _policy(self, item: loop.ReadyCall) -> Decision | None:
         """What lets a call run without a human: nothing for a safe tool, else the policy."""

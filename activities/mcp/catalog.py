@@ -33,7 +33,9 @@ class CatalogEntry:
 
 
 def _digest(server: str, tool: str) -> str:
-    return hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:_DIGEST_LEN]
+    # a name is the server's text: even a lone surrogate in it hashes (stably), never raises
+    return hashlib.sha256(f"{server}\0{tool}".encode(errors="surrogatepass")).hexdigest()[
+        :_DIGEST_LEN]
 
 
 def _with_digest(name: str, server: str, tool: str) -> str:

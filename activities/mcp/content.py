@@ -17,6 +17,8 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from workflows.rules.bounds import valid_text
+
 
 def _decoded_size(data: str) -> int:
     """Bytes a base64 string decodes to, without decoding it."""
@@ -45,4 +47,4 @@ def result_text(result: CallToolResult) -> str:
     has_text = any(isinstance(block, TextContent) for block in result.content)
     if result.structured_content is not None and not has_text:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+    return valid_text("\n".join(parts))  # a server's "\ud800" is valid JSON, not valid text

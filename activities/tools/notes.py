@@ -107,6 +107,8 @@ def _delete(data_dir: Path, args: DeleteNoteArgs, answer: str | None, key: str) 
         if done is not None:  # a retry of a call that already deleted its note
             return f"Deleted note #{done[0]} {done[1]!r}."
         if args.note_id is not None:
+            if not -(2**63) <= args.note_id < 2**63:  # past SQLite's integers: no note has it
+                raise ToolError("no note has that id: it is past the range of note ids")
             target = args.note_id
         else:
             matches = conn.execute(

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # Names a tool cannot take: the runtime's own activity types, which a tool would shadow, and the
 # ask_* tools, which every conversation has and which would hide it.
-RESERVED_NAMES = frozenset({"llm_call", "llm_step", "summarize", "list_tools",
+RESERVED_NAMES = frozenset({"llm_call", "llm_step", "summarize", "list_tools", "notify",
                             *(t.name for t in ASK_TOOLS)})
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 

@@ -22,7 +22,8 @@
   };
   // Events after which what the conversation waits for may have changed.
   const STATUS_EVENTS = new Set(['turn_started', 'approval_requested', 'decision_taken',
-    'decision_refused', 'question_asked', 'answered', 'turn_finished', 'tool_finished']);
+    'decision_refused', 'question_asked', 'answered', 'turn_finished', 'tool_finished',
+    'child_waiting']);
 
   // ----- small DOM helpers -----
 
@@ -1433,7 +1434,8 @@
       this.controls(false);
       message(this.outcome, 'Sending…');
       try {
-        await api('POST', conversationPath(this.view.cid, '/answer'), { values });
+        // bound to the question shown: a later one (or another subagent's) refuses it
+        await api('POST', conversationPath(this.view.cid, '/answer'), { values, call_id: this.callId });
         message(this.outcome, 'Answered. The conversation goes on.', 'ok');
         this.view.soon();
         refreshList();

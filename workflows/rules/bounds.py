@@ -69,6 +69,38 @@ MAX_PREVIEW_BYTES = 512  # tool arguments as shown in events and audit records
 T = TypeVar("T")
 
 
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: a lone surrogate ("\\ud800": valid in JSON's escapes and in a
+    Python string, but not in UTF-8, so no payload, hash or size of it can be made) becomes
+    U+FFFD. Outside text (model output, tool and MCP results) passes here where it enters."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def valid_json(value: Any) -> Any:
+    """A JSON value (as `json.loads` makes it) with every string, keys too, made `valid_text`."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return _valid(value)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: left to the caller's check
+        return value
+    return value
+
+
+def _valid(value: Any) -> Any:
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_text(k) if isinstance(k, str) else k: _valid(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid(v) for v in value]
+    return value
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of a value: sorted keys, no spaces, text as it is (for hashes)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -34,6 +34,7 @@ class PendingCall:
     args: dict[str, Any]
     decision: Decision | None = None
     asked_at: datetime | None = None  # when it came to wait (its approval span's start)
+    ticket: str | None = None  # no other call has it (`workflows.rules.links.call_ticket`)
 
 
 @dataclass
@@ -53,6 +54,9 @@ class AnswerCheck:
 
 
 POLICY = "policy"  # the approver of calls the conversation's policy lets run
+# Approvers that name no person: a one-time link without an addressee, a request that said
+# nobody, the policy, the system. Under four eyes, they are not "someone other than the owner".
+NOBODY = frozenset({"", "unknown", "link", POLICY, "system"})
 RISK_ORDER: Mapping[str, int] = MappingProxyType({"safe": 0, "sensitive": 1, "destructive": 2})
 
 
@@ -152,19 +156,36 @@ def check_seen(targets: list[str], pending: dict[str, PendingCall], seen: dict[s
     return None
 
 
+def check_tickets(targets: list[str], pending: dict[str, PendingCall], tickets: dict[str, str]
+                  ) -> Refusal | None:
+    """A decision made for particular calls (a one-time link names its call's ticket) applies
+    to those only: a call that has the id but not the ticket is another call (the id used
+    again), and the decision is stale for it."""
+    for call_id in targets:
+        if call_id in tickets and tickets[call_id] != pending[call_id].ticket:
+            return Refusal(f"call {call_id} is not the call this decision was made for (its id "
+                           "was used again); it is stale")
+    return None
+
+
 def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], approver: str,
-                      owner: str | None, four_eyes: Collection[str]) -> Refusal | None:
+                      owner: str | None, four_eyes: Collection[str], strict: bool = False
+                      ) -> Refusal | None:
     """Why `approver` may not decide these calls: one's risk is under four eyes
-    (AGENT_FOUR_EYES) and the approver is the conversation's owner. A conversation with no
-    recorded owner (started before owners were) has no one to hold to it."""
-    if owner is None or approver != owner:
+    (AGENT_FOUR_EYES) and the approver is the conversation's owner, or (`strict`) names no
+    person at all. A conversation with no recorded owner (started before owners were) has no
+    one to hold to it."""
+    nobody = strict and approver.strip() in NOBODY
+    if owner is None or not (approver == owner or nobody):
         return None
     for call_id in targets:
         risk = pending[call_id].tool.risk
-        if risk in four_eyes:
-            return Refusal(f"four eyes: call {call_id} ({pending[call_id].tool.name}, {risk}) "
-                           f"must be decided by someone other than {owner}, who started the "
-                           "conversation; ask an approver (or end the conversation)")
+        if risk not in four_eyes:
+            continue
+        by = ", and by a person: this decision names none" if approver != owner else ""
+        return Refusal(f"four eyes: call {call_id} ({pending[call_id].tool.name}, {risk}) "
+                       f"must be decided by someone other than {owner}, who started the "
+                       f"conversation{by}; ask an approver (or end the conversation)")
     return None
 
 

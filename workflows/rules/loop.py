@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows.models import ChatMessage, ToolCall, ToolDefinition
-from workflows.rules.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
+from workflows.rules.bounds import (
+    HANDOVER_BYTES,
+    HANDOVER_EVENTS,
+    MAX_HANDOVER_EVENTS,
+    valid_json,
+)
 from workflows.rules.schemas import argument_problem
 
 MAX_ECHOED_ARGS = 300
@@ -77,7 +82,7 @@ def check_tool_call(call: ToolCall, catalog: dict[str, ToolDefinition]) -> Ready
         return InvalidCall(call, f"Error: unknown tool '{name}'. Available tools: {available}.")
     raw = call.function.arguments.strip() or "{}"
     try:
-        arguments = json.loads(raw)
+        arguments = valid_json(json.loads(raw))  # "\ud800" is valid JSON, not valid text
     except (ValueError, RecursionError) as exc:  # not JSON; or numbers, nesting past the limits
         why = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else (
             str(exc) or type(exc).__name__)

@@ -8,16 +8,14 @@ ends with `stop_reason="invalid_output"`.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.rules.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size
+from workflows.rules.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size, valid_json
+from workflows.rules.repair import fence_inside
 from workflows.rules.schemas import described, schema_problem, value_errors
 
 MAX_CORRECTIONS = 1  # corrective requests per turn, before the turn ends as invalid_output
-# A model that wraps its JSON in a Markdown code fence still answered with JSON.
-_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -29,16 +27,27 @@ class Output:
 
 def check_output(text: str, schema: dict[str, Any]) -> Output | str:
     """The answer's JSON value if it fits `schema`, else exactly why not."""
-    fenced = _FENCE.match(text)
-    body = fenced.group(1) if fenced else text
     try:
-        value = json.loads(body)
-    except ValueError as err:
-        return f"the answer is not JSON ({err})"
+        value = valid_json(json.loads(unfenced(text)))
+    except (ValueError, RecursionError) as err:
+        return f"the answer is not JSON ({err or type(err).__name__})"
     problem = described(value_errors(schema, value, "the answer", "the output schema"))
     if problem is not None:
         return f"the answer does not fit the output schema: {problem}"
     return Output(value)
+
+
+def unfenced(text: str) -> str:
+    """A model that wraps its JSON in a Markdown code fence (its own lines: ```` ```json ````
+    first, ```` ``` ```` last) still answered with JSON: the inside, else the text. A linear
+    scan, never a backtracking pattern over the model's text."""
+    inner = fence_inside(text.strip())
+    if inner is None:
+        return text
+    head = inner[:len(inner) - len(inner.lstrip())]
+    tail = inner[len(inner.rstrip()):]
+    newlines = inner.count("\n") if not inner.strip() else int("\n" in head) + int("\n" in tail)
+    return inner.strip() if newlines >= 2 else text
 
 
 def output_schema_problem(schema: Any) -> str | None:

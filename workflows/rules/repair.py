@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
+import string
 from collections.abc import Collection
 from typing import Any
 
@@ -18,7 +18,26 @@ from workflows.rules.bounds import (
     text_size,
 )
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+FENCE = "```"
+# What a call id may hold in runs with safe ids: it is printed in commands people paste into a
+# shell, in the Temporal UI, and in a subagent's workflow id after its parent's and a `/`.
+SAFE_ID_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+def fence_inside(text: str) -> str | None:
+    """What is between the fences of a text that is one Markdown code fence (```` ```json ...
+    ``` ````), its language tag left out, or None. Linear in the text, where a backtracking
+    pattern took cubic time on a fence and a few thousand spaces, holding the GIL, so the whole
+    worker froze on one reply."""
+    if len(text) < 2 * len(FENCE) or not text.startswith(FENCE) or not text.endswith(FENCE):
+        return None
+    return text[len(FENCE):-len(FENCE)].removeprefix("json")
+
+
+def fenced(text: str) -> str | None:
+    """The inside of a reply that is one code fence, stripped, or None."""
+    inside = fence_inside(text)
+    return None if inside is None else inside.strip()
 
 
 def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> ChatMessage:
@@ -27,9 +46,9 @@ def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> Ch
     if message.tool_calls or not message.content:
         return message
     text = message.content.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
+    inside = fenced(text)
+    if inside is not None:
+        text = inside
     if not text.startswith(("{", "[")):
         return message
     try:
@@ -57,15 +76,19 @@ def _as_call(item: Any) -> ToolCall | None:
 
 
 def unique_call_ids(
-    calls: list[ToolCall], seen: Collection[str], turn: int, step: int
+    calls: list[ToolCall], seen: Collection[str], turn: int, step: int, safe: bool = False
 ) -> list[ToolCall]:
-    """Give every call an id that is non-empty, short and unused in this conversation,
-    deterministically, so that each tool message answers exactly one call."""
+    """Give every call an id that is non-empty, short and unused in this conversation (and,
+    `safe`, only of `SAFE_ID_CHARS`: a model's `x;curl ...|sh` is not printed in a command),
+    deterministically, so that each tool message answers exactly one call. The id given is the
+    one the model reads back too: a chat completion only asks that the tool messages answer
+    the ids of the calls before them."""
     taken = set(seen)
     fixed = []
     for i, call in enumerate(calls):
         call_id = call.id
-        if not call_id or call_id in taken or text_size(call_id) > MAX_CALL_ID_BYTES:
+        if not call_id or call_id in taken or text_size(call_id) > MAX_CALL_ID_BYTES or (
+                safe and not SAFE_ID_CHARS.issuperset(call_id)):
             base = f"call_t{turn}s{step}_{i}"
             call_id, n = base, 1
             while call_id in taken:

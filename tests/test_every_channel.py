@@ -1,0 +1,493 @@
+"""Every way a person decides, against every rule a decision is held to: one table. A channel
+is a row of `CHANNELS` (what it can carry: `can`, and whom it can act as: `people`); a rule is
+a row of `RULES` (what it needs of a channel). Each cell that a channel can express runs a real
+conversation on a worker under four eyes for destructive calls, with subagents, webhooks and
+one-time links, and an API with roles. A cell a channel cannot express is not run: the CLI
+carries no hashes and no roles, an Update goes to one conversation, a link decides one call as
+its addressee, the console shows what it shows.
+
+Channels: the CLI (a signal), an Update, REST, an AG-UI resume, a one-time link, the console in
+chromium. Rules: four eyes; the arguments seen; look-alike ids across parent, child and
+grandchild; a request acting once; stale decisions; a decision over several conversations
+whole or not at all; roles."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import pytest_asyncio
+from ag_ui.core import EventType
+from playwright.async_api import Browser, expect
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.profiles import AgentProfile, Profiles
+from activities.settings import ActivitySettings
+from activities.webhooks import Webhook, Webhooks
+from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
+from tests.fake_tools import registry_with_test_tools
+from tests.helpers import note_rows, script, start, unique
+from tests.webhook_support import LINKS, SECRET, Receiver
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
+from workflows.models import ConfirmRequest, ConversationStatus, RejectRequest
+from workflows.rules.links import read_link, sign_link
+
+TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v"}
+ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer"}
+ADDRESSEES = (None, "alice", "carol", "vic")  # a webhook each: whom its links decide as
+STALE_HASH = "sha256:" + "0" * 64
+PROFILES = Profiles({
+    "writer": AgentProfile(description="Writes notes", system_prompt="You write notes.",
+                           tools=["create_note", "delete_note"], max_steps=3),
+    "manager": AgentProfile(description="Has notes written", system_prompt="You delegate.",
+                            tools=["writer"], max_steps=3)})
+
+
+# ----- the place: a worker, a receiver of its approvals' links, an API with roles -----
+
+@dataclass
+class Desk:
+    client: Client
+    queue: str
+    api: ApiProcess
+    receiver: Receiver
+    model: ScriptedModelServer
+    data_dir: Any
+    temporal: str
+    browser: Browser | None = None
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def place(client: Client, activity_settings: ActivitySettings, receiver: Receiver,
+                temporal_address: str) -> AsyncIterator[tuple[str, ApiProcess]]:
+    queue = unique("channels")
+    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS, AGENT_API_TOKENS=",".join(
+        f"{n}:{t}:{ROLES[n]}" for n, t in TOKENS.items())).start()
+    hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
+                              events=["approval_requested"]) for to in ADDRESSEES],
+                     public_url=api.url)
+    settings = dataclasses.replace(activity_settings, webhooks=hooks, profiles=PROFILES,
+                                   four_eyes=("destructive",))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TEST_HOOK_SECRET", SECRET)
+        env.setenv("AGENT_LINK_SECRET", LINKS)
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+                async with build_worker(client, queue, settings, http, registry_with_test_tools()):
+                    yield queue, api
+        finally:
+            api.stop()
+
+
+# ----- what waits: the calls a rule puts before the channel -----
+
+@dataclass(frozen=True)
+class Call:
+    top: str  # the conversation the person looks at
+    owner: str  # the conversation that owns the call
+    call_id: str  # its id there
+    ref: str  # its name from `top`
+    title: str | None = None  # of the note it writes
+
+
+async def waiting(desk: Desk, top: str, ref: str) -> ConversationStatus:
+    deadline = time.monotonic() + 60
+    while True:
+        status = await desk.client.get_workflow_handle(top).query(ConversationWorkflow.status)
+        if any((p.ref or p.call_id) == ref for p in status.pending_confirmations):
+            return status
+        assert time.monotonic() < deadline, f"{ref} never waited in {top}: {status}"
+        await asyncio.sleep(0.05)
+
+
+def calls(tool: str, title: str, call_id: str) -> ScriptedReply:
+    args = {"title": title, "body": "b"} if tool == "create_note" else {"note_id": 808080}
+    return ScriptedReply(tool_calls=[ScriptedToolCall(name=tool, arguments=args, id=call_id)])
+
+
+def delegates(profile: str, task: str, call_id: str) -> ScriptedToolCall:
+    return ScriptedToolCall(name=f"agent__{profile}", arguments={"task": f"{task}: go"},
+                            id=call_id)
+
+
+async def one_call(desk: Desk, tool: str = "create_note") -> Call:
+    """Alice's conversation, waiting for one call."""
+    title = unique("cell")
+    trigger = script(desk.model, unique("one"), calls(tool, title, "c1"),
+                     ScriptedReply(content="done"))
+    handle = await start(desk.client, desk.queue, trigger, owner="alice")
+    await waiting(desk, handle.id, "c1")
+    return Call(handle.id, handle.id, "c1", "c1", title)
+
+
+async def look_alikes(desk: Desk) -> Call:
+    """The top conversation's `dup` (decided by carol), then a grandchild's `dup`, same args,
+    waiting (through a manager `m` and a writer `w`): `m/w/dup` from the top."""
+    title = unique("alike")
+    writer = script(desk.model, unique("w"), calls("create_note", title, "dup"),
+                    ScriptedReply(content="written"))
+    manager = script(desk.model, unique("m"), ScriptedReply(tool_calls=[
+        delegates("writer", writer, "w")]), ScriptedReply(content="managed"))
+    top = script(desk.model, unique("top"), calls("create_note", title, "dup"),
+                 ScriptedReply(tool_calls=[delegates("manager", manager, "m")]),
+                 ScriptedReply(content="done"))
+    handle = await start(desk.client, desk.queue, top, owner="alice")
+    await waiting(desk, handle.id, "dup")
+    own = Call(handle.id, handle.id, "dup", "dup", title)
+    assert await Update().decide(desk, [own], True, "carol")
+    await waiting(desk, handle.id, "m/w/dup")
+    return Call(handle.id, f"{handle.id}/m/w", "dup", "m/w/dup", title)
+
+
+async def two_parts(desk: Desk) -> list[Call]:
+    """Two writers waiting at once: p1's note (sensitive), p2's delete (destructive)."""
+    title = unique("part")
+    kids = [script(desk.model, unique("kid"), calls(tool, title, "call_0"),
+                   ScriptedReply(content="ok")) for tool in ("create_note", "delete_note")]
+    top = script(desk.model, unique("parts"), ScriptedReply(tool_calls=[
+        delegates("writer", kid, f"p{n}") for n, kid in enumerate(kids, 1)]),
+        ScriptedReply(content="done"))
+    handle = await start(desk.client, desk.queue, top, owner="alice")
+    for ref in ("p1/call_0", "p2/call_0"):
+        await waiting(desk, handle.id, ref)
+    return [Call(handle.id, f"{handle.id}/p{n}", "call_0", f"p{n}/call_0", title)
+            for n in (1, 2)]
+
+
+async def decisions(desk: Desk, call: Call) -> list[tuple[bool, str]]:
+    """What the call's own conversation recorded of it."""
+    status = await desk.client.get_workflow_handle(call.owner).query(ConversationWorkflow.status)
+    history = await desk.client.get_workflow_handle(call.owner).query(ConversationWorkflow.history)
+    recorded = [d for d in status.decisions if d.call_id == call.call_id] or [
+        a.decision for r in history for a in r.actions
+        if a.call_id == call.call_id and a.decision is not None]
+    return [(d.approved, d.approver) for d in recorded]
+
+
+async def still_waiting(desk: Desk, call: Call) -> None:
+    status = await desk.client.get_workflow_handle(call.owner).query(ConversationWorkflow.status)
+    assert [p.call_id for p in status.pending_confirmations if p.conversation_id is None] == [
+        call.call_id], status
+    assert await decisions(desk, call) == []
+
+
+async def decided(desk: Desk, call: Call, expected: list[tuple[bool, str]]) -> None:
+    deadline = time.monotonic() + 30
+    while (got := await decisions(desk, call)) != expected:
+        assert time.monotonic() < deadline, f"{call.ref}: {got} != {expected}"
+        await asyncio.sleep(0.05)
+
+
+# ----- the channels -----
+
+class Channel:
+    name = ""
+    can: frozenset[str] = frozenset()  # "seen", "many", "repeat", "roles"
+    people: frozenset[str | None] = frozenset({"alice", "bob", "carol", "vic", None})
+
+    async def decide(self, desk: Desk, targets: list[Call], approve: bool, as_: str | None,
+                     seen: str | None = None) -> bool:
+        """Decide the calls as `as_` (`seen`: the hash the person saw, when not the call's);
+        whether the decision was taken."""
+        raise NotImplementedError
+
+    async def repeat(self, desk: Desk) -> None:
+        """Send the last decision again, exactly (a retry, a double click)."""
+        raise NotImplementedError
+
+
+class Cli(Channel):
+    name, can = "cli", frozenset({"many"})
+    people = frozenset({"alice", "carol"})
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        argv = [sys.executable, "-m", "client", "confirm" if approve else "reject",
+                targets[0].top, *(c.ref for c in targets), "--as", as_ or "", "--timeout", "30"]
+        done = await asyncio.to_thread(
+            subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=90,
+            env={**os.environ, "TEMPORAL_ADDRESS": desk.temporal, "AGENT_TASK_QUEUE": desk.queue})
+        return done.returncode == 0
+
+
+class Update(Channel):
+    name, can = "update", frozenset({"seen", "repeat"})
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        [call] = targets
+        status = await desk.client.get_workflow_handle(call.owner).query(
+            ConversationWorkflow.status)
+        shown = next((p.args_hash for p in status.pending_confirmations
+                      if p.call_id == call.call_id and p.conversation_id is None), None)
+        kind = ConfirmRequest if approve else RejectRequest
+        self.last = call, kind(request_id=unique("u"), call_ids=[call.call_id],
+                               approver=as_ or "unknown",
+                               seen={call.call_id: h} if (h := seen or shown) else {})
+        return await self._send(desk, *self.last)
+
+    async def _send(self, desk, call, request) -> bool:
+        update = (ConversationWorkflow.decide_confirm if isinstance(request, ConfirmRequest)
+                  else ConversationWorkflow.decide_reject)
+        try:
+            outcome = await desk.client.get_workflow_handle(call.owner).execute_update(
+                update, request)
+        except WorkflowUpdateFailedError:
+            return False
+        return outcome.accepted
+
+    async def repeat(self, desk):
+        await self._send(desk, *self.last)
+
+
+class Rest(Channel):
+    name, can = "rest", frozenset({"seen", "many", "roles"})
+    people = frozenset(TOKENS)
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        status = (await self._get(desk, targets[0].top, "alice")).json()
+        hashes = {p["ref"]: p["args_hash"] for p in status["pending_confirmations"]}
+        body = {"call_ids": [c.ref for c in targets],
+                "seen": {c.ref: seen or hashes.get(c.ref, "") for c in targets}}
+        async with self._http(desk, as_) as http:
+            answer = await http.post(f"/conversations/{quote(targets[0].top)}/"
+                                     f"{'confirm' if approve else 'reject'}", json=body)
+        return answer.status_code == 200
+
+    @staticmethod
+    def _http(desk: Desk, as_: str | None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=desk.api.url, timeout=60, headers={
+            "Authorization": f"Bearer {TOKENS[as_ or 'carol']}"})
+
+    async def _get(self, desk, cid, as_):
+        async with self._http(desk, as_) as http:
+            return await http.get(f"/conversations/{quote(cid)}")
+
+
+class Agui(Channel):
+    name, can = "agui", frozenset({"many", "roles", "repeat"})
+    people = frozenset({"alice", "bob", "carol", "vic"})
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        self.last = as_, targets[0].top, unique("run"), [
+            {"interruptId": c.ref, "status": "resolved", "payload": {"approved": approve}}
+            for c in targets]
+        return await self._send(desk)
+
+    async def _send(self, desk) -> bool:
+        """Taken: the run finished, and it ignored none of the resume's entries (AG-UI ignores
+        an entry for an interrupt that is no longer open)."""
+        as_, thread, run, resume = self.last
+        async with Rest._http(desk, as_) as http:
+            answer = await http.post("/agui", json={
+                "threadId": thread, "runId": run, "messages": [], "state": None, "tools": [],
+                "context": [], "forwardedProps": {}, "resume": resume})
+        if answer.status_code != 200:  # a role's 403, another user's 404
+            return False
+        end = AGUI_EVENTS.validate_json(sse_events(answer.text)[-1]["data"])
+        return end.type == EventType.RUN_FINISHED and "ignoredResume" not in (end.metadata or {})
+
+    async def repeat(self, desk):
+        await self._send(desk)
+
+
+class Link(Channel):
+    name, can = "link", frozenset({"seen", "repeat", "roles"})
+    people = frozenset(ADDRESSEES)
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        [call] = targets
+        url = (await links_of(desk.receiver, call))[as_]["approve" if approve else "reject"]
+        if seen is not None:  # a link for other arguments: as if they changed since
+            token = url.rsplit("/", 1)[1]
+            claims = read_link(LINKS, token, time.time()).model_copy(update={"h": seen})
+            url = url.replace(token, sign_link(LINKS, claims))
+        self.last = url
+        async with httpx.AsyncClient(timeout=60) as http:
+            return (await http.post(url)).status_code == 200
+
+    async def repeat(self, desk):
+        async with httpx.AsyncClient(timeout=60) as http:
+            await http.post(self.last)
+
+
+async def links_of(receiver: Receiver, call: Call) -> dict[str | None, dict[str, str]]:
+    deadline = time.monotonic() + 30
+    while True:
+        found = {}
+        for d in receiver.events("approval_requested"):
+            body = d["json"]
+            if (body["conversation_id"], body["call_id"]) == (call.owner, call.call_id):
+                to = read_link(LINKS, body["approve_url"].rsplit("/", 1)[1], time.time()).to
+                found[to] = {"approve": body["approve_url"], "reject": body["reject_url"]}
+        if len(found) == len(ADDRESSEES):
+            return found
+        assert time.monotonic() < deadline, f"no links for {call}: {found}"
+        await asyncio.sleep(0.05)
+
+
+class Console(Channel):
+    """The console in chromium, signed in with the person's token: the approval card of the
+    call, by its ref; not offered (no button, or no conversation) is not taken."""
+
+    name, can = "console", frozenset({"roles"})
+    people = frozenset({"alice", "bob", "carol", "vic"})
+
+    async def decide(self, desk, targets, approve, as_, seen=None):
+        [call] = targets
+        assert desk.browser is not None
+        context = await desk.browser.new_context(viewport={"width": 1280, "height": 800})
+        try:
+            page = await context.new_page()
+            await page.goto(f"{desk.api.url}/")
+            await page.get_by_test_id("token-input").fill(TOKENS[as_ or "carol"])
+            await page.get_by_test_id("token-save").click()
+            await page.goto(f"{desk.api.url}/#/c/{quote(call.top)}")
+            card = page.locator(f'[data-testid="approval-card"][data-call-id="{call.ref}"]')
+            button = card.get_by_test_id("approve" if approve else "reject")
+            try:
+                await expect(card).to_be_visible(timeout=10_000)
+            except AssertionError:
+                return False  # not shown to this person
+            if not await button.count():
+                return False  # shown, not offered
+            async with page.expect_response(lambda r: r.request.method == "POST") as answer:
+                await button.click()
+            return (await answer.value).status == 200
+        finally:
+            await context.close()
+
+
+CHANNELS: list[Channel] = [Cli(), Update(), Rest(), Agui(), Link(), Console()]
+
+
+# ----- the rules -----
+
+async def four_eyes(ch: Channel, desk: Desk) -> None:
+    """A destructive call of alice's: her decision (or one that names nobody) is not taken;
+    carol's is, as carol."""
+    call = await one_call(desk, "delete_note")
+    for who in ("alice", None):
+        if who in ch.people:
+            assert not await ch.decide(desk, [call], True, who), who
+    await still_waiting(desk, call)
+    assert await ch.decide(desk, [call], True, "carol")
+    await decided(desk, call, [(True, "carol")])
+
+
+async def arguments_seen(ch: Channel, desk: Desk) -> None:
+    """A decision made on other arguments than the call's is not taken."""
+    call = await one_call(desk)
+    assert not await ch.decide(desk, [call], True, "carol", seen=STALE_HASH)
+    await still_waiting(desk, call)
+    assert await ch.decide(desk, [call], True, "carol")
+    await decided(desk, call, [(True, "carol")])
+
+
+async def look_alike_ids(ch: Channel, desk: Desk) -> None:
+    """A grandchild's `dup` (the same id and args as its top conversation's decided `dup`) is
+    decided by its ref, and only it: one more note, the top's decision unchanged."""
+    call = await look_alikes(desk)
+    top = Call(call.top, call.top, "dup", "dup", call.title)
+    assert await ch.decide(desk, [call], True, "carol")
+    await decided(desk, call, [(True, "carol")])
+    assert await decisions(desk, top) == [(True, "carol")]
+    await until(lambda: len(note_rows(desk.data_dir, call.title)) == 2)
+
+
+async def acts_once(ch: Channel, desk: Desk) -> None:
+    """The same decision sent twice is one decision, one write."""
+    call = await one_call(desk)
+    assert await ch.decide(desk, [call], True, "carol")
+    await ch.repeat(desk)
+    await decided(desk, call, [(True, "carol")])
+    await until(lambda: len(note_rows(desk.data_dir, call.title)) == 1)
+    await asyncio.sleep(0.3)  # no second write comes late
+    assert len(note_rows(desk.data_dir, call.title)) == 1
+
+
+async def stale(ch: Channel, desk: Desk) -> None:
+    """A call rejected already is not approved after."""
+    call = await one_call(desk)
+    assert await Update().decide(desk, [call], False, "carol")
+    assert not await ch.decide(desk, [call], True, "carol")
+    await decided(desk, call, [(False, "carol")])
+    assert note_rows(desk.data_dir, call.title) == []
+
+
+async def whole_or_nothing(ch: Channel, desk: Desk) -> None:
+    """alice decides two subagents' calls at once, one of them hers to leave to another (four
+    eyes): neither is decided."""
+    parts = await two_parts(desk)
+    assert not await ch.decide(desk, parts, True, "alice")
+    for part in parts:
+        await still_waiting(desk, part)
+    assert note_rows(desk.data_dir, parts[0].title) == []
+
+
+async def roles(ch: Channel, desk: Desk) -> None:
+    """A viewer, and a user who does not own the conversation, decide nothing; an approver
+    does."""
+    call = await one_call(desk)
+    for who in ("vic", "bob"):
+        if who in ch.people:
+            assert not await ch.decide(desk, [call], True, who), who
+    await still_waiting(desk, call)
+    assert await ch.decide(desk, [call], True, "carol")
+    await decided(desk, call, [(True, "carol")])
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Callable[[Channel, Desk], Awaitable[None]]
+    needs: frozenset[str] = field(default_factory=frozenset)
+
+
+RULES = {"four-eyes": Rule(four_eyes), "arguments-seen": Rule(arguments_seen, frozenset({"seen"})),
+         "look-alike-ids": Rule(look_alike_ids), "acts-once": Rule(acts_once, frozenset({"repeat"})),
+         "stale": Rule(stale), "whole": Rule(whole_or_nothing, frozenset({"many"})),
+         "roles": Rule(roles, frozenset({"roles"}))}
+CELLS = [pytest.param(rule, channel, id=f"{name}-{channel.name}")
+         for name, rule in RULES.items() for channel in CHANNELS if rule.needs <= channel.can]
+
+
+@pytest.fixture
+def desk(place, client: Client, receiver: Receiver, model: ScriptedModelServer,
+         activity_settings: ActivitySettings, temporal_address: str) -> Desk:
+    queue, api = place
+    return Desk(client, queue, api, receiver, model, activity_settings.data_dir, temporal_address)
+
+
+@pytest.mark.parametrize(("rule", "channel"), [c for c in CELLS if c.values[1].name != "console"])
+async def test_every_channel_holds_every_rule(rule: Rule, channel: Channel, desk: Desk):
+    await rule.check(channel, desk)
+
+
+@pytest.mark.parametrize(("rule", "channel"), [c for c in CELLS if c.values[1].name == "console"])
+async def test_the_console_holds_every_rule_it_can_show(rule: Rule, channel: Channel, desk: Desk,
+                                                         browser: Browser):
+    await rule.check(channel, dataclasses.replace(desk, browser=browser))

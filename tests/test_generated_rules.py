@@ -1,0 +1,100 @@
+"""Generated model replies through everything that reads them, without a server: the activity
+assembling the streamed chunks, the workflow making the reply usable (ids, bounds, recovered
+calls), checking each call against its tool, holding the risky ones for a person, and the
+status, the Temporal UI's details and the CLI's rendering of what waits. For any reply: nothing
+raises, every id is of the safe alphabet, everything serializes to valid UTF-8, and every
+command printed is one shell command. Hundreds of examples in `make test`;
+AGENT_GENERATED_EXAMPLES raises the count for a long run."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+
+from activities.llm import ReplyAssembler
+from client.render import render_status
+from scripted_model import ScriptedReply
+from scripted_model.script import tool_call_payloads
+from tests.fake_tools import registry_with_test_tools
+from tests.generated import one_command, printed_commands, replies
+from workflows.human_desk import HumanDesk
+from workflows.models import ApprovalPolicy, ConversationStatus, Usage
+from workflows.rules import gate, loop
+from workflows.rules.bounds import Limits, preview_args
+from workflows.rules.questions import ASK_TOOLS
+from workflows.rules.repair import (
+    SAFE_ID_CHARS,
+    bound_reply,
+    recover_tool_calls,
+    unique_call_ids,
+)
+from workflows.state import ContextState, ConversationState
+
+EXAMPLES = int(os.environ.get("AGENT_GENERATED_EXAMPLES", "300"))
+CATALOG = {t.name: t for t in [*ASK_TOOLS, *registry_with_test_tools().definitions()]}
+LIMITS = Limits.bounded(256 * 1024)
+
+
+def wire(value: Any) -> Any:
+    """A value as the endpoint's JSON carries it and the SDK decodes it."""
+    return json.loads(json.dumps(value))
+
+
+def streamed(reply: ScriptedReply) -> list[SimpleNamespace]:
+    """The chunks an OpenAI SDK would yield for the scripted server's stream of `reply`."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> SimpleNamespace:
+        calls = [SimpleNamespace(index=c["index"], id=c.get("id"), function=SimpleNamespace(
+            name=c["function"].get("name"), arguments=c["function"].get("arguments")))
+            for c in delta.get("tool_calls", [])]
+        return SimpleNamespace(model="scripted", usage=None, choices=[SimpleNamespace(
+            finish_reason=finish, delta=SimpleNamespace(content=delta.get("content"),
+                                                        tool_calls=calls or None))])
+    chunks = [chunk({"content": wire(reply.content)})] if reply.content else []
+    for i, call in enumerate(tool_call_payloads(1, reply)):
+        chunks.append(chunk({"tool_calls": [{"index": i, "id": wire(call["id"]), "function": {
+            "name": wire(call["function"]["name"]),
+            "arguments": wire(call["function"]["arguments"])}}]}))
+    chunks.append(chunk({}, reply.effective_finish_reason()))
+    return chunks
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(reply=replies)
+def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: ScriptedReply):
+    assembler = ReplyAssembler("scripted")
+    for chunk in streamed(reply):
+        assembler.add(chunk)
+    message = recover_tool_calls(assembler.result().message, CATALOG)
+    state = ConversationState(context=ContextState(system_prompt="s"), catalog=dict(CATALOG))
+    if message.tool_calls:
+        calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1, safe=True)
+        message = message.model_copy(update={"tool_calls": calls})
+    message, refused = bound_reply(message, LIMITS)
+    desk = HumanDesk(state, LIMITS)
+    desk.owner = "alice"
+    for call in message.tool_calls or []:
+        assert SAFE_ID_CHARS.issuperset(call.id) and 0 < len(call.id) <= 64, call.id
+        checked = loop.check_tool_call(call, CATALOG)
+        if call.id in refused or isinstance(checked, loop.InvalidCall):
+            continue
+        preview_args(checked.arguments)
+        loop.describe_call(checked.tool.name, checked.arguments)
+        if gate.needs_approval(checked.tool, ApprovalPolicy()):
+            desk.hold(call.id, checked.tool, checked.arguments, ticket="t")
+    status = ConversationStatus(
+        workflow_id="conv-1", status=desk.waiting_status() or "idle", turn=1, steps=1,
+        llm_calls=1, tools_used=[], stop_reason=None, final_answer=message.content,
+        pending_confirmations=desk.pending_confirmations(), usage=Usage(), error=None,
+        owner="alice")
+    status.model_dump_json().encode()
+    message.model_dump_json().encode()
+    details = desk.details_markdown("conv-1", status.status, 1, None, None)
+    commands = printed_commands(render_status(status), details)
+    assert len(commands) >= 3 * len(status.pending_confirmations)
+    for command in commands:
+        assert one_command(command), command

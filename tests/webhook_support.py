@@ -1,0 +1,71 @@
+"""A webhook receiver the tests run, and the worker's webhooks that deliver to it (the fixtures
+that start them are in the test modules)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from activities.webhooks import Webhook, Webhooks
+from tests.devserver import free_port
+
+SECRET, LINKS = "hook-secret-123", "link-secret-456"
+
+
+class Receiver:
+    """A webhook receiver: what it got, when; it can hold its answer (`hold_s`), and answer
+    `statuses` in turn before it answers 200."""
+
+    def __init__(self, hold_s: float = 0.0, statuses: tuple[int, ...] = ()) -> None:
+        self.got: list[dict] = []
+        received, self.hold_s, self.statuses = self.got, hold_s, list(statuses)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                received.append({"at": time.monotonic(), "body": body,
+                                 "headers": dict(self.headers)})
+                time.sleep(owner.hold_s)
+                self.send_response(owner.statuses.pop(0) if owner.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+    def events(self, event: str) -> list[dict]:
+        return [{**d, "json": json.loads(d["body"])} for d in self.got
+                if d["headers"].get("X-Agent-Event") == event]
+
+    async def until(self, event: str, count: int = 1, timeout_s: float = 20) -> list[dict]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.events(event)) < count:
+            assert time.monotonic() < deadline, f"no {event} delivery: {self.got}"
+            await asyncio.sleep(0.05)
+        return self.events(event)
+
+
+def signed(delivery: dict, secret: str = SECRET) -> bool:
+    expected = "sha256=" + hmac.new(secret.encode(), delivery["body"], hashlib.sha256).hexdigest()
+    return hmac.compare_digest(delivery["headers"]["X-Agent-Signature"], expected)
+
+
+
+def hooks_of(*urls: str, addressee: str | None = None, public_url: str = "") -> Webhooks:
+    return Webhooks([Webhook(url=url, secret_env="TEST_HOOK_SECRET", addressee=addressee,
+                             events=["approval_requested", "question_asked", "turn_finished",
+                                     "conversation_failed"]) for url in urls],
+                    public_url=public_url or "http://127.0.0.1:8000")
