@@ -33,13 +33,10 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
-from activities.webhooks import Webhook, Webhooks
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
-from tests.fake_tools import registry_with_test_tools
 from tests.helpers import note_rows, script, start, unique
-from tests.webhook_support import LINKS, SECRET, Receiver
-from worker.app import build_worker
+from tests.webhook_support import LINKS, Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest, ConversationStatus, RejectRequest
 from workflows.rules.links import read_link, sign_link
@@ -79,23 +76,11 @@ def receiver() -> Iterator[Receiver]:
 @pytest_asyncio.fixture(scope="module")
 async def place(client: Client, activity_settings: ActivitySettings, receiver: Receiver,
                 temporal_address: str) -> AsyncIterator[tuple[str, ApiProcess]]:
-    queue = unique("channels")
-    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS, AGENT_API_TOKENS=",".join(
-        f"{n}:{t}:{ROLES[n]}" for n, t in TOKENS.items())).start()
-    hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
-                              events=["approval_requested"]) for to in ADDRESSEES],
-                     public_url=api.url)
-    settings = dataclasses.replace(activity_settings, webhooks=hooks, profiles=PROFILES,
-                                   four_eyes=("destructive",))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TEST_HOOK_SECRET", SECRET)
-        env.setenv("AGENT_LINK_SECRET", LINKS)
-        try:
-            async with httpx.AsyncClient(timeout=10) as http:
-                async with build_worker(client, queue, settings, http, registry_with_test_tools()):
-                    yield queue, api
-        finally:
-            api.stop()
+    settings = dataclasses.replace(activity_settings, profiles=PROFILES, four_eyes=("destructive",))
+    tokens = ",".join(f"{n}:{t}:{ROLES[n]}" for n, t in TOKENS.items())
+    async with worker_with_links(client, settings, receiver, temporal_address, ADDRESSEES,
+                                 tokens) as place:
+        yield place
 
 
 # ----- what waits: the calls a rule puts before the channel -----
@@ -362,12 +347,16 @@ class Console(Channel):
             await page.goto(f"{desk.api.url}/#/c/{quote(call.top)}")
             card = page.locator(f'[data-testid="approval-card"][data-call-id="{call.ref}"]')
             button = card.get_by_test_id("approve" if approve else "reject")
-            try:
-                await expect(card).to_be_visible(timeout=10_000)
-            except AssertionError:
+            # the conversation shown (its status read), or why not (another user's: a 404)
+            status = page.locator('[data-testid="status"][data-status]')
+            error = page.locator('[data-testid="conversation-error"]:not([hidden])')
+            await expect(status.or_(error).first).to_be_visible()
+            if await error.is_visible():
                 return False  # not shown to this person
-            if not await button.count():
-                return False  # shown, not offered
+            if await status.get_attribute("data-status") == "waiting_for_confirmation":
+                await expect(card).to_be_visible()  # the cards come a moment after the status
+            if not await card.count() or not await button.count():
+                return False  # not waiting, or shown and not offered
             async with page.expect_response(lambda r: r.request.method == "POST") as answer:
                 await button.click()
             return (await answer.value).status == 200

@@ -9,7 +9,7 @@ each question. Whatever the model sent:
 - status, history and the live events serialize as valid UTF-8;
 - every command the CLI and the Temporal UI print is one shell command.
 
-`make test` runs a few batches; AGENT_GENERATED_CONVERSATIONS sets how many for a long run."""
+`make test` runs 3 batches; AGENT_GENERATED_CONVERSATIONS sets how many for a long run."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ from workflows.models import (
 )
 from workflows.rules.gate import args_hash
 
-BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "4"))
+BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3"))
 AT_ONCE = 6  # conversations a batch runs together
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
                       tools=["create_note", "get_weather", "ask_confirm"], max_steps=3)

@@ -20,14 +20,11 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
-from activities.webhooks import Webhook, Webhooks
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
-from tests.fake_tools import registry_with_test_tools
 from tests.helpers import note_rows, reaches, replay, script, settled, start, unique
-from tests.webhook_support import LINKS, SECRET, Receiver
-from worker.app import build_worker
+from tests.webhook_support import LINKS, Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest, ConversationStatus, SayRequest
 from workflows.rules.links import LinkClaims, read_link, sign_link
@@ -50,23 +47,11 @@ async def linked(client: Client, activity_settings: ActivitySettings, receiver: 
                  temporal_address: str) -> AsyncIterator[tuple[str, ApiProcess]]:
     """A worker under four eyes for destructive calls, with a writer subagent, whose approvals
     reach one webhook per addressee; and an API with tokens serving the links."""
-    queue = unique("links")
-    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS,
-                     AGENT_API_TOKENS=TOKENS).start()
-    hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
-                              events=["approval_requested"]) for to in ADDRESSEES],
-                     public_url=api.url)
-    settings = dataclasses.replace(activity_settings, webhooks=hooks, four_eyes=("destructive",),
+    settings = dataclasses.replace(activity_settings, four_eyes=("destructive",),
                                    profiles=Profiles({"writer": WRITER}))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TEST_HOOK_SECRET", SECRET)
-        env.setenv("AGENT_LINK_SECRET", LINKS)
-        try:
-            async with httpx.AsyncClient(timeout=10) as http:
-                async with build_worker(client, queue, settings, http, registry_with_test_tools()):
-                    yield queue, api
-        finally:
-            api.stop()
+    async with worker_with_links(client, settings, receiver, temporal_address, ADDRESSEES,
+                                 TOKENS) as linked:
+        yield linked
 
 
 async def links_of(receiver: Receiver, conversation: str, call_id: str,

@@ -4,15 +4,27 @@ that start them are in the test modules)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import json
 import threading
 import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
+import pytest
+from temporalio.client import Client
+
+from activities.settings import ActivitySettings
 from activities.webhooks import Webhook, Webhooks
+from tests.api_support import ApiProcess
 from tests.devserver import free_port
+from tests.fake_tools import registry_with_test_tools
+from worker.app import build_worker
 
 SECRET, LINKS = "hook-secret-123", "link-secret-456"
 
@@ -69,3 +81,27 @@ def hooks_of(*urls: str, addressee: str | None = None, public_url: str = "") -> 
                              events=["approval_requested", "question_asked", "turn_finished",
                                      "conversation_failed"]) for url in urls],
                     public_url=public_url or "http://127.0.0.1:8000")
+
+
+@asynccontextmanager
+async def worker_with_links(client: Client, settings: ActivitySettings, receiver: Receiver,
+                            temporal_address: str, addressees: Iterable[str | None],
+                            tokens: str) -> AsyncIterator[tuple[str, ApiProcess]]:
+    """A worker whose approvals reach `receiver` through one webhook per addressee, with one-time
+    links, and an API with `tokens` serving them: (its task queue, the API)."""
+    queue = f"links-{uuid.uuid4().hex[:8]}"
+    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS,
+                     AGENT_API_TOKENS=tokens).start()
+    hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
+                              events=["approval_requested"]) for to in addressees],
+                     public_url=api.url)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TEST_HOOK_SECRET", SECRET)
+        env.setenv("AGENT_LINK_SECRET", LINKS)
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+                async with build_worker(client, queue, dataclasses.replace(settings, webhooks=hooks),
+                                        http, registry_with_test_tools()):
+                    yield queue, api
+        finally:
+            api.stop()
