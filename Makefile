@@ -2,13 +2,22 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install server worker api stop clean
+.PHONY: demo test test-real-model local-model bench install server worker api stop clean
 
 demo:
 	@scripts/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# The demo's prompts against a real model (never in CI): any OpenAI-compatible endpoint, or the
+# small one `make local-model` serves on this CPU.
+test-real-model: $(STAMP)
+	@test -n "$$REAL_MODEL_BASE_URL" || { echo "Set REAL_MODEL_BASE_URL (and REAL_MODEL) to an OpenAI-compatible endpoint, or run 'make local-model' first and export what it prints."; exit 2; }
+	$(PY) -m pytest -q -s tests/real_model
+
+local-model:
+	@python3 scripts/local_model.py up
 
 bench: $(STAMP)
 	@$(PY) -m pip install -q -e '.[dev,bench]'

@@ -73,13 +73,27 @@ def is_retryable_status(status: int) -> bool:
 # may answer. 401/403: its key; 404: the model is not there.
 ENTRY_STATUSES = frozenset({401, 403, 404})
 # How providers say a prompt is longer than the model's window (OpenAI and the servers that copy
-# its wording: vLLM, DeepSeek, Groq, Together; Anthropic; Gemini; Mistral). Only with a 400-ish
-# status: the words alone appear in other errors too.
+# its wording: vLLM, DeepSeek, Groq, Together; Anthropic; Gemini; Mistral; llama.cpp's server,
+# Ollama, LM Studio). Only with a 400-ish status: the words alone appear in other errors too.
 CONTEXT_TOO_LONG = re.compile(
     r"context_length_exceeded|maximum context length|context length (is )?exceeded"
     r"|prompt is too long|input token count.*exceeds the maximum"
     r"|too large for model with \d+ maximum context length"
-    r"|reduce the length of the messages", re.IGNORECASE | re.DOTALL)
+    r"|reduce the length of the messages"
+    r"|exceed_context_size_error|exceeds the available context size"  # llama.cpp
+    r"|input length exceeds the context length"  # Ollama
+    r"|when context the overflows|greater than the context length"  # LM Studio
+    r"|longer than the maximum model length", re.IGNORECASE | re.DOTALL)  # vLLM
+# What those errors say of the window and of the prompt's tokens, where they do.
+WINDOW_SAID = re.compile(
+    r"(?:available context size \(|maximum context length is |context length of only "
+    r"|n_ctx: ?|maximum model length of |maximum context length of )(\d{1,9})", re.IGNORECASE)
+# In the order they are tried: "you requested 5000 tokens (4000 in the messages, ...)" and "you
+# requested 4096 output tokens and your prompt contains at least 258049" name the prompt later.
+PROMPT_SAID = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"(\d{1,9}) in the messages", r"prompt contains (?:at least )?(\d{1,9})",
+    r"(?:request \(|resulted in |keep the first |n_keep: ?|prompt \(length )(\d{1,9})",
+    r"you requested (\d{1,9}) tokens"))
 MAX_DETAIL_CHARS = 2048  # of an endpoint's error: what is matched, and kept in the failure
 
 
@@ -97,11 +111,9 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
             next_retry_delay=_retry_after(exc),
         )
     # the pattern has `.*`: it looks at the endpoint's words bounded, never at all of them
-    words = f"{detail} {_error_code(exc)[:MAX_DETAIL_CHARS]}"
+    words = f"{detail} {_error_code(exc)[:MAX_DETAIL_CHARS]}"  # the code and type
     if status in (400, 413, 422) and CONTEXT_TOO_LONG.search(words):
-        return ApplicationError(f"the prompt is longer than the model's context window "
-                                f"({status}): {detail}", type="LLMContextTooLong",
-                                non_retryable=True)
+        return context_too_long(f"({status}): {detail}", exc.body)
     hint = HINTS.get(status)
     message = f"model endpoint rejected the request ({status}): {detail}"
     return ApplicationError(
@@ -149,14 +161,13 @@ class LLMActivities:
                  temporal: Client | None = None, cache: ContextCache | None = None):
         self._settings = settings
         self._models = settings.model_entries()
-        # By (base URL, key variable), made once: an endpoint's client, its prices and its host
+        # By (base URL, key variable), made once: an endpoint's client and its host
         # (server.address); `client` serves the default entry.
         self._endpoints: dict[tuple[str | None, str | None],
-                              tuple[openai.AsyncOpenAI, Prices, str | None]] = {}
+                              tuple[openai.AsyncOpenAI, str | None]] = {}
         if client is not None:
             default = self._models.entries[self._models.default]
-            self._endpoints[(default.base_url, default.api_key_env)] = self._endpoint(
-                default, client)
+            self._endpoints[(default.base_url, default.api_key_env)] = self._endpoint(client)
         self._known = telemetry.known_models(settings)  # what a metric may name
         self._slots = {name: asyncio.Semaphore(e.max_concurrency)
                        for name, e in self._models.entries.items() if e.max_concurrency}
@@ -181,17 +192,17 @@ class LLMActivities:
             # worker, from the variable it names
             key_value = (self._settings.openai_api_key or "unset"
                          if spec.api_key_env == "OPENAI_API_KEY" else self._models.api_key(spec))
-            self._endpoints[key] = self._endpoint(spec, openai.AsyncOpenAI(
+            self._endpoints[key] = self._endpoint(openai.AsyncOpenAI(
                 api_key=key_value, base_url=spec.base_url,
                 max_retries=0))  # Temporal's retry policy owns retries
-        client, prices, server = self._endpoints[key]
+        client, server = self._endpoints[key]
+        prices = self._settings.prices.for_entry(spec.base_url, spec.free, spec.price)
         return Endpoint(name, spec, client, prices, server,
                         telemetry.model_label(spec.model, self._known), self._slots.get(name))
 
-    def _endpoint(self, spec: ModelEntry, client: openai.AsyncOpenAI
-                  ) -> tuple[openai.AsyncOpenAI, Prices, str | None]:
-        return (client, self._settings.prices.for_endpoint(spec.base_url),
-                urlsplit(str(client.base_url)).hostname)
+    @staticmethod
+    def _endpoint(client: openai.AsyncOpenAI) -> tuple[openai.AsyncOpenAI, str | None]:
+        return client, urlsplit(str(client.base_url)).hostname
 
     @activity.defn(name="llm_call")
     async def llm_call(self, request: LLMRequest) -> LLMReply:
@@ -286,8 +297,22 @@ class LLMActivities:
                                                    attempt=attempt,
                                                    text=text[i:i + TOKEN_ITEM_CHARS]))
 
-                reply = await _classified(heartbeating(endpoint.in_slot(self._stream(
-                    endpoint, messages, tools, tool_choice, on_text, response_format))))
+                for tried in range(1, FORMAT_ATTEMPTS + 1):
+                    try:
+                        reply = await _classified(heartbeating(endpoint.in_slot(self._stream(
+                            endpoint, messages, tools, tool_choice, on_text,
+                            response_format))))
+                        break
+                    except FormatError as err:  # one line each, then the reason and a hint
+                        log.warning("the server could not parse the model's reply",
+                                    entry=endpoint.name, tried=tried, error=str(err))
+                        if tried == FORMAT_ATTEMPTS:
+                            raise ApplicationError(
+                                f"the server could not parse the model's reply {tried} times "
+                                f"({err}); {FORMAT_HINT}", type="LLMFormatError",
+                                non_retryable=True) from None
+                        tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
+                                                   attempt=attempt, text=str(err)))
             reply.usage = endpoint.prices.priced(model, reply.usage)
             reply.entry = endpoint.name
             call.answered(reply.usage, {
@@ -311,7 +336,7 @@ class LLMActivities:
         """The completion, in structured-output mode when a typed result is asked and the
         endpoint has it. An endpoint that refuses the mode is asked without it (the conversation
         checks the answer either way), and is not asked with it again."""
-        client, model, params = endpoint.client, endpoint.spec.model, endpoint.spec.params
+        client, model, params = endpoint.client, endpoint.spec.model, endpoint.spec.call_params
         if response_format is not None and endpoint.name not in self._unstructured:
             try:
                 return await stream_completion(client, model, messages, tools, tool_choice,
@@ -386,6 +411,34 @@ async def _classified(call: Awaitable[T]) -> T:
         raise classify_status_error(exc) from None
     except openai.APIConnectionError as exc:  # includes APITimeoutError
         raise ApplicationError(f"model endpoint unreachable: {exc}", type="LLMTransientError") from None
+    except openai.APIError as exc:  # an error event inside a stream that had begun
+        raise classify_stream_error(exc) from None
+
+
+# How servers say their tool-call parser could not read what the model wrote (llama.cpp's PEG
+# parsers, vLLM's and others'): the model's fault, which asking again may or may not cure.
+FORMAT_ERROR = re.compile(r"does not match the expected|failed to parse|could not parse|"
+                          r"parse error|tool call parser|invalid tool call", re.IGNORECASE)
+FORMAT_ATTEMPTS = 3  # a reply the server could not parse is asked for this often, in all
+FORMAT_HINT = ("the model's reply did not fit the tool-call format its server parses; a model "
+               "better at tool calls, a server without its own tool parser (the agent then reads "
+               "the calls from the text), or fewer tools may help")
+
+
+class FormatError(Exception):
+    """The server could not parse the model's output (an error event in its stream)."""
+
+
+def classify_stream_error(exc: openai.APIError) -> Exception:
+    """An error the endpoint sent inside its stream: a reply its parser could not read (asked
+    again a few times, `FormatError`), else a transient failure."""
+    detail = valid_text(str(getattr(exc, "message", "") or exc)[:MAX_DETAIL_CHARS])
+    if FORMAT_ERROR.search(detail):
+        return FormatError(detail)
+    if CONTEXT_TOO_LONG.search(detail):
+        return context_too_long(f"(in its stream): {detail}", getattr(exc, "body", None))
+    return ApplicationError(f"model endpoint failed mid-stream: {detail}",
+                            type="LLMTransientError")
 
 
 async def stream_completion(
@@ -479,12 +532,12 @@ class ReplyAssembler:
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-    return exc.message
+    """The endpoint's words: its error's message, or its error as plain text (LM Studio's
+    `{"error": "..."}`, which the SDK keeps as the body and leaves out of its message)."""
+    if isinstance(exc.body, str) and exc.body.strip():
+        return exc.body
+    message = _error_body(exc.body).get("message")
+    return str(message) if message else exc.message
 
 
 MAX_RETRY_AFTER_S = 60.0
@@ -511,6 +564,31 @@ def _retry_after(exc: openai.APIStatusError, now: datetime | None = None) -> tim
 
 
 def _error_code(exc: openai.APIStatusError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error", body)
-    return str(error.get("code") or "") if isinstance(error, dict) else ""
+    error = _error_body(exc.body)
+    return f"{error.get('code') or ''} {error.get('type') or ''}".strip()
+
+
+def _error_body(body: object) -> dict[str, Any]:
+    """The error object of an endpoint's error body ({} if it has none)."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def context_too_long(detail: str, body: object) -> ApplicationError:
+    """A prompt longer than the model's window, with what the endpoint said of the window and
+    of the prompt's tokens (llama.cpp's `n_ctx` and `n_prompt_tokens`, else its words) as the
+    error's details, for the conversation to fit its budget to."""
+    error = _error_body(body)
+
+    def said(field: str, *words: re.Pattern[str]) -> int | None:
+        value = error.get(field)
+        if not (isinstance(value, int) and not isinstance(value, bool)):
+            found = next((f for w in words if (f := w.search(detail))), None)
+            value = int(found.group(1)) if found else None
+        return value if value is not None and 0 < value < 10**9 else None
+
+    return ApplicationError(
+        f"the prompt is longer than the model's context window {detail}",
+        {"window": said("n_ctx", WINDOW_SAID),
+         "prompt_tokens": said("n_prompt_tokens", *PROMPT_SAID)},
+        type="LLMContextTooLong", non_retryable=True)

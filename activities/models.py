@@ -23,8 +23,12 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from activities.config_file import read_config
+from activities.pricing import ModelPrice
+from workflows.models import EntryLimits
 
 DEFAULT_ENTRY = "default"
+OUTPUT_PARAMS = frozenset({"max_tokens", "max_completion_tokens"})  # what a reply may take
+MIN_CONTEXT_TOKENS = 256
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}")
 # What `params` may not set: the call's own fields, which the conversation decides.
 RESERVED_PARAMS = frozenset({"model", "messages", "tools", "tool_choice", "stream",
@@ -42,13 +46,47 @@ class ModelEntry(BaseModel, extra="forbid"):
     params: dict[str, Any] = {}  # passed to the endpoint as they are (reasoning_effort, ...)
     max_concurrency: int | None = Field(default=None, ge=1)  # calls at once, per worker process
     max_requests_per_s: float | None = Field(default=None, gt=0)  # across every worker
+    # The model's window (None: as its server says, where it does: `activities.windows`), and
+    # what a reply may take of it (sent as `max_tokens`, and kept free of the prompt)
+    context_tokens: int | None = Field(default=None, ge=MIN_CONTEXT_TOKENS)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    # A call's deadline and heartbeat (None: the conversation's, made for a hosted model)
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    heartbeat_s: float | None = Field(default=None, gt=0, le=600)
+    free: bool = False  # costs nothing (a model on one's own machine)
+    price: ModelPrice | None = None  # dollars per million tokens, beside AGENT_PRICES
 
     @model_validator(mode="after")
     def _params_are_extra(self) -> ModelEntry:
         clash = sorted(RESERVED_PARAMS & self.params.keys())
         if clash:
             raise ValueError(f"params may not set {', '.join(clash)}: the conversation does")
+        if self.max_output_tokens is not None and OUTPUT_PARAMS & self.params.keys():
+            raise ValueError("max_output_tokens and params' max_tokens say the same: keep one")
+        if self.free and self.price is not None:
+            raise ValueError("an entry is free or has a price, not both")
+        if self.max_output_tokens and self.context_tokens and \
+                self.max_output_tokens >= self.context_tokens:
+            raise ValueError("max_output_tokens must leave room for a prompt in context_tokens")
         return self
+
+    @property
+    def call_params(self) -> dict[str, Any]:
+        """What a model call sends beside its messages: `params`, and `max_tokens` where the
+        entry says what a reply may take."""
+        if self.max_output_tokens is None:
+            return self.params
+        return {"max_tokens": self.max_output_tokens, **self.params}
+
+    def limits(self, window: int | None = None) -> EntryLimits | None:
+        """What a conversation keeps of the entry (`window`: the one its server said, when the
+        entry does not say), or None if nothing is set."""
+        said = [v for k in OUTPUT_PARAMS if type(v := self.params.get(k)) is int and v > 0]
+        limits = EntryLimits(context_tokens=self.context_tokens or window,
+                             max_output_tokens=self.max_output_tokens or min(said, default=None),
+                             timeout_s=self.timeout_s,
+                             heartbeat_s=self.heartbeat_s)
+        return None if limits == EntryLimits() else limits
 
 
 class ModelsFile(BaseModel, extra="forbid"):
@@ -134,11 +172,16 @@ def model_queue(task_queue: str, entry: str) -> str:
     return f"{task_queue}.model.{entry}"
 
 
-def model_routes(models: Models | None, task_queue: str) -> dict[str, Any]:
-    """What a conversation keeps of the entries (`ToolCatalog`): nothing without AGENT_MODELS,
-    so that conversations route as before."""
-    if models is None:
-        return {}
+def model_routes(models: Models | None, task_queue: str,
+                 windows: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What a conversation keeps of the entries (`ToolCatalog`): without AGENT_MODELS, only the
+    limits of the one entry (`windows`: those the servers said), so that conversations route as
+    before."""
+    limits = {name: limited for name, entry in (models.entries if models else {}).items()
+              if (limited := entry.limits((windows or {}).get(name))) is not None}
+    if models is None or set(models.entries) == {DEFAULT_ENTRY} and not models.fallbacks \
+            and not models.limited():
+        return {"model_limits": limits} if limits else {}
     return {"model_entries": list(models.entries), "default_model_entry": models.default,
-            "model_fallbacks": models.fallbacks,
+            "model_fallbacks": models.fallbacks, "model_limits": limits,
             "model_queues": {name: model_queue(task_queue, name) for name in models.limited()}}

@@ -52,10 +52,12 @@ class Prices:
 
     base_url: str | None = None
     overrides: dict[str, ModelPrice] = field(default_factory=dict)
+    free: bool = False  # the entry's own word: it costs nothing
+    price: ModelPrice | None = None  # or its own price
 
     @classmethod
     def load(cls, path: Path | None) -> Prices:
-        """The overrides of an AGENT_PRICES file; the endpoint is bound by `for_endpoint`."""
+        """The overrides of an AGENT_PRICES file; an entry binds its own by `for_entry`."""
         if path is None:
             return cls()
         try:
@@ -64,8 +66,11 @@ class Prices:
             raise PricesError(f"AGENT_PRICES={path} cannot be used: {err}") from None
         return cls(overrides=parsed.models)
 
-    def for_endpoint(self, base_url: str | None) -> Prices:
-        return Prices(base_url, self.overrides)
+    def for_entry(self, base_url: str | None, free: bool = False,
+                  price: ModelPrice | None = None) -> Prices:
+        """The prices of a model entry: its own (`free`, `price`), else AGENT_PRICES's, else
+        what genai-prices knows of its endpoint's provider."""
+        return Prices(base_url, self.overrides, free, price)
 
     def priced(self, model: str, usage: Usage) -> Usage:
         """The usage with its cost (or None and a note). A call with no usage reported stays
@@ -77,6 +82,10 @@ class Prices:
                                         "unpriced_calls": int(cost is None)})
 
     def cost(self, model: str, usage: Usage) -> tuple[float | None, str | None]:
+        if self.free:
+            return 0.0, None
+        if self.price is not None:
+            return round(self.price.cost(usage), 10), None
         if model in self.overrides:
             return round(self.overrides[model].cost(usage), 10), None
         import genai_prices  # imported on first use: its price data takes a moment to load
@@ -95,4 +104,5 @@ class Prices:
             except LookupError:
                 continue
             return round(float(price.total_price), 10), None
-        return None, f"no price known for model {model!r} (add it to the AGENT_PRICES file)"
+        return None, (f"no price for {model!r}: give its entry \"free\": true or a \"price\" "
+                      "(AGENT_MODELS), or add it to AGENT_PRICES")

@@ -18,6 +18,7 @@ from activities.models import model_routes
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from activities.tools.reporter import CallReporter
+from activities.windows import Windows
 from workflows.models import (
     Risk,
     ToolCatalog,
@@ -46,6 +47,7 @@ class ToolActivities:
         self._settings = settings
         self._http = http
         self._mcp = mcp
+        self._windows = Windows(http)  # the model windows the endpoints say, asked once
         # Set on a worker that runs workflow tasks only (`--role workflows`): conversations send
         # their model calls and tool runs to these queues, which other workers serve.
         self._activity_queues = activity_queues or {}
@@ -54,13 +56,14 @@ class ToolActivities:
     async def list_tools(self, request: ToolListRequest | None = None) -> ToolCatalog:
         """Every tool (native, MCP, and a tool per agent profile); for a subagent, those its
         profile allows, with the profile's system prompt."""
-        allowed = self._settings.auto_approvable
+        allowed, models = self._settings.auto_approvable, self._settings.model_entries()
         floor = None if allowed is None else sorted(allowed)
         rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes),
                  "activity_queues": self._activity_queues,
                  "webhooks": self._settings.webhooks.refs() if self._settings.webhooks else [],
                  "webhook_retry_s": self._settings.webhook_retry_s,
-                 **model_routes(self._settings.models, activity.info().task_queue)}
+                 **model_routes(models, activity.info().task_queue,
+                                await self._windows.of(models))}
         profiles = self._settings.profiles
         if request is not None and request.profile not in profiles.agents:
             return ToolCatalog(tools=[], **rules,

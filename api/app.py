@@ -55,6 +55,7 @@ from client.session import (
     Refused,
     Session,
     UsageError,
+    budget_of,
     new_conversation_id,
     unsendable,
 )
@@ -249,7 +250,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
                                 model=body.model, max_steps=body.max_steps,
                                 one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
                                 max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,
-                                owner=who.name, trace_parent=caller_trace(request))
+                                owner=who.name, trace_parent=caller_trace(request),
+                                **budget_of(body.context_budget_tokens))
         started = await s.start(inp, cid, source="the HTTP API", existing_ok=True)
         if not started and who.may("read", await s.owner(cid)) is not Verdict.ALLOWED:
             raise Refused(f"the id {cid} is in use")

@@ -18,11 +18,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from client.session import (
     CONVERSATION_ID_PATTERN,
     MAX_JSON_DEPTH,
+    MIN_CONTEXT_TOKENS,
     UsageError,
     targets,
     unsendable,
 )
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, MAX_CALL_ARGS_BYTES, json_size
+from workflows.rules.bounds import (
+    DEFAULT_MESSAGE_BYTES,
+    MAX_CALL_ARGS_BYTES,
+    MAX_CONTEXT_BUDGET_TOKENS,
+    json_size,
+)
 
 # Blank is what Python's str.strip() removes (the conversation strips) and what ECMAScript's \s
 # matches (JSON Schema validators), so that both agree a text is not blank.
@@ -78,6 +84,12 @@ class StartBody(Body):
     max_cost_usd: float | None = Field(default=None, gt=0,
                                        description="stop a turn once the conversation has cost "
                                                    "this many dollars")
+    # (the bounds before the validator, so that the schema says them as JSON Schema does)
+    context_budget_tokens: Annotated[int, Field(ge=MIN_CONTEXT_TOKENS,
+                                                le=MAX_CONTEXT_BUDGET_TOKENS),
+                                     BeforeValidator(_whole)] | None = Field(
+        default=None, description="the tokens a prompt may take before older turns fold into a summary "
+                    "(default 24,000; less where the model's window is known to be smaller)")
     system_prompt: str | None = None
     output_schema: dict[str, Any] | None = Field(
         default=None, description="a JSON Schema (at most 16 KiB) the final answer must fit; the "

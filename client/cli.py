@@ -26,6 +26,7 @@ from client.session import (
     Refused,
     Session,
     UsageError,
+    budget_of,
     new_conversation_id,
     targets,
 )
@@ -92,6 +93,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         max_cost_usd=a.max_cost_usd,
         output_schema=a.output_schema,
         owner=a.who,
+        **budget_of(a.context_tokens),
     )
     await s.start(inp, workflow_id)
     if not a.wait:
@@ -251,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
+    p.add_argument("--context-tokens", type=int, default=None, metavar="N",
+                   help="tokens a prompt may take before older turns fold into a summary "
+                        "(default 24000; less where the model's window is known to be smaller)")
     p.add_argument("--max-cost-usd", type=float, default=None,
                    help="stop a turn once the conversation has cost this many dollars")
     p.add_argument("--output-schema", metavar="FILE_OR_JSON", type=read_output_schema,

@@ -44,16 +44,19 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"queued messages: {s.queued_messages}")
     u = s.usage
     cached = f", {u.cached_tokens} of them cached" if u.cached_tokens else ""
+    failed = (f"; {u.failed_calls} failed model call(s), whose tokens the endpoint did not "
+              "report" if u.failed_calls else "")
     lines.append(
         f"usage: {u.total_tokens} tokens ({u.prompt_tokens} prompt{cached} + "
-        f"{u.completion_tokens} completion), cost: {dollars(u.cost_usd, u.cost_note)}"
+        f"{u.completion_tokens} completion){failed}, cost: {dollars(u.cost_usd, u.cost_note)}"
     )
     c = s.context
-    if c is not None and (c.prompt_tokens or c.folded_turns):
+    if c is not None and (c.prompt_tokens or c.folded_turns or c.window_tokens):
         folded = f"; turns 1-{c.folded_turns} folded into the summary" if c.folded_turns else ""
         dropped = f" ({c.dropped_turns} dropped without one)" if c.dropped_turns else ""
+        window = f" (the model's window: {c.window_tokens:,})" if c.window_tokens else ""
         lines.append(f"context: last prompt {c.prompt_tokens:,} of {c.budget_tokens:,} tokens"
-                     f"{folded}{dropped}")
+                     f"{window}{folded}{dropped}")
     for c in s.children:
         lines.append(f"subagent {c.profile}: {c.status} ({c.workflow_id})")
     for p in s.pending_confirmations:

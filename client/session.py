@@ -63,7 +63,11 @@ from workflows.models import (
     StreamEvent,
 )
 from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, owned_by
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from workflows.rules.bounds import (
+    DEFAULT_MESSAGE_BYTES,
+    MAX_CONTEXT_BUDGET_TOKENS,
+    check_message,
+)
 from workflows.rules.gate import NOBODY
 from workflows.rules.output import output_schema_problem
 from workflows.rules.schemas import MAX_DEPTH
@@ -617,6 +621,19 @@ def targets(call_ids: list[str], all_: bool, all_name: str) -> tuple[list[str], 
     if bool(call_ids) == all_:
         raise UsageError(f"name the call ids to decide, or {all_name}")
     return call_ids, all_
+
+
+MIN_CONTEXT_TOKENS = 256  # a context budget smaller than this holds no useful prompt
+
+
+def budget_of(context_tokens: int | None) -> dict[str, int]:
+    """A start's context budget, as `ConversationInput` takes it (none given: its default)."""
+    if context_tokens is None:
+        return {}
+    if not MIN_CONTEXT_TOKENS <= context_tokens <= MAX_CONTEXT_BUDGET_TOKENS:
+        raise UsageError(f"the context budget must be {MIN_CONTEXT_TOKENS}-"
+                         f"{MAX_CONTEXT_BUDGET_TOKENS} tokens, not {context_tokens}")
+    return {"context_budget_tokens": context_tokens}
 
 
 def new_conversation_id() -> str:

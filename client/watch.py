@@ -89,9 +89,10 @@ class Renderer:
                 return f"[step {e.step}] {e.text}"
             case "turn_finished":
                 answer = f"\nanswer: {e.text}" if e.text else ""
-                spent = (f" ({e.tokens:,} tokens, {dollars(e.cost_usd)})"
-                         if e.tokens is not None else "")
-                return f"── turn {e.turn} finished: {e.stop_reason}{spent}{answer}"
+                error = f"\nerror: {shown(e.error)}" if e.error else ""
+                cost = f", {dollars(e.cost_usd)}" if e.cost_usd is not None else ""  # `status` says why not
+                spent = f" ({e.tokens:,} tokens{cost})" if e.tokens is not None else ""
+                return f"── turn {e.turn} finished: {e.stop_reason}{spent}{error}{answer}"
         return None
 
     def _write(self, text: str, inline: bool = False) -> None:

@@ -1,11 +1,12 @@
 """A scripted, deterministic OpenAI-compatible server (plus a fake Open-Meteo) for tests and the offline demo."""
 
 from .intents import read_intent
-from .replies import ScriptedReply, ScriptedToolCall
+from .replies import RawReply, ScriptedReply, ScriptedToolCall
 from .script import Scenario, Script, load_script, select_reply
 from .server import RecordedRequest, ScriptedModelServer
 
 __all__ = [
+    "RawReply",
     "RecordedRequest",
     "Scenario",
     "Script",

@@ -22,6 +22,15 @@ class ScriptedToolCall(BaseModel):
         return json.dumps(self.arguments)
 
 
+class RawReply(BaseModel):
+    """An answer sent as it was recorded from a real endpoint (a cassette): its status, its
+    content type and its body, byte for byte (an SSE stream, or an error's JSON)."""
+
+    status: int = 200
+    content_type: str = "text/event-stream"
+    body: str
+
+
 class ScriptedReply(BaseModel):
     """What the model answers at one step of a conversation."""
 
@@ -44,6 +53,8 @@ class ScriptedReply(BaseModel):
     # streamed replies cut after this many bytes, one per hit after the `errors`: the endpoint
     # dropped the connection mid-stream
     cut_at: list[int] = []
+    raw: RawReply | None = None  # sent instead of the reply built from the fields above
+    raw_hits: int | None = None  # `raw` for this many hits of the step, then the fields' reply
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:

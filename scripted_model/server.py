@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from . import open_meteo
-from .replies import ScriptedReply, message_text
+from .replies import RawReply, ScriptedReply, message_text
 from .script import Script, Selection, select_reply, tool_call_payloads, usage
 
 CREATED = 1767268800  # fixed so responses are byte-for-byte reproducible
@@ -90,9 +90,19 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = dict(parse_qsl(url.query))
         owner = self.server.owner
+        windows = owner.windows
         if url.path == "/v1/models":
             model = {"id": MODEL_ID, "object": "model", "created": CREATED, "owned_by": "scripted"}
+            if "vllm" in windows:
+                model["max_model_len"] = windows["vllm"]
             self._send_json(200, {"object": "list", "data": [model]})
+        elif url.path == "/props" and "llama.cpp" in windows:
+            self._send_json(200, {"default_generation_settings": {"n_ctx": windows["llama.cpp"]},
+                                  "total_slots": 1})
+        elif url.path.startswith("/api/v0/models/") and "lm-studio" in windows:
+            self._send_json(200, {"id": url.path.rsplit("/", 1)[-1], "state": "loaded",
+                                  "max_context_length": 32768,
+                                  "loaded_context_length": windows["lm-studio"]})
         elif url.path == "/v1/search":
             owner._count_call("geocoding")
             self._send_json(*open_meteo.geocode(params))
@@ -111,6 +121,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _route_post(self) -> None:
         path = urlsplit(self.path).path
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if path == "/api/show" and "ollama" in self.server.owner.windows:
+            self._send_json(200, {"parameters": f"num_ctx {self.server.owner.windows['ollama']}",
+                                  "model_info": {"qwen2.context_length": 32768}})
+            return
         if path != "/v1/chat/completions":
             self._send_json(404, _error_body(404, f"no route for POST {path}"))
             return
@@ -137,6 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(reply.delay_s)
         if reply.hold:
             owner._release_event.wait()
+        if reply.raw is not None:
+            self._send_raw(reply.raw)
+            return
         model = body.get("model") or MODEL_ID
         counts = None if reply.no_usage else {
             **{k: v for k, v in usage(messages, body.get("tools"), reply).items()
@@ -160,6 +177,19 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [choice],
                 **({"usage": counts} if counts is not None else {}),
             })
+
+    def _send_raw(self, raw: RawReply) -> None:
+        """A recorded answer, as it came: a stream's end is the connection's."""
+        data = raw.body.encode()
+        self.close_connection = True
+        self.send_response(raw.status)
+        self.send_header("Content-Type", raw.content_type)
+        self.send_header("Connection", "close")
+        if not raw.content_type.startswith("text/event-stream"):
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
 
     def _send_json(self, status: int, payload: dict[str, Any],
                    headers: dict[str, str] | None = None) -> None:
@@ -226,8 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
 class ScriptedModelServer:
     """Serves a `Script` over HTTP from a daemon thread; records every chat request."""
 
-    def __init__(self, script: Script | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, script: Script | None = None, host: str = "127.0.0.1", port: int = 0,
+                 windows: dict[str, int] | None = None) -> None:
         self._script = script or Script()
+        # The model's window, said as these local servers say it (by "llama.cpp", "vllm",
+        # "lm-studio", "ollama"): none, as the hosted endpoints, which say nothing.
+        self.windows = dict(windows or {})
         self._host = host
         self._requested_port = port
         self._lock = threading.Lock()
@@ -368,7 +402,11 @@ class ScriptedModelServer:
             self._requests.append(RecordedRequest(selection.trigger, selection.step, body,
                                                   selection.kind, time.monotonic()))
             self._arrived.notify_all()
-        errors, cuts = selection.reply.errors, selection.reply.cut_at
+        errors, cuts, reply = selection.reply.errors, selection.reply.cut_at, selection.reply
+        if reply.raw is not None and reply.raw_hits is not None and \
+                hit >= len(errors) + reply.raw_hits:  # then the reply its other fields make
+            selection = selection.model_copy(update={"reply": reply.model_copy(
+                update={"raw": None})})
         if hit < len(errors):
             return selection, errors[hit], None
         return selection, None, (cuts[hit - len(errors)] if hit - len(errors) < len(cuts) else None)

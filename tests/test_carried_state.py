@@ -22,6 +22,7 @@ from workflows.models import (
     ChatMessage,
     ChildReport,
     Decision,
+    EntryLimits,
     NotifyRequest,
     SignalOutcome,
     ToolDefinition,
@@ -120,7 +121,8 @@ LANDS: dict[str, tuple[Callable[[ConversationState], Any], Callable[[Any], Any]]
 NOT_IN_THE_OLD_SHAPE = {
     "context.summary", "context.folded_turns", "context.folded_steps", "context.dropped_turns",
     "context.drop_reason", "context.token_ratio", "context.prompt_tokens", "current.children",
-    "current.final_output", "current.corrections",
+    "context.window_tokens",
+    "current.final_output", "current.corrections", "current.reminders",
     "four_eyes",  # a conversation from before four eyes has none (nor an owner to hold to it)
     "current.trace", "current.started_at",  # a turn from before traces has none: no spans
     "current.fallbacks", "models", "tool_queue",  # from before model entries: routed as ever
@@ -173,17 +175,19 @@ def full_state() -> ConversationState:
     state = old_carry().to_state("s")
     state.context = state.context.model_copy(update={
         "summary": "the gist", "folded_turns": 3, "folded_steps": 4, "dropped_turns": 1,
-        "drop_reason": "why", "token_ratio": 1.5, "prompt_tokens": 99})
+        "drop_reason": "why", "token_ratio": 1.5, "prompt_tokens": 99, "window_tokens": 8192})
     state.current.children = [ChildReport(workflow_id="conv/w1", profile="writer",
                                           status="waiting_for_confirmation")]
     state.current.final_output, state.current.corrections = {"typed": True}, 1
+    state.current.reminders = 1
     state.four_eyes = ["destructive"]
     state.current.trace = "00-000000000000000000000000000000ab-00000000000000cd-01"
     state.current.started_at = NOW
     state.current.fallbacks = 1
     state.models = ModelRoutes(entries=["main", "backup"], default="main",
                                fallbacks={"main": ["backup"]}, queues={"main": "q.model.main"},
-                               shared="q.models")
+                               shared="q.models",
+                               limits={"main": EntryLimits(context_tokens=8192, timeout_s=600)})
     state.tool_queue = "q.tools"
     state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
     state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2

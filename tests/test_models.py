@@ -176,7 +176,7 @@ async def test_a_prompt_too_long_for_the_model_is_folded_and_asked_again(
     stopped = await settled(handle, turn=3, timeout_s=60)
     assert stopped.stop_reason == "llm_error"
     assert "too long for the model even after folding" in stopped.error
-    assert "half of its 3,000-token budget (about" in stopped.error
+    assert "half of its 1,536-token budget (the model's window: 2,048 tokens)" in stopped.error
     assert "maximum context length is 2048 tokens" in stopped.error
 
 

@@ -26,7 +26,7 @@ from temporalio.worker import (
 )
 
 from workflows import telemetry
-from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.failures import raise_if_cancelled
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
 from workflows.model_step import Thinker, is_context_too_long
 from workflows.models import (
@@ -91,6 +91,12 @@ DELTA_CONTEXT_PATCH = "delta-context"
 GATE_SEAMS_PATCH = "gate-at-every-seam"
 # Runs with this marker keep who started them, sent a message or ended them in the audit trail.
 AUDIT_INPUTS_PATCH = "audit-inputs"
+# Runs with this marker meet real models: they read tool calls a model wrote in its text
+# (`workflows.rules.text_calls`) and remind it once a turn of one written in a shape that could
+# not be read; keep prompts within the model's window (its entry's, its server's, or what a
+# refusal said), leave out a message too long for it and refuse the next such one; use the
+# entry's deadline and heartbeat; and count failed model calls.
+REAL_MODELS_PATCH = "real-models"
 # Runs with this marker hold the gate at the new seams: calls get ids of a safe alphabet, four
 # eyes wants a decision that names a person, and a request that waited for a result is answered
 # as soon as nothing more is on its way.
@@ -132,7 +138,9 @@ class ConversationWorkflow:
         self._pace = FAST if self._delta_context else Pace()
         self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
                                 self._pace, delta_context=self._delta_context,
-                                safe_ids=self._desk.strict)
+                                safe_ids=self._desk.strict,
+                                real_models=workflow.patched(REAL_MODELS_PATCH))
+        self._desk.too_long = self._thinker.message_refusal
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
@@ -182,7 +190,7 @@ class ConversationWorkflow:
                         lambda: bool(state.inbox) or state.end_requested,
                         timeout=timedelta(seconds=self._input.idle_timeout_s),
                     )
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     # A message taken in the same workflow task as the timeout wins over it.
                     if not ((state.inbox or state.end_requested)
                             and workflow.patched(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH)):
@@ -451,7 +459,8 @@ class ConversationWorkflow:
                 answer=turn.final_answer, stop_reason=turn.stop_reason,
                 error=turn.error if failed else None)
         self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
-                            tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd)
+                            tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd,
+                            error=turn.error)
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
             turn=turn.number, steps_taken=turn.steps, llm_calls=turn.llm_calls,
             tools_used=turn.tools_used[:MAX_TOOLS_LISTED], stop_reason=turn.stop_reason,
@@ -532,12 +541,19 @@ class ConversationWorkflow:
                 self._record_step(step, None, Usage())
                 return
             turn.steps = step
-            message, refused = self._thinker.usable(reply.message, step)
+            message, refused, unread = self._thinker.usable(reply.message, step, offered)
             decision = loop.decide_after_reply(message, offered, turn.forced_reason)
             if isinstance(decision, loop.RunTools) and self._over_budget():
                 decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
+            if isinstance(decision, loop.FinalAnswer) and unread and decision.stop_reason == \
+                    "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
+                self._remind(message, unread)  # a call written in a shape that could not be read
+                self._record_step(step, message.content, reply.usage, entry=reply.entry)
+                continue
             if isinstance(decision, loop.FinalAnswer):
                 self._finish(message, decision, reply.finish_reason)
+                if unread:  # the more telling error, of a reply cut off at its limit too
+                    turn.error = loop.unread_calls_error(unread, reply.finish_reason == "length")
                 again = self._check_output()
                 self._record_step(step, message.content, reply.usage, entry=reply.entry)
                 if again:
@@ -555,6 +571,15 @@ class ConversationWorkflow:
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
 
+    def _remind(self, message: ChatMessage, unread: list[str]) -> None:
+        """Tell the model, once a turn, that a call it wrote in its text did not run and how to
+        write one that does; its reply stays in the context, as it wrote it."""
+        self._state.current.reminders += 1
+        workflow.logger.info("turn %d: a call of %s written but not read; reminding the model",
+                             self._state.current.number, ", ".join(unread))
+        self._state.context.messages += [
+            message, ChatMessage(role="user", content=loop.call_reminder(unread))]
+
     def _audit_input(self, kind: str, turn: int | None, by: str | None,
                      text: str | None) -> None:
         """A person's input in the audit trail: who started the conversation, sent a message
@@ -567,12 +592,10 @@ class ConversationWorkflow:
 
     def _model_failure(self, err: ActivityError) -> str:
         """Why the model call failed, as the turn's error; for a prompt too long even after
-        folding harder, with the sizes."""
+        folding harder, what was left out for the conversation to go on, or the sizes."""
         if not is_context_too_long(err):
-            return f"model call failed: {failure_reason(err)}"
-        return (f"the prompt is too long for the model even after folding the context to half "
-                f"of its {self._thinker.budget().tokens:,}-token budget (about "
-                f"{self._thinker.sent_tokens:,} tokens sent): {failure_reason(err)}")
+            return self._thinker.failure(err)
+        return self._thinker.leave_out_too_long() or self._thinker.too_long(err)
 
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
                      actions: list[AuditAction] | None = None, entry: str | None = None) -> None:
@@ -710,7 +733,7 @@ def relative_id(conversation_id: str, ancestor_id: str) -> str:
     """A subagent's id as seen from an ancestor: its path of call ids (`<ancestor>/<call id>`
     is a child's id)."""
     prefix = f"{ancestor_id}/"
-    return conversation_id[len(prefix):] if conversation_id.startswith(prefix) else conversation_id
+    return conversation_id.removeprefix(prefix)
 
 
 def _children_waiting(children: list[ChildReport]) -> Status | None:

@@ -88,6 +88,8 @@ class HumanDesk:
         # runs with the trust-at-the-seams marker (set per run): four eyes wants a person, and
         # a waiting request is settled as soon as nothing more is on its way
         self.strict = False
+        # why a message is too long for the model whatever is folded (`Thinker.message_refusal`)
+        self.too_long: Callable[[str], str | None] | None = None
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
         # (strict) calls the round will hold once its safe calls have run: a request naming one
         # waits for it, as for a result on its way
@@ -111,6 +113,8 @@ class HumanDesk:
         if self._state.end_requested or closed:
             return "the conversation is ending"
         reason = check_message(text, self._limits.message_bytes)
+        if reason is None and self.too_long is not None:
+            reason = self.too_long(text)
         if reason is None and not self._inbox.fits(text_size(text)):
             reason = (f"{len(self._state.inbox)} message(s) of {self._inbox.bytes:,} bytes are "
                       "already waiting; send it once the conversation has caught up")

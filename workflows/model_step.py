@@ -14,7 +14,12 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    RetryState,
+    TimeoutType,
+)
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from workflows.failures import failure_reason, raise_if_cancelled
@@ -23,6 +28,7 @@ from workflows.models import (
     ChatMessage,
     ContextUse,
     ConversationInput,
+    EntryLimits,
     LLMReply,
     LLMRequest,
     LLMStepRequest,
@@ -35,6 +41,7 @@ from workflows.reporting import Narrator
 from workflows.rules import context, delta, output
 from workflows.rules.bounds import (
     MAX_ERROR_BYTES,
+    MAX_REPLY_TEXT_BYTES,
     MAX_SEEN_CALL_IDS,
     MAX_SUMMARY_BYTES,
     Limits,
@@ -43,7 +50,12 @@ from workflows.rules.bounds import (
     keep_last,
 )
 from workflows.rules.compaction import compact, estimate_tokens
-from workflows.rules.repair import bound_reply, recover_tool_calls, unique_call_ids
+from workflows.rules.repair import (
+    bound_reply,
+    calls_from_text,
+    recover_tool_calls,
+    unique_call_ids,
+)
 from workflows.state import ConversationState
 from workflows.tool_round import Pace
 
@@ -58,7 +70,7 @@ T = TypeVar("T")
 class Thinker:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
                  narrator: Narrator, pace: Pace, delta_context: bool = False,
-                 safe_ids: bool = False) -> None:
+                 safe_ids: bool = False, real_models: bool = False) -> None:
         self._input = inp
         self._state = state
         self._limits = limits
@@ -76,7 +88,11 @@ class Thinker:
         self._pending: tuple[str, list[ChatMessage], list[dict]] | None = None
         self._squeeze = 1  # the budget is divided by it: 2 to fold harder for a small window
         self._safe_ids = safe_ids  # calls get ids of a safe alphabet (runs begun before: any)
-        self.sent_tokens = 0  # the estimated tokens of the prompt last sent
+        # Runs begun before real models: calls written in the text are not read, and the
+        # model's own window, deadline and heartbeat are not kept to (`REAL_MODELS_PATCH`)
+        self._real = real_models
+        self.sent_tokens = 0  # the estimated tokens of the prompt last sent (endpoint tokens)
+        self._estimated = 0  # the same, as estimated before calibration
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:
@@ -91,20 +107,91 @@ class Thinker:
             return None
         return PendingPrompt(messages=self._pending[1], tools=self._pending[2])
 
+    def limits(self, entry: str | None = None) -> EntryLimits:
+        """The model entry's own limits (`entry`: a fallback; None: the one the conversation's
+        model names), where it sets them."""
+        return self._state.models.limits_of(self._input.model, entry) if self._real \
+            else EntryLimits()
+
+    def window(self) -> int | None:
+        """The model's window in tokens, where known: as its entry or its server says, or as
+        an endpoint's refusal of a longer prompt said."""
+        known = [w for w in (self.limits().context_tokens, self._state.context.window_tokens)
+                 if w] if self._real else []
+        return min(known) if known else None
+
+    def budget_tokens(self) -> int:
+        """The budget prompts keep to: the conversation's, fitted to the model's window."""
+        return context.fitted_budget(context.budget_tokens(self._input.context_budget_tokens),
+                                     self.window(), self.limits().max_output_tokens)
+
     def budget(self) -> context.Budget:
         self.tool_schemas()
-        return context.Budget(
-            tokens=context.budget_tokens(self._input.context_budget_tokens) // self._squeeze,
-            ratio=self._state.context.token_ratio, tools=self._tools_tokens,
-        )
+        return context.Budget(tokens=self.budget_tokens() // self._squeeze,
+                              ratio=self._state.context.token_ratio, tools=self._tools_tokens)
 
     def context_use(self) -> ContextUse:
         ctx = self._state.context
         return ContextUse(
-            budget_tokens=context.budget_tokens(self._input.context_budget_tokens),
+            budget_tokens=self.budget_tokens(), window_tokens=self.window(),
             prompt_tokens=ctx.prompt_tokens, folded_turns=ctx.folded_turns,
             dropped_turns=ctx.dropped_turns, summary_bytes=len((ctx.summary or "").encode()),
         )
+
+    def message_refusal(self, text: str) -> str | None:
+        """Why a message is too long for the model whatever is folded, or None. Only once its
+        window is known; before, a refusal of the endpoint says (`leave_out_too_long`)."""
+        window = self.window()
+        if window is None:
+            return None
+        budget = context.Budget(tokens=self.budget_tokens(),
+                                ratio=self._state.context.token_ratio, tools=self._tools_tokens)
+        tokens = context.message_tokens(text, self._state.context, budget)
+        if tokens is None:
+            return None
+        return (f"the message is about {tokens:,} tokens, more than the model can read "
+                f"({budget.tokens:,} of its {window:,}-token window, with the system prompt "
+                "and its reply): send a shorter one, or split it")
+
+    def leave_out_too_long(self) -> str | None:
+        """After the endpoint refused even a folded prompt: leave out each message that cannot
+        fit alone (it would fail every later prompt too), and say what was left out; None if
+        none was, and the prompt is too long for another reason."""
+        if not self._real:
+            return None
+        messages, tokens = context.left_out(self._state.context, self.budget())
+        if not tokens:
+            return None
+        self._state.context.messages = messages
+        window = self.window()
+        return (f"the message is about {tokens:,} tokens, more than the model can read "
+                f"({self.budget_tokens():,} tokens"
+                + (f" of its {window:,}-token window" if window else "")
+                + "): it was left out, and the conversation goes on without it; send a shorter "
+                  "one, or split it")
+
+    def too_long(self, err: ActivityError) -> str:
+        """Why a prompt was refused as too long even folded to half its budget, with the sizes."""
+        window = self.window()
+        return (f"the prompt is too long for the model even after folding the context to half "
+                f"of its {self.budget_tokens():,}-token budget"
+                + (f" (the model's window: {window:,} tokens)" if window else "")
+                + f" (about {self.sent_tokens:,} tokens sent; the system prompt and the tools may "
+                  f"be too long for it alone): {failure_reason(err)}")
+
+    def _learn_window(self, err: ActivityError) -> None:
+        """What a refusal of the prompt as too long says: the model's window (else that it is
+        below the prompt refused), and the prompt's true tokens, which calibrate the estimate."""
+        details = err.cause.details if isinstance(err.cause, ApplicationError) else ()
+        said = details[0] if details and isinstance(details[0], dict) else {}
+        window, prompt = said.get("window"), said.get("prompt_tokens")
+        ctx = self._state.context
+        if not (type(window) is int and window >= MIN_WINDOW_TOKENS):  # (a bool is no window)
+            window = self.sent_tokens if self.sent_tokens >= MIN_WINDOW_TOKENS else None
+        if window is not None:
+            ctx.window_tokens = min(ctx.window_tokens or window, window)
+        if type(prompt) is int and prompt > 0:
+            ctx.token_ratio = context.calibrated_ratio(self._estimated, prompt, ctx.token_ratio)
 
     def observation_share(self, call_message: ChatMessage) -> int | None:
         """Bytes each observation of this round may keep (None: runs begun before the bounds)."""
@@ -128,6 +215,10 @@ class Thinker:
             workflow.logger.warning("step %d: the prompt (about %d tokens) is too long for the "
                                     "model; folding harder and asking again", step,
                                     self.sent_tokens)
+            if self._real:
+                self._learn_window(err)
+                if context.left_out(self._state.context, self.budget())[1]:
+                    raise  # a message no fold makes room for: asking again would fail again
             self._squeeze = 2
             try:
                 await self._fold_older_turns(step)
@@ -154,7 +245,7 @@ class Thinker:
         tools = self.tool_schemas() if send_tools else []
         tool_choice = "auto" if offered_tools else "none"
         estimated = estimate_tokens(messages) + (budget.tools if send_tools else 0)
-        self.sent_tokens = int(estimated * ctx.token_ratio)
+        self._estimated, self.sent_tokens = estimated, int(estimated * ctx.token_ratio)
         if self._delta:
             reply = await self._step(messages, tools, tool_choice, step)
         else:
@@ -209,8 +300,10 @@ class Thinker:
                 reply = await self._model_activity(
                     activity, request.model_copy(update={"entry": entry}), LLMReply,
                     self._input.llm.max_attempts, summary + (f" on {entry}" if entry else ""),
-                    self._state.models.queue(self._input.model, entry))
+                    entry)
             except ActivityError as err:
+                if self._real:  # its tokens are not known: the turn says so, not "0 tokens"
+                    self.count_failed()
                 why = fallback_reason(err)
                 if n == len(chain) - 1 or why is None:
                     raise
@@ -225,13 +318,16 @@ class Thinker:
         raise AssertionError("unreachable: the last entry's failure is raised")
 
     async def _model_activity(self, activity: str, request: object, result_type: type[T],
-                              attempts: int, summary: str, task_queue: str | None = None) -> T:
-        """A model endpoint's activity, with the conversation's timeouts and retries (on the
-        task queue of its entry, when the entry's rate holds across workers)."""
+                              attempts: int, summary: str, entry: str | None) -> T:
+        """A model endpoint's activity, with the conversation's retries, and the deadline and
+        heartbeat of its entry where it sets them, else the conversation's (on the task queue
+        of its entry, when the entry's rate holds across workers)."""
+        timeout_s, heartbeat_s = self.deadlines(entry)
         return await workflow.execute_activity(
-            activity, request, result_type=result_type, task_queue=task_queue,
-            start_to_close_timeout=timedelta(seconds=self._input.llm.timeout_s),
-            heartbeat_timeout=timedelta(seconds=self._input.llm.heartbeat_timeout_s),
+            activity, request, result_type=result_type,
+            task_queue=self._state.models.queue(self._input.model, entry),
+            start_to_close_timeout=timedelta(seconds=timeout_s),
+            heartbeat_timeout=timedelta(seconds=heartbeat_s),
             retry_policy=RetryPolicy(
                 initial_interval=self._pace.first_retry, backoff_coefficient=2.0,
                 maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
@@ -239,6 +335,11 @@ class Thinker:
             ),
             summary=summary,
         )
+
+    def deadlines(self, entry: str | None = None) -> tuple[float, float]:
+        """A model call's start-to-close and heartbeat timeouts, in seconds."""
+        limits, llm = self.limits(entry), self._input.llm
+        return limits.timeout_s or llm.timeout_s, limits.heartbeat_s or llm.heartbeat_timeout_s
 
     def count(self, usage: Usage) -> None:
         """One more completed model call, and what it used."""
@@ -248,18 +349,43 @@ class Thinker:
         state.usage = state.usage + usage
         turn.usage = turn.usage + usage
 
-    def usable(self, message: ChatMessage, step: int) -> tuple[ChatMessage, dict[str, str]]:
-        """The reply made usable and bounded, and the calls the bounds refused (with their
-        observations)."""
-        state = self._state
-        message = recover_tool_calls(message, state.catalog.keys())
+    def count_failed(self) -> None:
+        """A model call that failed: the endpoint reported no tokens for it (counted apart, so
+        that a token or cost budget is not made unenforceable by a refused request)."""
+        failed = Usage(failed_calls=1)
+        self._state.usage = self._state.usage + failed
+        self._state.current.usage = self._state.current.usage + failed
+
+    def failure(self, err: ActivityError) -> str:
+        """Why a model call failed, as the turn's error: the endpoint's reason, how often it was
+        tried, and what may help."""
+        timeout_s, heartbeat_s = self.deadlines()
+        return model_failure(err, self._input.llm.max_attempts, timeout_s, heartbeat_s)
+
+    def usable(self, message: ChatMessage, step: int, offered: bool
+               ) -> tuple[ChatMessage, dict[str, str], list[str]]:
+        """The reply made usable and bounded, the calls the bounds refused (with their
+        observations), and the offered tools whose calls it seems to hold in its text in a shape
+        that could not be read."""
+        state, unread = self._state, []
+        if self._real and offered and not message.tool_calls and message.content:
+            message = message.model_copy(update={  # read within the bound the context keeps
+                "content": clip_bytes(message.content, MAX_REPLY_TEXT_BYTES, "reply text")})
+            message, unread = calls_from_text(message, state.catalog.keys())
+            if message.tool_calls:  # the text held them: watchers drop what streamed as text
+                self._narrator.emit("reset", step=step, text="the model wrote its tool calls "
+                                                             "as text: they run as calls")
+                if message.content:
+                    self._narrator.emit("token", step=step, text=message.content)
+        else:
+            message = recover_tool_calls(message, state.catalog.keys())
         if message.tool_calls:
             calls = unique_call_ids(message.tool_calls, state.seen_call_ids,
                                     state.current.number, step, self._safe_ids)
             state.seen_call_ids = keep_last([*state.seen_call_ids, *(c.id for c in calls)],
                                             MAX_SEEN_CALL_IDS)
             message = message.model_copy(update={"tool_calls": calls})
-        return bound_reply(message, self._limits)
+        return (*bound_reply(message, self._limits), unread)
 
     async def _fold_older_turns(self, step: int) -> None:
         ctx, budget = self._state.context, self.budget()
@@ -276,7 +402,7 @@ class Thinker:
         try:
             reply = await self._model_activity(SUMMARIZE_ACTIVITY, request, SummaryReply,
                                                SUMMARY_ATTEMPTS, f"summarize turns {first}-{last}",
-                                               self._state.models.queue(self._input.model, None))
+                                               None)
         except ActivityError as err:
             raise_if_cancelled(err)
             reply, problem = SummaryReply(text=""), f"summarizing failed: {failure_reason(err)}"
@@ -302,7 +428,7 @@ class Thinker:
 
 # A model entry's failures another entry may not have: its endpoint down, overloaded or out of
 # retries, the model unknown there, its key refused. A bad request would fail on every entry.
-ENTRY_FAILURES = frozenset({"LLMTransientError", "LLMModelUnavailable"})
+ENTRY_FAILURES = frozenset({"LLMTransientError", "LLMModelUnavailable", "LLMFormatError"})
 
 
 def fallback_reason(err: ActivityError) -> str | None:
@@ -314,6 +440,27 @@ def fallback_reason(err: ActivityError) -> str | None:
     if isinstance(cause, ActivityTimeout):
         return "the model entry timed out"
     return None
+
+
+MIN_WINDOW_TOKENS = 256  # a window said smaller than this is not believed
+
+
+def model_failure(err: ActivityError, attempts: int, timeout_s: float, heartbeat_s: float
+                  ) -> str:
+    """A failed model call as people read it: the reason, the attempts, and what may help."""
+    reason, cause = failure_reason(err), err.cause
+    tried = (f" (tried {attempts} times)"
+             if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED else "")
+    hint = ""
+    if isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.START_TO_CLOSE:
+        hint = (f"; a call may take {timeout_s:g} s: a slow model needs more (timeout_s on its "
+                "entry in AGENT_MODELS)")
+    elif isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.HEARTBEAT:
+        hint = (f"; the worker gave no sign of the call for {heartbeat_s:g} s (a busy CPU, or "
+                "a model slow to its first token: heartbeat_s on its entry in AGENT_MODELS)")
+    elif isinstance(cause, ApplicationError) and cause.type == "LLMRequestRejected":
+        hint = "; the endpoint refuses the request itself: asking again will not help"
+    return f"model call failed{tried}: {reason}{hint}"
 
 
 def is_context_too_long(err: ActivityError) -> bool:

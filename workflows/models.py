@@ -86,6 +86,9 @@ class Usage(BaseModel):
     known_cost_usd: float = 0.0
     unpriced_calls: int = 0
     unmetered_calls: int = 0
+    # Model calls that failed: the endpoint reported no tokens for them. Not counted against a
+    # budget (a refused request costs nothing), but shown: a failed turn's "0 tokens" is not all.
+    failed_calls: int = 0
 
     @property
     def known_cost(self) -> float:
@@ -110,6 +113,7 @@ class Usage(BaseModel):
             known_cost_usd=round(self.known_cost + other.known_cost, 10),
             unpriced_calls=self.unpriced + other.unpriced,
             unmetered_calls=self.unmetered_calls + other.unmetered_calls,
+            failed_calls=self.failed_calls + other.failed_calls,
         )
 
 
@@ -157,6 +161,17 @@ class ToolDefinition(BaseModel):
         }
 
 
+class EntryLimits(BaseModel):
+    """What a conversation keeps of a model entry's own limits (`AGENT_MODELS`, or what its
+    server says): its window, what a reply may take of it, a call's deadline and heartbeat.
+    None: the conversation's own."""
+
+    context_tokens: int | None = None
+    max_output_tokens: int | None = None
+    timeout_s: float | None = None
+    heartbeat_s: float | None = None
+
+
 class ToolCatalog(BaseModel):
     """What `list_tools` found: the tools, and the sources (MCP servers) that failed to load."""
 
@@ -172,6 +187,7 @@ class ToolCatalog(BaseModel):
     default_model_entry: str | None = None
     model_fallbacks: dict[str, list[str]] = {}
     model_queues: dict[str, str] = {}
+    model_limits: dict[str, EntryLimits] = {}  # by entry: its window, deadline, heartbeat
     # where model calls ("models") and tool runs ("tools") go, when workers split the roles
     activity_queues: dict[str, str] = {}
     webhooks: list[WebhookRef] = []  # AGENT_WEBHOOKS
@@ -535,6 +551,7 @@ class StreamEvent(BaseModel):
     stop_reason: StopReason | None = None
     tokens: int | None = None  # turn_finished: the turn's tokens and dollars
     cost_usd: float | None = None
+    error: Text | None = None  # turn_finished: why the turn failed
 
 
 class TurnSummary(BaseModel):
@@ -554,11 +571,12 @@ class ContextUse(BaseModel):
     """How full the model's context is: the last prompt, as the endpoint counted it, against the
     budget; and how many turns were folded into the running summary (or dropped)."""
 
-    budget_tokens: int
+    budget_tokens: int  # the conversation's, or less to fit the model's window
     prompt_tokens: int  # of the latest model call
     folded_turns: int = 0
     dropped_turns: int = 0
     summary_bytes: int = 0
+    window_tokens: int | None = None  # the model's, where its entry or its endpoint says
 
 
 class ConversationStatus(BaseModel):

@@ -15,6 +15,7 @@ from workflows.models import (
     ChatMessage,
     ChildReport,
     Decision,
+    EntryLimits,
     NotifyRequest,
     Risk,
     SignalOutcome,
@@ -26,6 +27,8 @@ from workflows.models import (
 )
 from workflows.rules.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
 from workflows.rules.stopping import CallRecord, call_record_of_key
+
+DEFAULT_ENTRY = "default"  # the one entry OPENAI_* describe, without AGENT_MODELS
 
 
 class TurnState(BaseModel):
@@ -41,6 +44,7 @@ class TurnState(BaseModel):
     final_answer: str | None = None
     final_output: Any = None  # the final answer's JSON, with an output schema
     corrections: int = 0  # answers sent back for missing the output schema
+    reminders: int = 0  # replies sent back for a call written in a shape that was not read
     error: str | None = None
     forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
     fallbacks: int = 0  # model calls a fallback entry answered
@@ -61,6 +65,7 @@ class ModelRoutes(BaseModel):
     fallbacks: dict[str, list[str]] = {}
     queues: dict[str, str] = {}
     shared: str | None = None  # every other model call's queue, when workers split the roles
+    limits: dict[str, EntryLimits] = {}  # by entry (`AGENT_MODELS`, or what its server says)
 
     def chain(self, model: str | None) -> list[str | None]:
         """The entries a call for `model` tries in turn: [None] (the one `model` names, as
@@ -69,6 +74,12 @@ class ModelRoutes(BaseModel):
         if entry is None or not self.fallbacks.get(entry):
             return [None]
         return [None, *self.fallbacks[entry]]
+
+    def limits_of(self, model: str | None, entry: str | None = None) -> EntryLimits:
+        """The limits of the entry a call goes to (`entry`, else the one `model` names, else
+        the default): none set, the conversation's own."""
+        name = entry or (model if model in self.entries else self.default) or DEFAULT_ENTRY
+        return self.limits.get(name) or EntryLimits()
 
     def queue(self, model: str | None, entry: str | None) -> str | None:
         """The task queue of the entry a call goes to (None: the conversation's own)."""
@@ -89,6 +100,7 @@ class ContextState(BaseModel):
     messages: list[ChatMessage] = []
     token_ratio: float = 1.0  # tokens the endpoint counts per estimated token, from its usage
     prompt_tokens: int = 0  # what the endpoint counted for the latest prompt
+    window_tokens: int | None = None  # the model's window, as an endpoint's refusal said it
 
 
 class ConversationState(BaseModel):

@@ -51,7 +51,8 @@ async def discover_tools(state: ConversationState, limits: Limits,
     state.four_eyes = list(catalog.four_eyes)
     state.models = ModelRoutes(entries=catalog.model_entries, default=catalog.default_model_entry,
                                fallbacks=catalog.model_fallbacks, queues=catalog.model_queues,
-                               shared=catalog.activity_queues.get("models"))
+                               shared=catalog.activity_queues.get("models"),
+                               limits=catalog.model_limits)
     state.tool_queue = catalog.activity_queues.get("tools")
     state.webhooks, state.webhook_retry_s = list(catalog.webhooks), catalog.webhook_retry_s
     if catalog.system_prompt is not None:

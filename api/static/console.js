@@ -1056,6 +1056,7 @@
       }
       this.add(h('div', { class: 'turn-end', testid: 'turn-end', dataset: { stopReason: e.stop_reason || '' } },
         `turn ${e.turn} finished · ${e.stop_reason || 'done'}`), log);
+      if (e.error) this.add(h('div', { class: 'turn-error', testid: 'turn-error' }, e.error), log);
       log.lastAssistant = null;
       this.setActivity('', log);
       if (this.el.audit && !this.el.audit.hidden) this.refreshAudit();

@@ -62,6 +62,50 @@ def budget_tokens(configured: int | None) -> int:
     return min(configured or MAX_CONTEXT_BUDGET_TOKENS, MAX_CONTEXT_BUDGET_TOKENS)
 
 
+OUTPUT_RESERVE_TOKENS = 1024  # what a reply may take of a known window, when its entry says not
+MIN_FITTED_TOKENS = 128
+
+
+def fitted_budget(tokens: int, window: int | None, max_output: int | None = None) -> int:
+    """The budget a prompt keeps to: the conversation's own, or, when the model's window is
+    known and smaller, the window less what the reply may take (`max_output`, else a quarter
+    of the window up to `OUTPUT_RESERVE_TOKENS`)."""
+    if window is None:
+        return tokens
+    reserve = max_output or min(OUTPUT_RESERVE_TOKENS, window // 4)
+    return min(tokens, max(MIN_FITTED_TOKENS, window - reserve))
+
+
+def message_tokens(text: str, ctx: ContextState, budget: Budget) -> int | None:
+    """The endpoint tokens a user's message takes (as estimated), when it is what cannot fit:
+    the system prompt and tools fit the budget without it, not with it, so no fold makes room
+    for it. None when it fits, or when even the system prompt and tools do not."""
+    need = estimate_tokens([ChatMessage(role="user", content=text)])
+    fixed = estimate_tokens([ChatMessage(role="system", content=ctx.system_prompt)]) + \
+        NOTE_RESERVE_TOKENS
+    if fixed > budget.room or fixed + need <= budget.room:
+        return None
+    return int(need * budget.ratio)
+
+
+def left_out(ctx: ContextState, budget: Budget) -> tuple[list[ChatMessage], int]:
+    """The messages with each user message that cannot fit the budget even alone replaced by a
+    note (it would fail every later prompt too), and the tokens of the longest left out (0:
+    none was)."""
+    messages, longest = [], 0
+    for m in ctx.messages:
+        tokens = (message_tokens(m.content, ctx, budget)
+                  if m.role == "user" and isinstance(m.content, str) else None)
+        if tokens is None:
+            messages.append(m)
+            continue
+        longest = max(longest, tokens)
+        messages.append(ChatMessage(role="user", content=(
+            f"[a message of about {tokens:,} tokens was left out here: it is longer than the "
+            f"model can read ({budget.tokens:,} tokens)]")))
+    return messages, longest
+
+
 def tools_tokens(tools: list[dict[str, Any]]) -> int:
     return len(json.dumps(tools, separators=(",", ":"))) // CHARS_PER_TOKEN if tools else 0
 

@@ -16,6 +16,7 @@ from workflows.rules.bounds import (
 from workflows.rules.schemas import argument_problem
 
 MAX_ECHOED_ARGS = 300
+MAX_CALL_REMINDERS = 1  # a turn's reminders of a call written in a shape that was not read
 
 
 @dataclass(frozen=True)
@@ -124,3 +125,21 @@ def _scalar(value: Any) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_ECHOED_ARGS else text[:MAX_ECHOED_ARGS] + "…"
+
+
+def call_reminder(tools: list[str]) -> str:
+    """What the model reads after a reply that wrote a call of `tools` in its text in a shape that
+    could not be read: that nothing ran, and a shape that is read."""
+    names = ", ".join(tools)
+    return (f"Your reply looks like a call of {names}, but no tool ran: it could not be read as "
+            "a call. To run a tool, call it through the tools you were given, or write exactly "
+            f'{{"name": "{tools[0]}", "arguments": {{...}}}} with its arguments as a JSON object. '
+            "To answer instead, answer in words, without writing a call.")
+
+
+def unread_calls_error(tools: list[str], cut: bool = False) -> str:
+    """The turn's note when the model kept writing a call that could not be read (`cut`: its
+    reply was cut off at its output limit)."""
+    why = " (the reply was cut off at the model's output limit)" if cut else ""
+    return (f"the model wrote a call of {', '.join(tools)} in its answer, but it could not be "
+            f"read{why} and did not run: nothing was done")

@@ -17,6 +17,7 @@ from workflows.rules.bounds import (
     clip_bytes,
     text_size,
 )
+from workflows.rules.text_calls import calls_in_text
 
 FENCE = "```"
 # What a call id may hold in runs with safe ids: it is printed in commands people paste into a
@@ -61,6 +62,22 @@ def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> Ch
     if not calls or any(c is None or c.function.name not in known_tools for c in calls):
         return message
     return ChatMessage(role="assistant", content=None, tool_calls=calls)
+
+
+def calls_from_text(message: ChatMessage, offered: Collection[str]
+                    ) -> tuple[ChatMessage, list[str]]:
+    """A reply whose text holds calls of offered tools (`workflows.rules.text_calls`), as a
+    reply of those calls and the words around them; and, when no call could be read, the
+    offered tools whose calls the text seems to hold anyway."""
+    if message.tool_calls or not message.content:
+        return message, []
+    found = calls_in_text(message.content, offered)
+    if not found.calls:
+        return message, found.unread
+    calls = [ToolCall(id="", function=FunctionCall(
+        name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False)))
+        for call in found.calls]
+    return ChatMessage(role="assistant", content=found.words, tool_calls=calls), []
 
 
 def _as_call(item: Any) -> ToolCall | None:
