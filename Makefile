@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-real-model local-model bench install server worker api stop clean
+.PHONY: demo test test-real-model local-model bench docs install server worker api stop clean
 
 demo:
 	@scripts/demo.sh
@@ -23,13 +23,17 @@ bench: $(STAMP)
 	@$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) -m bench
 
+# The docs site, strictly (a broken link or a page left out of the nav fails), into .site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d .site
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@echo "Installing into $(VENV) ..."
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,docs]'
 	@touch $(STAMP)
 
 server: $(STAMP)

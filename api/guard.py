@@ -125,7 +125,7 @@ def _refused(status: int, detail: str, headers: dict[str, str] | None = None) ->
 
 def _security_headers(send: Send, console: bool) -> Send:
     """No response is sniffed as another type; the console is not framed by another site (a
-    click-jacked Approve), and never an old console.js."""
+    click-jacked Approve), and never an old console script."""
     async def with_headers(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = MutableHeaders(scope=message)

@@ -119,7 +119,7 @@ def routes_by_access(app: FastAPI) -> tuple[list[tuple[str, str]], list[tuple[st
     for route in app.routes:
         if isinstance(route, Mount):
             assert route.path == "/static", f"a mount nobody checked: {route.path}"
-            public += [("GET", "/static/index.html"), ("GET", "/static/console.js")]
+            public += [("GET", "/static/index.html"), ("GET", "/static/console/main.js")]
         elif isinstance(route, Route):  # APIRoute too
             methods = sorted(route.methods - {"HEAD"})
             (public if route.path in PUBLIC_PATHS else guarded).extend(

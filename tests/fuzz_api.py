@@ -203,7 +203,7 @@ class Fuzzer:
 
     def _public(self, rng: random.Random) -> Request:
         path = rng.choice(["/", "/openapi.json", "/docs", "/redoc", "/config",
-                           "/static/console.js", "/static/..%2f..%2fetc%2fpasswd",
+                           "/static/console/main.js", "/static/..%2f..%2fetc%2fpasswd",
                            "/static/%00", "/static/" + "a" * 3000])
         return Request(f"GET {path[:30]}", "GET", path, headers=self._headers(rng))
 

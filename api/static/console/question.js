@@ -1,0 +1,96 @@
+// A question form: input, choice, multi_choice or confirm, answered from the page.
+import { api, conversationPath, refusalKind, refusalText } from './api.js';
+import { h, message, show } from './dom.js';
+import { refOf } from './approval.js';
+import { refreshList } from './inbox.js';
+import { whyNot } from './roles.js';
+
+let formSeq = 0;
+
+export class QuestionForm {
+  constructor(view, q) {
+    this.view = view;
+    this.callId = refOf(q);
+    this.kind = q.kind;
+    const name = `q${(formSeq += 1)}`;
+    this.refusal = h('div', { class: 'refusal', testid: 'refusal', hidden: true, role: 'alert' });
+    this.outcome = h('div', { class: 'inline-note', testid: 'answer-outcome', hidden: true });
+    this.dismiss = h('button', { type: 'button', class: 'link-button dismiss', hidden: true, onclick: () => this.el.remove() }, 'Dismiss');
+    const fields = [];
+    const buttons = [];
+    if (q.kind === 'confirm') {
+      buttons.push(
+        h('button', { type: 'button', class: 'primary', testid: 'answer-yes', onclick: () => this.send(['yes']) }, 'Yes'),
+        h('button', { type: 'button', testid: 'answer-no', onclick: () => this.send(['no']) }, 'No'));
+    } else {
+      if (q.kind === 'input') {
+        this.input = h('input', { type: 'text', name, testid: 'answer-input', placeholder: 'Your answer', 'aria-label': 'your answer' });
+        fields.push(this.input);
+      } else {
+        const type = q.kind === 'multi_choice' ? 'checkbox' : 'radio';
+        fields.push(h('div', { class: 'choices' }, (q.options || []).map((option) => h('label', { class: 'choice' },
+          h('input', { type, name, value: option, testid: 'answer-option' }), ' ', option))));
+      }
+      buttons.push(h('button', { type: 'submit', class: 'primary', testid: 'answer-submit' }, 'Answer'));
+    }
+    this.denied = whyNot('decide', view.status.owner); // then: no controls, and why
+    this.el = h('form', { class: 'answer-form', testid: 'answer-form', dataset: { callId: q.call_id, kind: q.kind } },
+      h('div', { class: 'card-head' }, h('span', { class: 'card-title' }, 'The agent asks'),
+        h('span', { class: 'muted' }, { input: 'free text', choice: 'pick one', multi_choice: 'pick any', confirm: 'yes or no' }[q.kind] || q.kind),
+        this.dismiss),
+      h('p', { class: 'question-text', testid: 'question-text' }, q.message),
+      this.denied ? h('div', { class: 'inline-note denied', testid: 'decide-denied' }, this.denied)
+        : [fields, h('div', { class: 'card-actions' }, buttons)],
+      this.refusal, this.outcome);
+    this.el.addEventListener('submit', (event) => {
+      event.preventDefault();
+      if (this.denied) return;
+      const values = this.values();
+      if (!values.length) {
+        message(this.refusal, q.kind === 'input' ? 'Write an answer first.' : 'Choose an option first.', 'error');
+        return;
+      }
+      this.send(values);
+    });
+  }
+
+  values() {
+    if (this.kind === 'input') {
+      const v = this.input.value.trim();
+      return v ? [v] : [];
+    }
+    return [...this.el.querySelectorAll('input:checked')].map((i) => i.value);
+  }
+
+  controls(enabled) {
+    for (const c of this.el.querySelectorAll('input, button:not(.dismiss)')) c.disabled = !enabled;
+  }
+
+  async send(values) {
+    message(this.refusal, '');
+    this.controls(false);
+    message(this.outcome, 'Sending…');
+    try {
+      // bound to the question shown: a later one (or another subagent's) refuses it
+      await api('POST', conversationPath(this.view.cid, '/answer'), { values, call_id: this.callId });
+      message(this.outcome, 'Answered. The conversation goes on.', 'ok');
+      this.view.soon();
+      refreshList();
+    } catch (err) {
+      message(this.outcome, '');
+      message(this.refusal, refusalText(err), refusalKind(err));
+      this.controls(true);
+      this.view.soon();
+    }
+  }
+
+  retire() {
+    if (this.refusal.hidden || this.refusal.dataset.kind === 'error') {
+      this.el.remove();
+      return;
+    }
+    this.controls(false);
+    this.el.classList.add('retired');
+    show(this.dismiss, true);
+  }
+}
