@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
 from api.access import Forbidden
+from api.routes import every_route
 from client.session import CliError, NotFound, NoWorker, Refused, UsageError
 
 log = structlog.get_logger("api")
@@ -133,7 +134,7 @@ def add_error_handlers(app: FastAPI) -> None:
 def served_methods(request: Request) -> list[str]:
     """The methods the app's routes serve at the request's path, whatever its method."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
+    for route in every_route(request.app.router.routes):
         if route.matches(request.scope)[0] is not Match.NONE:
             methods |= getattr(route, "methods", None) or set()
     return sorted(methods)

@@ -27,7 +27,12 @@ from fastapi.responses import HTMLResponse
 
 from api.access import TokenBook, Verdict
 from client.session import NotFound, NoWorker, Refused, Session
-from workflows.models import ConfirmRequest, ConversationStatus, PendingConfirmation, RejectRequest
+from workflows.models import (
+    ConfirmRequest,
+    ConversationStatus,
+    PendingConfirmation,
+    RejectRequest,
+)
 from workflows.rules.links import LinkClaims, LinkError, read_link
 
 LINK_APPROVER = "link"  # the approver of a link that names nobody

@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from starlette.routing import Mount, Route
 
+from api.routes import every_route
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -103,8 +105,10 @@ def sse_events(body: str) -> list[dict[str, str]]:
 
 
 # What holds no data and loads without a token (README, Security): the console's page and its
-# static files, and the OpenAPI docs.
-PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+# static files, and the OpenAPI docs; and the one-time links, whose signed link is the
+# credential (`api.guard`).
+PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+                          "/links/{token}"})
 
 
 def concrete(path: str) -> str:
@@ -116,7 +120,7 @@ def routes_by_access(app: FastAPI) -> tuple[list[tuple[str, str]], list[tuple[st
     """Every (method, path) the app serves: those that must need a token, and the public ones."""
     guarded: list[tuple[str, str]] = []
     public: list[tuple[str, str]] = []
-    for route in app.routes:
+    for route in every_route(app.routes):
         if isinstance(route, Mount):
             assert route.path == "/static", f"a mount nobody checked: {route.path}"
             public += [("GET", "/static/index.html"), ("GET", "/static/console/main.js")]

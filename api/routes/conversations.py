@@ -1,0 +1,81 @@
+"""A conversation as a resource: start one, list them, read one's status, audit trail and the
+schemas of its pending calls."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from api.access import Forbidden, Verdict
+from api.bodies import StartBody, StrictJsonRoute
+from api.deps import Cid, Conversations, Who, allowed, caller_trace
+from api.errors import errors
+from client.session import ConversationRow, Refused, budget_of, new_conversation_id
+from workflows.models import AuditRecord, ConversationInput, ConversationStatus, Status
+
+router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
+
+# The routes of a conversation, linked from its start for clients (and schemathesis) to follow.
+OF_A_CONVERSATION = ("conversation", "history", "schemas", "events", "say", "confirm", "reject",
+                     "answer", "end")
+LINKS = {name: {"operationId": name, "parameters": {"cid": "$response.body#/workflow_id"}}
+         for name in OF_A_CONVERSATION}
+read = errors(404, 502, 503)
+
+
+@router.post("/conversations", status_code=201, response_model=ConversationStatus,
+          responses={201: {"links": LINKS},
+                     200: {"model": ConversationStatus, "links": LINKS,
+                           "description": "it already existed"},
+                     **errors(413, 502, 503)})
+async def start(body: StartBody, s: Conversations, who: Who, request: Request) -> Any:
+    """Start a conversation (201), owned by the token's name. With an `id` already in use,
+    nothing new starts: the answer is that conversation's status (200), or, if it is not
+    the caller's to read, a 409. A W3C `traceparent` header makes the first turn's trace
+    a continuation of the caller's."""
+    if not who.may_start:
+        raise Forbidden(f"{who.describe()} may not start conversations")
+    cid = body.id or new_conversation_id()
+    inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
+                            model=body.model, max_steps=body.max_steps,
+                            one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
+                            max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,
+                            owner=who.name, trace_parent=caller_trace(request),
+                            **budget_of(body.context_budget_tokens))
+    started = await s.start(inp, cid, source="the HTTP API", existing_ok=True)
+    if not started and who.may("read", await s.owner(cid)) is not Verdict.ALLOWED:
+        raise Refused(f"the id {cid} is in use")
+    current = await s.status(cid)
+    return current if started else JSONResponse(current.model_dump(mode="json"), 200)
+
+@router.get("/conversations", response_model=list[ConversationRow],
+         responses=errors(502))
+async def conversations(s: Conversations, who: Who,
+                        status: Status | None = None,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
+    """Conversations, newest first, optionally those in one status; for a `user`, those
+    they started."""
+    return await s.conversations(status, limit, owner=None if who.sees_all else who.name)
+
+@router.get("/conversations/{cid}", response_model=ConversationStatus,
+         responses=read)
+async def conversation(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                      ) -> Any:
+    """The status, with the keys of `python -m client status --json`."""
+    return await s.status(cid)
+
+@router.get("/conversations/{cid}/history", response_model=list[AuditRecord], responses=read)
+async def history(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                 ) -> Any:
+    """The audit trail: a record per step, with who decided what."""
+    return await s.history(cid)
+
+@router.get("/conversations/{cid}/schemas", response_model=dict[str, dict[str, Any]], responses=read)
+async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
+                 ) -> Any:
+    """The JSON Schema of each pending call's arguments, by call id: edited args are checked
+    against it (and again by the conversation)."""
+    return await s.pending_schemas(cid)
+

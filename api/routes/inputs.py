@@ -1,0 +1,85 @@
+"""A person's input to a conversation: the next message, decisions on its pending calls, an
+answer to its question, and its end. Each goes through the conversation's Update twins, so a
+refusal is a 409 with the conversation's reason; the approver is the token's name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request
+
+from api.bodies import (
+    AnswerBody,
+    ConfirmBody,
+    EndBody,
+    MessageBody,
+    RejectBody,
+    StrictJsonRoute,
+)
+from api.deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
+from api.errors import errors
+from client.session import Refused
+from workflows.models import (
+    AnswerRequest,
+    ConfirmRequest,
+    RejectRequest,
+    SayRequest,
+    SignalOutcome,
+)
+
+router = APIRouter(tags=["input"], route_class=StrictJsonRoute)
+given = errors(404, 409, 413, 502, 503)
+
+@router.post("/conversations/{cid}/messages", response_model=SignalOutcome,
+          responses=given)
+async def say(cid: Cid, body: MessageBody, s: Conversations, who: Who,
+              _: Annotated[None, allowed("message")], rid: RequestId) -> Any:
+    """The next user message; the outcome names the turn that will answer it."""
+    return await s.update(cid, SayRequest(text=body.text, request_id=rid, sender=who.name))
+
+@router.post("/conversations/{cid}/confirm", response_model=SignalOutcome,
+          responses=given)
+async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
+                  _: Annotated[None, allowed("decide")], rid: RequestId,
+                  request: Request) -> Any:
+    """Approve pending call(s), optionally one with edited args. The approver recorded is
+    the token's name. Under four eyes (AGENT_FOUR_EYES), a call of those risks is refused
+    (409) to the conversation's owner."""
+    return await s.decide(cid, ConfirmRequest(request_id=rid, call_ids=body.call_ids,
+                                              all=body.all, args=body.args,
+                                              approver=who.name, seen=body.seen,
+                                              trace_parent=caller_trace(request)),
+                          by_update=True)
+
+@router.post("/conversations/{cid}/reject", response_model=SignalOutcome,
+          responses=given)
+async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Who,
+                 _: Annotated[None, allowed("decide")], rid: RequestId,
+                 request: Request) -> Any:
+    """Reject pending call(s); the model reads `rejected by user: <reason>`."""
+    return await s.decide(cid, RejectRequest(request_id=rid, call_ids=body.call_ids,
+                                             all=body.all, reason=body.reason,
+                                             approver=who.name, seen=body.seen,
+                                             trace_parent=caller_trace(request)),
+                          by_update=True)
+
+@router.post("/conversations/{cid}/answer", response_model=SignalOutcome,
+          responses=given)
+async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
+                 _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
+    """Answer the pending question: the one `call_id` names (its ref, as the status shows
+    it), refused (409) if another question is open by then."""
+    return await s.decide(cid, AnswerRequest(request_id=rid, values=body.values,
+                                             call_id=body.call_id, sender=who.name),
+                          by_update=True)
+
+@router.post("/conversations/{cid}/end", response_model=SignalOutcome,
+          responses=given)
+async def end(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("end")],
+              rid: RequestId, body: EndBody | None = None) -> Any:
+    """End the conversation: work in flight is cancelled, stop_reason=ended."""
+    outcome = await s.end(cid, rid, sender=who.name)
+    if outcome is None:
+        raise Refused(f"conversation {cid} finished before it took the end")
+    return outcome
+
