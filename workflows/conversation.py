@@ -115,13 +115,19 @@ class ConversationWorkflow:
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
-        self._desk = HumanDesk(self._state, self._limits)
-        self._desk.on_settled = self._announce_settled
+        # (the patches asked in the order runs have always asked them)
         self._seams = workflow.patched(GATE_SEAMS_PATCH)
-        self._desk.dedupe = self._seams
-        self._desk.owner = self._input.owner
-        self._desk.strict = workflow.patched(TRUSTED_SEAMS_PATCH)
+        strict = workflow.patched(TRUSTED_SEAMS_PATCH)
         self._audit_inputs = workflow.patched(AUDIT_INPUTS_PATCH)
+        self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._pace = FAST if self._delta_context else Pace()
+        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
+                                self._pace, delta_context=self._delta_context, safe_ids=strict,
+                                real_models=workflow.patched(REAL_MODELS_PATCH))
+        self._desk = HumanDesk(self._state, self._limits, owner=self._input.owner,
+                               dedupe=self._seams, strict=strict,
+                               on_settled=self._announce_settled,
+                               too_long=self._thinker.message_refusal)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
         if inp.request_id is not None and inp.state is None and inp.carry is None:
@@ -131,16 +137,9 @@ class ConversationWorkflow:
         self._turns_this_run = 0
         self._turn_task: asyncio.Future[None] | None = None
         self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
-        self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
         self._reported: ChildReport | None = None  # a subagent's last report to its parent
         self._reports: list[asyncio.Future[None]] = []
         self._settler: asyncio.Future[None] | None = None  # `HumanDesk.settle_when_nothing_comes`
-        self._pace = FAST if self._delta_context else Pace()
-        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
-                                self._pace, delta_context=self._delta_context,
-                                safe_ids=self._desk.strict,
-                                real_models=workflow.patched(REAL_MODELS_PATCH))
-        self._desk.too_long = self._thinker.message_refusal
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:

@@ -79,23 +79,26 @@ class HumanDesk:
     asks (`settle`), or refused once nothing is on its way. It then has one outcome however the
     two arrive, live and on replay (`tests/test_decision_order.py`)."""
 
-    def __init__(self, state: ConversationState, limits: Limits) -> None:
+    def __init__(self, state: ConversationState, limits: Limits, *, owner: str | None = None,
+                 dedupe: bool = False, strict: bool = False,
+                 on_settled: Callable[[list[Taken]], None] = lambda taken: None,
+                 too_long: Callable[[str], str | None] | None = None) -> None:
         self._state = state
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
-        self.owner: str | None = None  # who started the conversation (four eyes)
-        self.dedupe = False  # a request id already taken is not taken again (set per run)
+        self.owner = owner  # who started the conversation (four eyes)
+        self.dedupe = dedupe  # a request id already taken is not taken again (set per run)
         # runs with the trust-at-the-seams marker (set per run): four eyes wants a person, and
         # a waiting request is settled as soon as nothing more is on its way
-        self.strict = False
+        self.strict = strict
         # why a message is too long for the model whatever is folded (`Thinker.message_refusal`)
-        self.too_long: Callable[[str], str | None] | None = None
+        self.too_long = too_long
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
         # (strict) calls the round will hold once its safe calls have run: a request naming one
         # waits for it, as for a result on its way
         self.coming: set[str] = set()
         self._waiting: list[Taken] = []
-        self.on_settled: Callable[[list[Taken]], None] = lambda taken: None
+        self.on_settled = on_settled  # announces requests settled together (`settle`)
         queue_bound = MAX_QUEUED_MESSAGES if limits.inbox_bytes is not None else 2**31
         self._inbox = Tail(state.inbox, queue_bound, limits.inbox_bytes, text_size)
         self.question_lock = asyncio.Lock()
