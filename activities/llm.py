@@ -29,7 +29,10 @@ from activities.pricing import Prices
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
 from workflows.models import (
+    LLM_CALL_ACTIVITY,
+    LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
+    SUMMARIZE_ACTIVITY,
     ChatMessage,
     FunctionCall,
     LLMReply,
@@ -204,7 +207,7 @@ class LLMActivities:
     def _endpoint(client: openai.AsyncOpenAI) -> tuple[openai.AsyncOpenAI, str | None]:
         return client, urlsplit(str(client.base_url)).hostname
 
-    @activity.defn(name="llm_call")
+    @activity.defn(name=LLM_CALL_ACTIVITY)
     async def llm_call(self, request: LLMRequest) -> LLMReply:
         """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
         return await self._complete(self._entry(request.model, request.entry),
@@ -212,7 +215,7 @@ class LLMActivities:
                                     request.tool_choice, request.turn, request.step,
                                     request.response_format)
 
-    @activity.defn(name="llm_step")
+    @activity.defn(name=LLM_STEP_ACTIVITY)
     async def llm_step(self, request: LLMStepRequest) -> LLMReply:
         """One chat completion of a prompt sent as a delta: rebuilt from this worker's copy of
         the conversation's previous prompt, or fetched from the conversation when this worker
@@ -352,7 +355,7 @@ class LLMActivities:
         return await stream_completion(client, model, messages, tools, tool_choice, on_text,
                                        params=params)
 
-    @activity.defn(name="summarize")
+    @activity.defn(name=SUMMARIZE_ACTIVITY)
     async def summarize(self, request: SummaryRequest) -> SummaryReply:
         """Fold turns into the conversation's running summary: one chat completion, not streamed."""
         endpoint = self._entry(request.model, request.entry)

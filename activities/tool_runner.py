@@ -20,6 +20,7 @@ from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from activities.tools.reporter import CallReporter
 from activities.windows import Windows
 from workflows.models import (
+    LIST_TOOLS_ACTIVITY,
     Risk,
     ToolCatalog,
     ToolInvocation,
@@ -52,7 +53,7 @@ class ToolActivities:
         # their model calls and tool runs to these queues, which other workers serve.
         self._activity_queues = activity_queues or {}
 
-    @activity.defn(name="list_tools")
+    @activity.defn(name=LIST_TOOLS_ACTIVITY)
     async def list_tools(self, request: ToolListRequest | None = None) -> ToolCatalog:
         """Every tool (native, MCP, and a tool per agent profile); for a subagent, those its
         profile allows, with the profile's system prompt."""

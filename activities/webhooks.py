@@ -41,7 +41,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.config_file import read_config
-from workflows.models import NotifyRequest, WebhookRef
+from workflows.models import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
 from workflows.rules.links import LinkClaims, sign_link
 
 log = structlog.get_logger("webhooks")
@@ -216,7 +216,7 @@ class WebhookActivities:
         self._http = http
         self._env = env
 
-    @activity.defn(name="notify")
+    @activity.defn(name=NOTIFY_ACTIVITY)
     async def notify(self, request: NotifyRequest) -> int:
         """Deliver one event to one webhook; the HTTP status. A refusal (4xx but 408/429) is
         final; anything else is retried by Temporal's policy, with the same delivery key and

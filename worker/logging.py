@@ -17,7 +17,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-RUNTIME_ACTIVITIES = frozenset({"llm_call", "llm_step", "summarize", "list_tools"})
+from workflows.models import RUNTIME_ACTIVITIES
 
 
 def add_pid(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,9 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from workflows.failures import failure_reason, raise_if_cancelled
 from workflows.models import (
+    LLM_CALL_ACTIVITY,
+    LLM_STEP_ACTIVITY,
+    SUMMARIZE_ACTIVITY,
     AuditRecord,
     ChatMessage,
     ContextUse,
@@ -59,9 +62,6 @@ from workflows.rules.repair import (
 from workflows.state import ConversationState
 from workflows.tool_round import Pace
 
-LLM_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
-LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`rules.delta`)
-SUMMARIZE_ACTIVITY = "summarize"
 SUMMARY_ATTEMPTS = 3
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 T = TypeVar("T")
@@ -249,7 +249,7 @@ class Thinker:
         if self._delta:
             reply = await self._step(messages, tools, tool_choice, step)
         else:
-            reply = await self._call(LLM_ACTIVITY, LLMRequest(
+            reply = await self._call(LLM_CALL_ACTIVITY, LLMRequest(
                 model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
                 turn=turn.number, step=step, response_format=self._response_format()), step)
         ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,

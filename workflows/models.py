@@ -11,7 +11,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS, valid_json, valid_text
+from workflows.rules.bounds import (
+    DEFAULT_MESSAGE_BYTES,
+    HANDOVER_EVENTS,
+    valid_json,
+    valid_text,
+)
+
+# The activity types, declared once: the workers register them by these names, and the
+# conversation calls them by these names (recorded in every history: they never change).
+LLM_CALL_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
+LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`rules.delta`)
+SUMMARIZE_ACTIVITY = "summarize"
+LIST_TOOLS_ACTIVITY = "list_tools"
+NOTIFY_ACTIVITY = "notify"
+RUNTIME_ACTIVITIES = frozenset({LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY,
+                                LIST_TOOLS_ACTIVITY})  # the model's and the handshake's
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -606,7 +621,7 @@ class ConversationStatus(BaseModel):
 
 
 # The conversation's own state builds on the models above.
-from workflows.state import CarriedState, ConversationState  # noqa: E402
+from workflows.state import CarriedState, ConversationState
 
 ConversationInput.model_rebuild()
 ToolInvocation.model_rebuild()

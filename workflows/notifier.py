@@ -20,11 +20,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.failures import failure_reason, is_cancelled
-from workflows.models import AuditRecord, NotifyRequest, Usage
+from workflows.models import NOTIFY_ACTIVITY, AuditRecord, NotifyRequest, Usage
 from workflows.rules.bounds import keep_last
 from workflows.state import ConversationState
 
-NOTIFY_ACTIVITY = "notify"
 MAX_OUTBOX = 64  # deliveries a conversation carries at most (the oldest go first)
 DELIVERY_TIMEOUT = timedelta(seconds=15)
 DRAIN_GRACE = timedelta(seconds=30)  # what a conversation's end waits for deliveries in flight

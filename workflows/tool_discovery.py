@@ -11,14 +11,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.failures import failure_reason, raise_if_cancelled
-from workflows.models import ApprovalPolicy, ToolCatalog, ToolListRequest
+from workflows.models import (
+    LIST_TOOLS_ACTIVITY,
+    ApprovalPolicy,
+    ToolCatalog,
+    ToolListRequest,
+)
 from workflows.rules.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
 from workflows.rules.gate import policy_refusal
 from workflows.rules.questions import ASK_TOOLS
 from workflows.rules.start_input import admitted_tools
 from workflows.state import ConversationState, ModelRoutes
-
-LIST_TOOLS_ACTIVITY = "list_tools"
 
 
 async def discover_tools(state: ConversationState, limits: Limits,

@@ -11,7 +11,14 @@ import httpx
 from pydantic import BaseModel
 
 from activities.settings import ActivitySettings
-from workflows.models import Question, QuestionKind, Risk, ToolDefinition
+from workflows.models import (
+    NOTIFY_ACTIVITY,
+    RUNTIME_ACTIVITIES,
+    Question,
+    QuestionKind,
+    Risk,
+    ToolDefinition,
+)
 from workflows.rules.questions import ASK_TOOLS
 
 if TYPE_CHECKING:
@@ -19,7 +26,7 @@ if TYPE_CHECKING:
 
 # Names a tool cannot take: the runtime's own activity types, which a tool would shadow, and the
 # ask_* tools, which every conversation has and which would hide it.
-RESERVED_NAMES = frozenset({"llm_call", "llm_step", "summarize", "list_tools", "notify",
+RESERVED_NAMES = frozenset({*RUNTIME_ACTIVITIES, NOTIFY_ACTIVITY,
                             *(t.name for t in ASK_TOOLS)})
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 
