@@ -1,5 +1,5 @@
 """What a worker keeps between a conversation's model calls, so that a call can carry a delta
-(`workflows.rules.delta`): each conversation's last prompt, and the tool lists seen by digest. Bounded
+(`rules.delta`): each conversation's last prompt, and the tool lists seen by digest. Bounded
 by an estimate of the bytes held; the least recently used goes first. Losing an entry costs one
 fetch of the prompt from the conversation, never a wrong prompt: entries are found by digest."""
 

@@ -28,7 +28,7 @@ from activities.models import ModelEntry
 from activities.pricing import Prices
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
-from workflows.models import (
+from contract import (
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
@@ -45,9 +45,9 @@ from workflows.models import (
     ToolCall,
     Usage,
 )
-from workflows.reporting import TOKENS_TOPIC
-from workflows.rules import delta
-from workflows.rules.bounds import valid_text
+from contract.bounds import valid_text
+from contract.names import TOKENS_TOPIC
+from rules import delta
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -126,7 +126,7 @@ def classify_status_error(exc: openai.APIStatusError) -> ApplicationError:
 
 
 class ContextMiss(Exception):
-    """The worker cannot rebuild the prompt a delta request names (`workflows.rules.delta`)."""
+    """The worker cannot rebuild the prompt a delta request names (`rules.delta`)."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from activities.config_file import read_config
 from activities.pricing import ModelPrice
-from workflows.models import EntryLimits
+from contract import EntryLimits
 
 DEFAULT_ENTRY = "default"
 OUTPUT_PARAMS = frozenset({"max_tokens", "max_completion_tokens"})  # what a reply may take

@@ -23,8 +23,8 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from temporalio import activity
 
 from activities.settings import ActivitySettings
-from workflows.models import Usage
-from workflows.telemetry import label
+from contract import Usage
+from rules.tracing import label
 
 # The turn's span an activity runs under (set per activity from its headers), or None.
 PARENT: ContextVar[Context | None] = ContextVar("agent_trace_parent", default=None)

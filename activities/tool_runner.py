@@ -19,7 +19,7 @@ from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
 from activities.tools.reporter import CallReporter
 from activities.windows import Windows
-from workflows.models import (
+from contract import (
     LIST_TOOLS_ACTIVITY,
     Risk,
     ToolCatalog,
@@ -27,8 +27,8 @@ from workflows.models import (
     ToolListRequest,
     ToolOutcome,
 )
-from workflows.rules.bounds import truncate_observation, valid_text
-from workflows.rules.gate import execution_refusal
+from contract.bounds import truncate_observation, valid_text
+from rules.gate import execution_refusal
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox

@@ -41,8 +41,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.config_file import read_config
-from workflows.models import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
-from workflows.rules.links import LinkClaims, sign_link
+from contract import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
+from rules.links import LinkClaims, sign_link
 
 log = structlog.get_logger("webhooks")
 Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
@@ -113,7 +113,7 @@ class Webhooks:
                 for i, h in enumerate(self.hooks)]
 
 
-# ----- one-time links (`workflows.rules.links`) -----
+# ----- one-time links (`rules.links`) -----
 
 def link_secret(env: Mapping[str, str] = os.environ) -> str | None:
     return env.get("AGENT_LINK_SECRET") or None

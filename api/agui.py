@@ -56,8 +56,7 @@ from client.session import (
     UsageError,
     check_conversation_id,
 )
-from workflows.conversation import ConversationWorkflow
-from workflows.models import (
+from contract import (
     CLOSED_STATUSES,
     WAITING_STATUSES,
     AnswerRequest,
@@ -70,8 +69,9 @@ from workflows.models import (
     RejectRequest,
     SayRequest,
     StreamEvent,
+    names,
 )
-from workflows.rules.gate import Refusal, check_answer
+from rules.gate import Refusal, check_answer
 
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",
@@ -455,7 +455,7 @@ async def _take_message(session: Session, thread: str, status: ConversationStatu
     if message is None:
         return status.turn, False
     request_id = message_request_id(message[0])
-    taken = await session.query(thread, ConversationWorkflow.signal_outcome, request_id)
+    taken = await session.query(thread, names.SIGNAL_OUTCOME, request_id)
     if taken is not None:
         return taken.turn or status.turn, False
     if status.status in WAITING_STATUSES:

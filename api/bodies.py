@@ -23,7 +23,7 @@ from client.session import (
     targets,
     unsendable,
 )
-from workflows.rules.bounds import (
+from contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     MAX_CALL_ARGS_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,

@@ -2,7 +2,7 @@
 link would decide and changes nothing (mail scanners and chat unfurlers fetch links); a `POST`
 decides, once. A link is signed with `AGENT_LINK_SECRET` (shared by the worker, which writes
 them into deliveries, and the API) and expires; it names the exact call it was made for
-(`workflows.rules.links`): the conversation that owns the call, the call's id there, its
+(`rules.links`): the conversation that owns the call, the call's id there, its
 ticket and the sha256 of its arguments. It decides only that call, with those arguments, and
 only through the conversation that owns it: never a look-alike call of a subagent or a later
 call that reuses the id.
@@ -27,13 +27,13 @@ from fastapi.responses import HTMLResponse
 
 from api.access import TokenBook, Verdict
 from client.session import NotFound, NoWorker, Refused, Session
-from workflows.models import (
+from contract import (
     ConfirmRequest,
     ConversationStatus,
     PendingConfirmation,
     RejectRequest,
 )
-from workflows.rules.links import LinkClaims, LinkError, read_link
+from rules.links import LinkClaims, LinkError, read_link
 
 LINK_APPROVER = "link"  # the approver of a link that names nobody
 

@@ -25,10 +25,10 @@ import httpx
 from bench.baselines import Agent, langgraph_loop, plain_loop
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, wait_until
+from contract import ConfirmRequest, ConversationInput
 from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
 from tests.helpers import run_histories
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, ConversationInput
 
 RESULTS = Path(__file__).parent / "results.md"
 CITIES = ["Paris", "Tokyo"]  # alternating, so loop detection never fires

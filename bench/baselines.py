@@ -15,9 +15,9 @@ import openai
 from activities.llm import stream_completion
 from activities.settings import ActivitySettings
 from activities.tools import ToolContext, default_registry
-from workflows.models import LLMReply
-from workflows.rules.prompts import DEFAULT_SYSTEM_PROMPT
-from workflows.rules.questions import ASK_TOOLS
+from contract import LLMReply
+from rules.prompts import DEFAULT_SYSTEM_PROMPT
+from rules.questions import ASK_TOOLS
 
 
 class Agent:

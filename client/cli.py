@@ -31,8 +31,7 @@ from client.session import (
     targets,
 )
 from client.watch import watch
-from workflows.conversation import ConversationWorkflow
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
@@ -40,9 +39,10 @@ from workflows.models import (
     RejectRequest,
     SayRequest,
     SignalOutcome,
+    names,
 )
-from workflows.rules.bounds import DEFAULT_MESSAGE_BYTES, check_message
-from workflows.rules.output import output_schema_problem
+from contract.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from rules.output import output_schema_problem
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:
@@ -103,7 +103,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_say(s: Session, a: argparse.Namespace) -> int:
-    outcome = await s.send(a.id, ConversationWorkflow.say,
+    outcome = await s.send(a.id, names.SAY_SIGNAL,
                            SayRequest(text=a.message, request_id=uuid.uuid4().hex, sender=a.who))
     if not outcome.accepted:
         return _refused(outcome, a.json)

@@ -45,8 +45,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.connection import TemporalSettings
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow, relative_id
-from workflows.models import (
+from contract import (
     SETTLED_STATUSES,
     AnswerRequest,
     AuditRecord,
@@ -61,16 +60,18 @@ from workflows.models import (
     SignalOutcome,
     Status,
     StreamEvent,
+    names,
 )
-from workflows.reporting import AGENT_OWNER, EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, owned_by
-from workflows.rules.bounds import (
+from contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,
     check_message,
 )
-from workflows.rules.gate import NOBODY
-from workflows.rules.output import output_schema_problem
-from workflows.rules.schemas import MAX_DEPTH
+from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
+from rules.gate import NOBODY
+from rules.output import output_schema_problem
+from rules.schemas import MAX_DEPTH
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, owned_by
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -183,7 +184,7 @@ class Session:
         self._told_waiting = False
 
     def handle(self, workflow_id: str) -> WorkflowHandle:
-        return self.client.get_workflow_handle_for(ConversationWorkflow.run, workflow_id)
+        return self.client.get_workflow_handle(workflow_id, result_type=ConversationStatus)
 
     # ----- starting and listing -----
 
@@ -200,8 +201,9 @@ class Session:
         check_sendable(inp)
         try:
             await self.client.start_workflow(
-                ConversationWorkflow.run,
+                names.WORKFLOW_TYPE,
                 inp,
+                result_type=ConversationStatus,
                 id=workflow_id,
                 task_queue=self.settings.task_queue,
                 static_summary=clip(inp.prompt, 200),
@@ -253,11 +255,11 @@ class Session:
 
     # ----- queries -----
 
-    async def query(self, workflow_id: str, query: Any, *args: Any) -> Any:
+    async def query(self, workflow_id: str, query: names.Asked, *args: Any) -> Any:
         """Query, retrying while no worker answers, for at most the session's timeout."""
         handle = self.handle(workflow_id)
         return await self._answered(workflow_id, lambda: handle.query(
-            query, *args, rpc_timeout=QUERY_RPC_TIMEOUT))
+            query.name, *args, result_type=query.answers, rpc_timeout=QUERY_RPC_TIMEOUT))
 
     async def _answered(self, workflow_id: str, ask: Callable[[], Awaitable[Any]]) -> Any:
         """What a worker answers, asked again while none does, for at most the timeout."""
@@ -281,21 +283,21 @@ class Session:
                 await asyncio.sleep(POLL_INTERVAL_S)
 
     async def status(self, workflow_id: str) -> ConversationStatus:
-        return await self.query(workflow_id, ConversationWorkflow.status)
+        return await self.query(workflow_id, names.STATUS)
 
     async def history(self, workflow_id: str) -> list[AuditRecord]:
-        return await self.query(workflow_id, ConversationWorkflow.history)
+        return await self.query(workflow_id, names.HISTORY)
 
     async def pending_schemas(self, workflow_id: str, status: ConversationStatus | None = None
                               ) -> dict[str, dict[str, Any]]:
         """The argument schema of each call waiting for a decision, by its ref (its subagents'
         calls included, at any depth); `status`, when the caller holds it already, names the
         subagents."""
-        schemas = dict(await self.query(workflow_id, ConversationWorkflow.pending_schemas))
+        schemas = dict(await self.query(workflow_id, names.PENDING_SCHEMAS))
         status = status or await self.status(workflow_id)
         for owner in {p.conversation_id for p in status.pending_confirmations if p.conversation_id}:
             path = relative_id(owner, workflow_id)
-            own = await self.query(owner, ConversationWorkflow.pending_schemas)
+            own = await self.query(owner, names.PENDING_SCHEMAS)
             schemas.update({f"{path}/{call_id}": schema for call_id, schema in own.items()})
         return schemas
 
@@ -314,7 +316,7 @@ class Session:
 
     # ----- a human's input: by signal, then the recorded outcome -----
 
-    async def signal(self, workflow_id: str, signal: Any, arg: Any) -> None:
+    async def signal(self, workflow_id: str, signal: str, arg: Any) -> None:
         check_sendable(arg)
         try:
             await self.handle(workflow_id).signal(signal, arg)
@@ -328,7 +330,7 @@ class Session:
         most the session's timeout: a stuck conversation is reported, not waited for forever."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            outcome = await self.query(workflow_id, ConversationWorkflow.signal_outcome, request_id)
+            outcome = await self.query(workflow_id, names.SIGNAL_OUTCOME, request_id)
             if outcome is not None:
                 return outcome
             description = await self.handle(workflow_id).describe()
@@ -339,7 +341,7 @@ class Session:
                                f"{self.timeout_s:.0f}s; it was delivered, but is not yet taken")
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def send(self, workflow_id: str, signal: Any, request: Any) -> SignalOutcome:
+    async def send(self, workflow_id: str, signal: str, request: Any) -> SignalOutcome:
         """Signal a request (it carries a request id) and wait for its outcome. A refusal is
         returned as an outcome (`accepted` false); a conversation that closed first is an error."""
         await self.signal(workflow_id, signal, request)
@@ -352,7 +354,7 @@ class Session:
     async def end(self, workflow_id: str, request_id: str, sender: str | None = None
                   ) -> SignalOutcome | None:
         """Ask the conversation to end: work in flight is cancelled. None if it closed first."""
-        await self.signal(workflow_id, ConversationWorkflow.end,
+        await self.signal(workflow_id, names.END_SIGNAL,
                           EndRequest(request_id=request_id, sender=sender))
         return await self.outcome(workflow_id, request_id)
 
@@ -449,7 +451,8 @@ class Session:
         try:
             async with asyncio.timeout(self.timeout_s):
                 outcome = await self.handle(workflow_id).execute_update(
-                    update, request, rpc_timeout=timedelta(seconds=self.timeout_s))
+                    update.name, request, result_type=update.answers,
+                    rpc_timeout=timedelta(seconds=self.timeout_s))
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             raise Refused(getattr(cause, "message", None) or str(cause)) from None
@@ -640,16 +643,16 @@ def new_conversation_id() -> str:
     return f"conv-{uuid.uuid4().hex[:12]}"
 
 
-_SIGNALS: dict[type, Any] = {
-    ConfirmRequest: ConversationWorkflow.confirm,
-    RejectRequest: ConversationWorkflow.reject,
-    AnswerRequest: ConversationWorkflow.answer,
+_SIGNALS: dict[type, str] = {
+    ConfirmRequest: names.CONFIRM_SIGNAL,
+    RejectRequest: names.REJECT_SIGNAL,
+    AnswerRequest: names.ANSWER_SIGNAL,
 }
-_UPDATES: dict[type, Any] = {
-    SayRequest: ConversationWorkflow.send_message,
-    ConfirmRequest: ConversationWorkflow.decide_confirm,
-    RejectRequest: ConversationWorkflow.decide_reject,
-    AnswerRequest: ConversationWorkflow.give_answer,
+_UPDATES: dict[type, names.Asked] = {
+    SayRequest: names.SEND_MESSAGE,
+    ConfirmRequest: names.DECIDE_CONFIRM,
+    RejectRequest: names.DECIDE_REJECT,
+    AnswerRequest: names.GIVE_ANSWER,
 }
 
 # Closed runs: Temporal's execution status says what became of them. A run that continued as new
@@ -658,7 +661,7 @@ _CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Term
 
 
 def list_query(status: str | None, owner: str | None = None) -> str:
-    query = f'WorkflowType = "{ConversationWorkflow.__name__}" AND ExecutionStatus != "ContinuedAsNew"'
+    query = f'WorkflowType = "{names.WORKFLOW_TYPE}" AND ExecutionStatus != "ContinuedAsNew"'
     if owner is not None:
         query += f" AND {AGENT_OWNER.name} = {quoted(owner)}"
     if status in _CLOSED:

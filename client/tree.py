@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from client.session import NotFound, follow
-from workflows.models import StreamEvent
+from contract import StreamEvent
 
 # A subagent's start is announced in the same workflow task that starts it, so its workflow may
 # not exist yet for a moment.

@@ -168,8 +168,8 @@ def record(url: str, model: str, out: Path, api_key: str | None) -> None:
     kept as a cassette."""
     sys.path.insert(0, str(ROOT))
     from activities.tools import default_registry
-    from workflows.rules.prompts import DEFAULT_SYSTEM_PROMPT
-    from workflows.rules.questions import ASK_TOOLS
+    from rules.prompts import DEFAULT_SYSTEM_PROMPT
+    from rules.questions import ASK_TOOLS
 
     tools = [t.openai_schema() for t in [*ASK_TOOLS, *default_registry().definitions()]]
     out.mkdir(parents=True, exist_ok=True)

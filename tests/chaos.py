@@ -37,6 +37,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from activities.tools.notes import SCHEMA as NOTES_SCHEMA
+from contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationInput,
+    LLMOptions,
+)
 from scripted_model import (
     Scenario,
     Script,
@@ -47,12 +53,6 @@ from scripted_model import (
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    AnswerRequest,
-    ConfirmRequest,
-    ConversationInput,
-    LLMOptions,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)

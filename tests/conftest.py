@@ -15,14 +15,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from scripted_model import ScriptedModelServer
 from tests.api_support import ApiProcess
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
 from worker.app import build_worker
-from workflows.conversation import AGENT_STATUS
-from workflows.reporting import AGENT_OWNER
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
 

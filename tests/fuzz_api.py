@@ -37,6 +37,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from scripted_model import ScriptedModelServer
 from tests.api_support import ApiProcess, LogTail
 from tests.devserver import TUNING_ARGS, temporal_cli
@@ -55,8 +56,6 @@ from tests.hostile_input import (
     random_json_key,
 )
 from worker.app import build_worker
-from workflows.conversation import AGENT_STATUS
-from workflows.reporting import AGENT_OWNER
 
 REQUEST_TIMEOUT_S = 15.0  # the API's own wait for a worker is shorter (AGENT_API_TIMEOUT_S)
 STREAM_READ_S = 0.5

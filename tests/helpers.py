@@ -17,6 +17,14 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from client.session import NO_ANSWER_YET
+from contract import (
+    SETTLED_STATUSES,
+    AuditRecord,
+    ConversationInput,
+    ConversationStatus,
+    LLMOptions,
+)
+from rules.search_attributes import owned_by
 from scripted_model import (
     Scenario,
     Script,
@@ -26,14 +34,6 @@ from scripted_model import (
 )
 from worker.app import workflow_runner
 from workflows.conversation import ConversationWorkflow, SignalGuard
-from workflows.reporting import owned_by
-from workflows.models import (
-    SETTLED_STATUSES,
-    AuditRecord,
-    ConversationInput,
-    ConversationStatus,
-    LLMOptions,
-)
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from temporalio.client import Client, WorkflowHandle
 
+from contract import ConversationStatus, SayRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from scripted_model.script import usage
 from tests.helpers import script, settled, start, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConversationStatus, SayRequest
 
 BATCH = 40  # messages sent at once: within the conversation's queue bound
 

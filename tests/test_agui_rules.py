@@ -11,7 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.agui import plan_resume, resume_request_id, run_agui
 from client.session import UsageError
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -20,7 +20,7 @@ from workflows.models import (
     RejectRequest,
     Usage,
 )
-from workflows.rules.questions import DECLINED
+from rules.questions import DECLINED
 
 
 def waiting(*calls: str, question: PendingQuestion | None = None) -> ConversationStatus:

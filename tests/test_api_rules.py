@@ -29,8 +29,7 @@ from api.settings import (
 )
 from client.connection import TemporalSettings
 from client.session import UsageError
-from tests.api_support import concrete, routes_by_access
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -40,7 +39,8 @@ from workflows.models import (
     StreamEvent,
     Usage,
 )
-from workflows.rules.bounds import check_message
+from contract.bounds import check_message
+from tests.api_support import concrete, routes_by_access
 
 
 def status(**fields) -> ConversationStatus:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from activities.tools import default_registry
-from workflows.models import ApprovalPolicy, Decision, Question
-from workflows.rules.gate import (
+from contract import ApprovalPolicy, Decision, Question
+from rules.gate import (
     AnswerCheck,
     PendingCall,
     Refusal,

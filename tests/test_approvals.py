@@ -10,6 +10,15 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.settings import ActivitySettings
+from contract import (
+    AnswerRequest,
+    ApprovalPolicy,
+    ConfirmRequest,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
+)
+from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     note_rows,
@@ -24,15 +33,6 @@ from tests.helpers import (
     unique,
 )
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    AnswerRequest,
-    ApprovalPolicy,
-    ConfirmRequest,
-    EndRequest,
-    RejectRequest,
-    SayRequest,
-)
-from workflows.rules.gate import args_hash
 
 
 def rid() -> str:

@@ -6,6 +6,7 @@ fails here, not in a conversation that quietly lost its usage or its decisions."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -17,7 +18,7 @@ from temporalio.contrib.workflow_streams._types import (
     _WorkflowStreamWireItem,
 )
 
-from workflows.models import (
+from contract import (
     AuditRecord,
     ChatMessage,
     ChildReport,
@@ -30,23 +31,25 @@ from workflows.models import (
     Usage,
     WebhookRef,
 )
-from workflows.rules.handover import carried
-from workflows.rules.stopping import call_record_of_key
-from workflows.state import (
+from contract.state import (
     CarriedState,
     ContextState,
     ConversationState,
     ModelRoutes,
+    StreamSnapshot,
     TurnState,
 )
+from rules.stopping import call_record_of_key
+from workflows.handover import carried
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def stream() -> WorkflowStreamState:
-    return WorkflowStreamState(
+def stream() -> StreamSnapshot:
+    """Temporal's stream state, as the contract carries it (the same fields and JSON)."""
+    return StreamSnapshot.model_validate(dataclasses.asdict(WorkflowStreamState(
         log=[_WorkflowStreamWireItem(topic="events", data="e30=")], base_offset=41,
-        publishers={"llm": PublisherState(sequence=3, last_seen=NOW)})
+        publishers={"llm": PublisherState(sequence=3, last_seen=NOW)})))
 
 
 def old_carry() -> CarriedState:

@@ -4,6 +4,7 @@ each), through the same clips the workflow applies."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -12,7 +13,7 @@ from temporalio.contrib.workflow_streams._types import (
     _WorkflowStreamWireItem,
 )
 
-from workflows.models import (
+from contract import (
     ApprovalPolicy,
     AuditAction,
     AuditRecord,
@@ -26,8 +27,7 @@ from workflows.models import (
     TurnSummary,
     Usage,
 )
-from workflows.reporting import _clipped, carried_stream
-from workflows.rules.bounds import (
+from contract.bounds import (
     AUDIT_BYTES,
     CARRY_BUDGET_BYTES,
     CATALOG_BYTES,
@@ -64,11 +64,12 @@ from workflows.rules.bounds import (
     json_size,
     text_size,
 )
-from workflows.rules.handover import carried, next_input
-from workflows.rules.repair import bound_reply
-from workflows.rules.start_input import admitted_tools, settled_input
-from workflows.rules.stopping import call_record
-from workflows.state import ContextState, ConversationState, TurnState
+from contract.state import ContextState, ConversationState, StreamSnapshot, TurnState
+from rules.repair import bound_reply
+from rules.start_input import admitted_tools, settled_input
+from rules.stopping import call_record
+from workflows.handover import carried, next_input
+from workflows.reporting import _clipped, carried_stream
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CTRL = "\x01"  # costs six bytes in JSON ("\u0001")
@@ -178,7 +179,8 @@ def test_the_worst_carry_fits_its_budget():
     state = worst_state()
     assert json_size(state) > 4 * CARRY_BUDGET_BYTES  # the run's own state, before the fitting
 
-    handed = next_input(inp, carried(state, carried_stream(worst_stream())))
+    handed = next_input(inp, carried(state, StreamSnapshot.model_validate(
+        dataclasses.asdict(carried_stream(worst_stream())))))
     size = json_size(handed)
     assert size <= CARRY_BUDGET_BYTES, f"the carry is {size:,} bytes"
     assert json_size(handed.state.context) <= CONTEXT_CARRY_BYTES
@@ -189,7 +191,7 @@ def test_the_worst_carry_fits_its_budget():
 
 def test_fitting_the_context_keeps_the_current_turn_whole_in_structure():
     before = worst_state()
-    ctx = carried(before, WorkflowStreamState()).context
+    ctx = carried(before, StreamSnapshot()).context
     messages = ctx.messages
     current_user = [m for m in before.context.messages if m.role == "user"][-1]
     assert messages[0] == current_user and [m.role for m in messages].count("user") == 1

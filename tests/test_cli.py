@@ -15,10 +15,10 @@ import pytest
 from temporalio import workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from contract import ConversationInput
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, tool_call, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConversationInput
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,8 +113,8 @@ async def test_clear_errors_and_exit_codes(cli, temporal_address: str):
 
 
 async def test_query_waits_for_a_worker_and_says_so(cli, client, temporal_address: str):
+    from contract import ConversationInput
     from workflows.conversation import ConversationWorkflow
-    from workflows.models import ConversationInput
 
     conv = unique("no-worker")
     await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),

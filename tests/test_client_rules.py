@@ -9,7 +9,7 @@ import pytest
 from api.links import decision
 from client.render import CONTINUED, render_status
 from client.session import MAX_JSON_DEPTH, check_conversation_id, unsendable
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -17,7 +17,7 @@ from workflows.models import (
     SayRequest,
     Usage,
 )
-from workflows.rules.links import LinkClaims
+from rules.links import LinkClaims
 
 
 @pytest.mark.parametrize("cid", ["conv-1a2b", "web-1", "3f2c8d0e-uuid-v4", "team.alice:42",

@@ -22,12 +22,12 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, Request, expect
 from temporalio.client import Client
 
+from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, start, tool_call, unique
 from tests.test_roles import roles_queue  # noqa: F401 - a fixture: a worker under four eyes
 from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
-from workflows.rules.gate import args_hash
 
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 800}

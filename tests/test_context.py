@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from scripted_model.script import select_reply
-from workflows.models import (
+from contract import (
     ApprovalPolicy,
     ChatMessage,
     ConversationInput,
@@ -11,7 +10,7 @@ from workflows.models import (
     ToolCall,
     ToolDefinition,
 )
-from workflows.rules.bounds import (
+from contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     Limits,
     Tail,
@@ -22,8 +21,9 @@ from workflows.rules.bounds import (
     keep_within,
     text_size,
 )
-from workflows.rules.compaction import estimate_tokens
-from workflows.rules.context import (
+from contract.state import ContextState
+from rules.compaction import estimate_tokens
+from rules.context import (
     LOW_WATER,
     Budget,
     calibrated_ratio,
@@ -37,9 +37,9 @@ from workflows.rules.context import (
     shown,
     summary_message,
 )
-from workflows.rules.repair import bound_reply, unique_call_ids
-from workflows.rules.start_input import admitted_tools, first_state, settled_input
-from workflows.state import ContextState
+from rules.repair import bound_reply, unique_call_ids
+from rules.start_input import admitted_tools, first_state, settled_input
+from scripted_model.script import select_reply
 
 BOUNDED = Limits.bounded(DEFAULT_MESSAGE_BYTES)
 

@@ -19,6 +19,14 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.settings import ActivitySettings
+from contract import (
+    ConfirmRequest,
+    EndRequest,
+    LLMReply,
+    SayRequest,
+    StreamEvent,
+)
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
@@ -34,15 +42,7 @@ from tests.helpers import (
     unique,
 )
 from worker.app import build_worker
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import (
-    ConfirmRequest,
-    EndRequest,
-    LLMReply,
-    SayRequest,
-    StreamEvent,
-)
-from workflows.reporting import AGENT_OWNER
+from workflows.conversation import ConversationWorkflow
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from contract import EndRequest, SayRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.conftest import SECRET_KEY
 from tests.helpers import (
@@ -21,7 +22,6 @@ from tests.helpers import (
     unique,
 )
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest, SayRequest
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(

@@ -12,10 +12,10 @@ from temporalio.client import Client
 
 from activities.llm import counted
 from activities.pricing import ModelPrice, Prices, PricesError
+from contract import Usage
+from rules.stopping import child_share, dollars, over_budget
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, settled, start, steps_of, tool_call, unique
-from workflows.models import Usage
-from workflows.rules.stopping import child_share, dollars, over_budget
 
 
 def catalog_price(model: str, u: Usage) -> float:

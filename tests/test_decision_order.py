@@ -21,6 +21,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.settings import ActivitySettings
+from contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationStatus,
+    SayRequest,
+)
+from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -39,13 +46,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    AnswerRequest,
-    ConfirmRequest,
-    ConversationStatus,
-    SayRequest,
-)
-from workflows.rules.gate import args_hash
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
 Send = Callable[[WorkflowHandle], Awaitable[None]]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from activities.tools import default_registry
-from workflows.models import ChatMessage, FunctionCall, ToolCall, ToolDefinition
-from workflows.rules import loop
+from contract import ChatMessage, FunctionCall, ToolCall, ToolDefinition
+from rules import loop
 
 CATALOG = {t.name: t for t in default_registry().definitions()}
 

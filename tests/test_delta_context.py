@@ -13,6 +13,9 @@ from temporalio.client import Client
 from activities.context_cache import CachedPrompt, ContextCache
 from activities.llm import LLMActivities
 from activities.settings import ActivitySettings
+from contract import ChatMessage, FunctionCall, SayRequest, ToolCall
+from contract.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
+from rules import delta, loop
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -27,9 +30,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
-from workflows.models import ChatMessage, FunctionCall, SayRequest, ToolCall
-from workflows.rules import delta, loop
-from workflows.rules.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
 

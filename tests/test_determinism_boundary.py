@@ -1,8 +1,8 @@
-"""The determinism boundary, checked: `workflows/` runs inside the workflow, `workflows/rules/`
-holds its pure rules, and `workflows/models.py` and `state.py` are the data both sides share.
-The sandbox the tests run in imports all of `workflows` afresh, so it refuses the clock,
-randomness and I/O in any of them; and nothing there keeps state at module level, which an
-unsandboxed worker would share between conversations."""
+"""The determinism boundary, checked: `workflows/` runs inside the workflow, `rules/` holds the
+pure rules it (and the API and the activities) may call, and `contract/` is the data every
+process shares. The sandbox the tests run in imports all of them afresh, so it refuses the
+clock, randomness and I/O in any of them; and nothing there keeps state at module level, which
+an unsandboxed worker would share between conversations."""
 
 from __future__ import annotations
 
@@ -17,15 +17,20 @@ from pathlib import Path
 
 import pytest
 
+import contract
+import rules
 import workflows
 from tests.helpers import HISTORIES
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = sorted(m.name for m in pkgutil.walk_packages(workflows.__path__, "workflows."))
-RULES = [m for m in MODULES if m.startswith("workflows.rules.")]
+PACKAGES = (workflows, rules, contract)  # what runs inside the workflow
+MODULES = sorted(m.name for package in PACKAGES
+                 for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))
+RULES = [m for m in MODULES if not m.startswith("workflows.")]
 MUTABLE = (list, dict, set, bytearray, Counter, OrderedDict, defaultdict, deque)
 
-# Replays a recorded history with the tests' sandbox; `workflows` comes from sys.path[0].
+# Replays a recorded history with the tests' sandbox; `workflows`, `rules` and `contract` come
+# from sys.path[0].
 REPLAY = """
 import asyncio, json, sys
 from pathlib import Path
@@ -69,11 +74,12 @@ def replayed_with(package: Path, tmp_path: Path) -> str:
 
 def test_the_sandbox_refuses_the_clock_and_randomness_in_the_workflows_own_modules(tmp_path):
     package = tmp_path / "probe"
-    shutil.copytree(ROOT / "workflows", package / "workflows",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for each in PACKAGES:
+        shutil.copytree(ROOT / each.__name__, package / each.__name__,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     assert "REPLAYED" in replayed_with(package, tmp_path)  # the copy, as it is
-    with (package / "workflows" / "rules" / "stopping.py").open("a") as rules:
-        rules.write(PROBE)
+    with (package / "rules" / "stopping.py").open("a") as rule:
+        rule.write(PROBE)
     out = replayed_with(package, tmp_path)
     assert "FAILED" in out and "datetime.datetime.now" in out, out
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from contract import ConfirmRequest, SayRequest
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from tests.long_chat import message
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, SayRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 

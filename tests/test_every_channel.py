@@ -33,13 +33,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
+from contract import ConfirmRequest, ConversationStatus, RejectRequest
+from rules.links import read_link, sign_link
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, ConversationStatus, RejectRequest
-from workflows.rules.links import read_link, sign_link
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v"}
 ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer"}

@@ -13,6 +13,13 @@ from temporalio.client import Client
 
 from activities.settings import ActivitySettings
 from client.watch import Renderer, watch
+from contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
+)
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     outcome_of,
@@ -26,13 +33,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import BOUNDED_CONTEXT_PATCH, ConversationWorkflow
-from workflows.models import (
-    AnswerRequest,
-    ConfirmRequest,
-    EndRequest,
-    RejectRequest,
-    SayRequest,
-)
 
 
 async def asked(handle, kind: str, timeout_s: float = 30) -> None:

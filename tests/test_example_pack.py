@@ -22,6 +22,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.settings import ActivitySettings
+from contract import ConfirmRequest
 from durable_react_agent import NeedsInput, ToolContext, ToolError
 from scripted_model import ScriptedModelServer, ScriptedReply
 from scripted_model.script import load_script
@@ -30,7 +31,6 @@ from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.test_durability import WorkerProcess
 from tests.test_tool_api import NO_HTTP
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / "examples" / "ticket_tracker"

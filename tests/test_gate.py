@@ -24,11 +24,7 @@ from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry, ToolSpec
 from activities.tools.notes import NOTES_TOOLS
 from activities.tools.weather import WEATHER
-from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
-from workflows.models import (
+from contract import (
     ApprovalPolicy,
     ConfirmRequest,
     Decision,
@@ -36,7 +32,11 @@ from workflows.models import (
     ToolInvocation,
     ToolOutcome,
 )
-from workflows.rules.gate import POLICY, args_hash, execution_refusal
+from rules.gate import POLICY, args_hash, execution_refusal
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -35,20 +35,20 @@ from activities.settings import ActivitySettings
 from client.connection import TemporalSettings
 from client.render import render_status
 from client.session import STREAM_POLL_QUERY, STREAM_TOPICS, Refused, Session
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
-from tests.fake_tools import registry_with_test_tools
-from tests.generated import RISKY_TOOLS, one_command, printed_commands, replies
-from tests.helpers import FAST_LLM, REPLAYER, script, settled, start, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     RejectRequest,
     StreamEvent,
     ToolInvocation,
 )
-from workflows.rules.gate import args_hash
+from rules.gate import args_hash
+from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from tests.fake_tools import registry_with_test_tools
+from tests.generated import RISKY_TOOLS, one_command, printed_commands, replies
+from tests.helpers import FAST_LLM, REPLAYER, script, settled, start, unique
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
 
 BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3"))
 AT_ONCE = 6  # conversations a batch runs together

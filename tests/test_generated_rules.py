@@ -17,22 +17,22 @@ from hypothesis import HealthCheck, given, settings
 
 from activities.llm import ReplyAssembler
 from client.render import render_status
-from scripted_model import ScriptedReply
-from scripted_model.script import tool_call_payloads
-from tests.fake_tools import registry_with_test_tools
-from tests.generated import one_command, printed_commands, replies
-from workflows.human_desk import HumanDesk
-from workflows.models import ApprovalPolicy, ConversationStatus, Usage
-from workflows.rules import gate, loop
-from workflows.rules.bounds import Limits, preview_args
-from workflows.rules.questions import ASK_TOOLS
-from workflows.rules.repair import (
+from contract import ApprovalPolicy, ConversationStatus, Usage
+from contract.bounds import Limits, preview_args
+from contract.state import ContextState, ConversationState
+from rules import gate, loop
+from rules.questions import ASK_TOOLS
+from rules.repair import (
     SAFE_ID_CHARS,
     bound_reply,
     recover_tool_calls,
     unique_call_ids,
 )
-from workflows.state import ContextState, ConversationState
+from scripted_model import ScriptedReply
+from scripted_model.script import tool_call_payloads
+from tests.fake_tools import registry_with_test_tools
+from tests.generated import one_command, printed_commands, replies
+from workflows.human_desk import HumanDesk
 
 EXAMPLES = int(os.environ.get("AGENT_GENERATED_EXAMPLES", "300"))
 CATALOG = {t.name: t for t in [*ASK_TOOLS, *registry_with_test_tools().definitions()]}

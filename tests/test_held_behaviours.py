@@ -21,6 +21,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.models import ModelEntry, Models
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
+from contract import (
+    SETTLED_STATUSES,
+    ApprovalPolicy,
+    ConfirmRequest,
+    LLMOptions,
+    RejectRequest,
+)
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -38,13 +45,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    SETTLED_STATUSES,
-    ApprovalPolicy,
-    ConfirmRequest,
-    LLMOptions,
-    RejectRequest,
-)
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
 

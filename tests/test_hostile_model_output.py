@@ -26,14 +26,14 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from contract import SayRequest
+from rules.commands import client_command
+from rules.repair import SAFE_ID_CHARS
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.helpers import replay, script, settled, start, tool_messages, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import SayRequest
-from workflows.rules.commands import client_command
-from workflows.rules.repair import SAFE_ID_CHARS
 
 POISON_REPLY = "```" + " " * 5000 + "x"  # 35 s for `^```(?:json)?\s*(.*?)\s*```$`
 POISON_ANSWER = "```\n" + "\n" * 5000 + "x"  # as long for the typed answer's fence
@@ -157,9 +157,9 @@ def test_no_pattern_of_the_product_backtracks_over_outside_text():
 
 CHECK_FENCES = """
 import time
-from workflows.models import ChatMessage
-from workflows.rules.output import check_output
-from workflows.rules.repair import recover_tool_calls
+from contract import ChatMessage
+from rules.output import check_output
+from rules.repair import recover_tool_calls
 for text in (%r, %r, "```" + " " * 100_000 + "```", "```json" + "\\n" * 100_000):
     started = time.monotonic()
     recover_tool_calls(ChatMessage(role="assistant", content=text), {"get_weather"})

@@ -20,14 +20,14 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
+from contract import ConfirmRequest, ConversationStatus, SayRequest
+from rules.links import LinkClaims, read_link, sign_link
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
 from tests.helpers import note_rows, reaches, replay, script, settled, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, ConversationStatus, SayRequest
-from workflows.rules.links import LinkClaims, read_link, sign_link
 
 TOKENS = "alice:tok-a:user,carol:tok-c:approver,vic:tok-v:viewer"
 ADDRESSEES = (None, "carol", "vic", "alice")  # one webhook each: whom its links decide as

@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from client.render import render_history, render_status
 from client.watch import Renderer, watch
+from contract import EndRequest, SayRequest
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     outcome_of,
@@ -31,7 +32,6 @@ from tests.long_chat import message, prompt_tokens, run_long_chat
 from tests.test_cli import ROOT
 from tests.test_observability import stream_events
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest, SayRequest
 
 
 def chat_bodies(model: ScriptedModelServer, trigger: str, kind: str = "chat") -> list[dict]:

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from activities.mcp import McpToolbox, load_mcp_config
 from activities.settings import ActivitySettings
+from contract import ConfirmRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -25,7 +26,6 @@ from tests.test_durability import WorkerProcess
 from tests.test_mcp_toolbox import SERVERS, TOKEN, http_ports  # noqa: F401 (fixture)
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest
 
 UNRULY_SECRET = "unruly-secret-9c1d0e4b"
 

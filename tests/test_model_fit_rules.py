@@ -39,8 +39,7 @@ from activities.models import (
 from activities.pricing import ModelPrice, Prices
 from client.render import CONTINUED, render_status
 from client.watch import Renderer
-from workflows.model_step import model_failure
-from workflows.models import (
+from contract import (
     ChatMessage,
     ContextUse,
     ConversationStatus,
@@ -48,7 +47,8 @@ from workflows.models import (
     StreamEvent,
     Usage,
 )
-from workflows.rules.context import (
+from contract.state import ContextState
+from rules.context import (
     MIN_FITTED_TOKENS,
     OUTPUT_RESERVE_TOKENS,
     Budget,
@@ -56,7 +56,7 @@ from workflows.rules.context import (
     left_out,
     message_tokens,
 )
-from workflows.state import ContextState
+from workflows.model_step import model_failure
 
 # ----- the budget a known window leaves -----
 

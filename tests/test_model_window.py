@@ -21,6 +21,8 @@ from activities.models import ModelEntry, Models
 from activities.settings import ActivitySettings
 from activities.windows import OLLAMA_DEFAULT_CTX, Windows
 from client.render import render_status
+from contract import EndRequest, SayRequest
+from rules.context import fitted_budget
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
@@ -28,8 +30,6 @@ from tests.helpers import outcome_of, replay, script, settled, start, unique
 from tests.test_cli import cli  # noqa: F401 - a fixture: the CLI as a process
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest, SayRequest
-from workflows.rules.context import fitted_budget
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ harder and asked again; `max_requests_per_s` holds across two worker processes."
 from __future__ import annotations
 
 import asyncio
-import io
 import dataclasses
+import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,15 +20,24 @@ from temporalio.client import Client
 from activities.models import ModelEntry, Models, ModelsError, model_queue, model_routes
 from activities.settings import ActivitySettings
 from client.watch import Renderer
+from contract import ConfirmRequest, LLMOptions, SayRequest, StreamEvent
+from contract.state import ModelRoutes
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import reaches, replay, script, settled, start, steps_of, tool_call, unique
+from tests.helpers import (
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    steps_of,
+    tool_call,
+    unique,
+)
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, LLMOptions, SayRequest, StreamEvent
-from workflows.state import ModelRoutes
 
 # Two attempts a second apart: an entry that is down is given up on quickly.
 TWO_TRIES = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=1, max_attempts=2)

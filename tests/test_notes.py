@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from activities.tools import NeedsInput, ToolError
-from activities.tools.notes import CreateNoteArgs, DeleteNoteArgs, _create, _delete, _list
+from activities.tools.notes import (
+    CreateNoteArgs,
+    DeleteNoteArgs,
+    _create,
+    _delete,
+    _list,
+)
 from tests.helpers import note_rows
 
 

@@ -15,12 +15,13 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.watch import Renderer, watch
+from contract import ConfirmRequest, EndRequest, RejectRequest, StreamEvent
+from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
+from rules.search_attributes import AGENT_STATUS
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import reaches, script, settled, start, steps_of, tool_call, unique
 from worker.logging import redact_secrets
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow
-from workflows.models import ConfirmRequest, EndRequest, RejectRequest, StreamEvent
-from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
+from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 _FAST = timedelta(milliseconds=20)

@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.settings import ActivitySettings
+from contract import ConfirmRequest
 from scripted_model import (
     Scenario,
     Script,
@@ -21,7 +22,6 @@ from scripted_model import (
 from scripted_model.intents import ASK_BODY, ASK_CITY, ASK_TARGET, HELP
 from tests.helpers import note_rows, reaches, settled, start, unique
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest
 
 TOKYO = "Check the weather in Tokyo and save it as a note titled 'Tokyo'"
 PARIS_DEMO = "Check the weather in Paris and save it as a note titled 'Paris weather'."  # demo.sh

@@ -17,6 +17,18 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.mcp import McpToolbox, load_mcp_config
 from activities.mcp.patterns import BoundedSearch
 from activities.settings import ActivitySettings
+from contract import (
+    ChatMessage,
+    ConfirmRequest,
+    FunctionCall,
+    SayRequest,
+    ToolCall,
+    ToolDefinition,
+)
+from rules.gate import PendingCall, Refusal, check_edited_args
+from rules.loop import InvalidCall, check_tool_call
+from rules.repair import recover_tool_calls
+from rules.schemas import argument_problem, schema_problem
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.devserver import worker_env
 from tests.helpers import (
@@ -31,18 +43,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    ChatMessage,
-    ConfirmRequest,
-    FunctionCall,
-    SayRequest,
-    ToolCall,
-    ToolDefinition,
-)
-from workflows.rules.gate import PendingCall, Refusal, check_edited_args
-from workflows.rules.loop import InvalidCall, check_tool_call
-from workflows.rules.repair import recover_tool_calls
-from workflows.rules.schemas import argument_problem, schema_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -56,7 +56,7 @@ DRAFT_7 = "http://json-schema.org/draft-07/schema#"
 # A match in Python's `re` holds the GIL: no thread of this process could stop it, or time it.
 CHECK_APART = """
 import json, sys, time
-from workflows.rules.schemas import argument_problem
+from rules.schemas import argument_problem
 for schema, arguments in json.loads(sys.argv[1]):
     started = time.monotonic()
     problem = argument_problem(schema, arguments)

@@ -20,6 +20,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.watch import Renderer
+from contract import ConfirmRequest, EndRequest, SayRequest, StreamEvent
+from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
 from scripted_model import RawReply, ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.helpers import (
@@ -35,8 +37,6 @@ from tests.helpers import (
 )
 from tests.test_console import Console, console  # noqa: F401 - console: a fixture
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, EndRequest, SayRequest, StreamEvent
-from workflows.reporting import EVENTS_TOPIC, TOKENS_TOPIC
 
 CASSETTES = Path(__file__).parent / "cassettes"
 

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from activities.settings import ActivitySettings
+from contract import EndRequest, SayRequest, ToolCatalog
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import (
@@ -26,7 +27,6 @@ from tests.helpers import (
     unique,
 )
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest, SayRequest, ToolCatalog
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:

@@ -17,18 +17,17 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.settings import ActivitySettings
 from client.connection import TemporalSettings
 from client.session import Session
+from contract import ConfirmRequest
+from rules.search_attributes import AGENT_OWNER
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess, sse_events
+from tests.api_support import AGUI_EVENTS as EVENTS
+from tests.api_support import ApiProcess, sse_events, user
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import replay, script, start, tool_call, unique
-from tests.api_support import AGUI_EVENTS as EVENTS
-from tests.api_support import user
 from tests.test_api import until
 from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest
-from workflows.reporting import AGENT_OWNER
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v", "root": "tok-r",
           "legacy": "tok:legacy"}  # a token from before roles: no role, and a `:` in it

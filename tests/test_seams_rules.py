@@ -14,11 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.session import Refused, pending_call
-from tests.generated import code_spans
-from workflows import human_desk as desk_module
-from workflows.conversation import relative_id
-from workflows.human_desk import HumanDesk
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     PendingConfirmation,
@@ -26,14 +22,18 @@ from workflows.models import (
     RejectRequest,
     ToolDefinition,
 )
+from contract.bounds import Limits, text_size, truncate_observation
+from contract.names import relative_id
+from contract.state import ContextState, ConversationState
+from rules.commands import code_span
+from rules.compaction import tool_counts
+from rules.links import call_ticket
+from rules.output import unfenced
+from rules.repair import fenced
+from tests.generated import code_spans
+from workflows import human_desk as desk_module
+from workflows.human_desk import HumanDesk
 from workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
-from workflows.rules.bounds import Limits, text_size, truncate_observation
-from workflows.rules.commands import code_span
-from workflows.rules.compaction import tool_counts
-from workflows.rules.links import call_ticket
-from workflows.rules.output import unfenced
-from workflows.rules.repair import fenced
-from workflows.state import ContextState, ConversationState
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 NOTE = ToolDefinition(name="create_note", description="", risk="sensitive",

@@ -34,13 +34,13 @@ from api.deps import caller_trace, canonical_traceparent
 from api.routes import every_route
 from api.settings import ApiSettings
 from client.connection import TemporalSettings
+from contract import ChatMessage, LLMRequest, SummaryRequest, Usage
+from rules.tracing import parse_traceparent, tool_label
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import concrete
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import script, settled, start, tool_call, unique
 from worker.app import build_worker, model_activities
-from workflows.models import ChatMessage, LLMRequest, SummaryRequest, Usage
-from workflows.telemetry import parse_traceparent, tool_label
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 VALID = f"00-{TRACE}-{SPAN}-01"

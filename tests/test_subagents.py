@@ -22,6 +22,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from activities.profiles import AgentProfile, Profiles
 from api.agui import interrupts
 from client.watch import Renderer, watch
+from contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
+from contract.names import CHILD_STATUS_SIGNAL
+from rules.search_attributes import AGENT_STATUS
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
@@ -41,8 +44,7 @@ from tests.helpers import (
 )
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker
-from workflows.conversation import AGENT_STATUS, CHILD_STATUS_SIGNAL, ConversationWorkflow
-from workflows.models import ChildReport, ConfirmRequest, ConversationInput, EndRequest
+from workflows.conversation import ConversationWorkflow
 
 PROFILES = {
     "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",

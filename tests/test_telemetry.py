@@ -19,7 +19,9 @@ from random import Random
 import httpx
 import pytest
 import pytest_asyncio
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,6 +31,14 @@ from temporalio.worker import Replayer
 
 from activities import telemetry as activity_telemetry
 from activities.profiles import Profiles
+from contract import ConfirmRequest, EndRequest, RejectRequest, SayRequest
+from rules.tracing import (
+    SpanRecord,
+    child_span,
+    new_span,
+    parse_traceparent,
+    traceparent,
+)
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import free_port
 from tests.devserver import worker_env
@@ -46,10 +56,13 @@ from tests.helpers import (
 from tests.test_durability import WorkerProcess
 from tests.test_subagents import PROFILES, delegate
 from worker.app import build_worker
-from worker.telemetry import TelemetryError, TelemetryInterceptor, Tracing, metrics_runtime
+from worker.telemetry import (
+    TelemetryError,
+    TelemetryInterceptor,
+    Tracing,
+    metrics_runtime,
+)
 from workflows.conversation import ConversationWorkflow, SignalGuard
-from workflows.models import ConfirmRequest, EndRequest, RejectRequest, SayRequest
-from workflows.telemetry import SpanRecord, child_span, new_span, parse_traceparent, traceparent
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tool calls a model wrote as text (`workflows.rules.text_calls`, `repair.calls_from_text`),
+"""Tool calls a model wrote as text (`rules.text_calls`, `repair.calls_from_text`),
 without a server: each shape the open models write, read from the recorded and built cassettes
 and from inline replies; only offered tools' calls taken, the words around them kept, a call
 that cannot be read named as unread; arguments left for the tool's schema to judge; and bounded,
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contract import ChatMessage, FunctionCall, ToolCall
+from contract.bounds import MAX_REPLY_TEXT_BYTES
+from rules import loop
+from rules.repair import calls_from_text
+from rules.text_calls import MARKERS, TextCalls, WrittenCall, calls_in_text
 from tests.fake_tools import registry_with_test_tools
-from workflows.models import ChatMessage, FunctionCall, ToolCall
-from workflows.rules import loop
-from workflows.rules.bounds import MAX_REPLY_TEXT_BYTES
-from workflows.rules.repair import calls_from_text
-from workflows.rules.text_calls import MARKERS, TextCalls, WrittenCall, calls_in_text
 
 CASSETTES = Path(__file__).parent / "cassettes"
 CATALOG = {t.name: t for t in registry_with_test_tools().definitions()}

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
 from activities.settings import ActivitySettings
+from contract import EndRequest, SayRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     REPLAYER,
@@ -36,7 +37,6 @@ from workflows.conversation import (
     MESSAGE_BEATS_IDLE_TIMEOUT_PATCH,
     ConversationWorkflow,
 )
-from workflows.models import EndRequest, SayRequest
 
 
 def time_skipping_server() -> str:

@@ -34,6 +34,7 @@ from activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
 from activities.tools.function_tool import ToolDefinitionError
 from activities.tools.loader import ToolLoadError, load_tools
 from client.session import follow
+from contract import ConfirmRequest, ToolInvocation, ToolListRequest, ToolOutcome
 from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
@@ -41,7 +42,6 @@ from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.test_durability import WorkerProcess
 from worker.app import build_worker, tool_registry
 from workflows.conversation import ConversationWorkflow
-from workflows.models import ConfirmRequest, ToolInvocation, ToolListRequest, ToolOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_TOOLS = Path(__file__).parent / "user_tools"

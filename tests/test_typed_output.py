@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from activities.profiles import Profiles, ProfilesError
+from contract import EndRequest
+from rules import output
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.helpers import replay, script, settled, start, unique
 from tests.test_cli import cli  # noqa: F401 - the fixture
 from workflows.conversation import ConversationWorkflow
-from workflows.models import EndRequest
-from workflows.rules import output
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
            "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from client.watch import Renderer
-from workflows.models import StreamEvent
+from contract import StreamEvent
 
 
 def test_a_running_tools_progress_shows_under_it_a_subagents_marked():

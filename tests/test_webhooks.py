@@ -35,6 +35,8 @@ from activities.webhooks import (
     WebhooksError,
     slack_text,
 )
+from contract import AnswerRequest, NotifyRequest, SayRequest
+from rules.links import LinkClaims, read_link, sign_link
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.devserver import free_port, worker_env
@@ -53,8 +55,6 @@ from tests.test_durability import WorkerProcess
 from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import AnswerRequest, NotifyRequest, SayRequest
-from workflows.rules.links import LinkClaims, read_link, sign_link
 
 
 @pytest.fixture

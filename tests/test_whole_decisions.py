@@ -21,6 +21,13 @@ from temporalio.client import Client
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
 from client.session import PartlyApplied, Refused, Session
+from contract import (
+    ConfirmRequest,
+    ConversationStatus,
+    PendingConfirmation,
+    SignalOutcome,
+    Usage,
+)
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ApiProcess, agui_run, of, user
 from tests.fake_tools import registry_with_test_tools
@@ -37,13 +44,6 @@ from tests.helpers import (
 )
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-from workflows.models import (
-    ConfirmRequest,
-    ConversationStatus,
-    PendingConfirmation,
-    SignalOutcome,
-    Usage,
-)
 
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
                       tools=["create_note", "delete_note", "ask_confirm"], max_steps=3)

@@ -12,8 +12,16 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import (
+    Interceptor,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import (
+    SandboxedWorkflowRunner,
+    SandboxRestrictions,
+)
 
 from activities.llm import LLMActivities
 from activities.mcp import load_mcp_config
@@ -23,10 +31,10 @@ from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.loader import load_tools
 from activities.webhooks import WebhookActivities
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from worker.logging import LoggingInterceptor
 from worker.telemetry import TelemetryInterceptor, Tracing
-from workflows.conversation import AGENT_STATUS, ConversationWorkflow, SignalGuard
-from workflows.reporting import AGENT_OWNER
+from workflows.conversation import ConversationWorkflow, SignalGuard
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox

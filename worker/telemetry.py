@@ -29,7 +29,11 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanProcessor,
+)
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import (
     Link,
@@ -53,7 +57,7 @@ from temporalio.worker import (
 )
 
 from activities import telemetry as activity_telemetry
-from workflows.telemetry import EMIT_SPAN, TRACEPARENT, SpanRecord, parse_traceparent
+from rules.tracing import EMIT_SPAN, TRACEPARENT, SpanRecord, parse_traceparent
 
 log = structlog.get_logger("telemetry")
 SERVICE_NAME = "durable-react-agent"  # the distribution's name: OTEL_SERVICE_NAME's default

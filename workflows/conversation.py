@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import (
     HandleSignalInput,
@@ -25,11 +24,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from workflows import telemetry
-from workflows.failures import raise_if_cancelled
-from workflows.human_desk import HumanDesk, HumanRequest, Taken
-from workflows.model_step import Thinker, is_context_too_long
-from workflows.models import (
+from contract import (
     CLOSED_STATUSES,
     PENDING_PROMPT_QUERY,
     WAITING_STATUSES,
@@ -54,9 +49,7 @@ from workflows.models import (
     TurnSummary,
     Usage,
 )
-from workflows.reporting import Narrator
-from workflows.rules import context, loop, output
-from workflows.rules.bounds import (
+from contract.bounds import (
     MAX_CALLS_PER_REPLY,
     MAX_ERROR_BYTES,
     MAX_MODEL_NAME_BYTES,
@@ -66,23 +59,29 @@ from workflows.rules.bounds import (
     clip,
     keep_last,
 )
-from workflows.rules.gate import Refusal
-from workflows.rules.handover import carried, next_input
-from workflows.rules.start_input import first_state, settled_input
-from workflows.rules.stopping import is_looping, over_budget
-from workflows.state import TurnState
+from contract.names import CHILD_STATUS_SIGNAL, relative_id
+from contract.state import TurnState
+from rules import context, loop, output, tracing
+from rules.gate import Refusal
+from rules.search_attributes import AGENT_STATUS
+from rules.start_input import first_state, settled_input
+from rules.stopping import is_looping, over_budget
+from workflows import telemetry
+from workflows.failures import raise_if_cancelled
+from workflows.handover import carried, next_input
+from workflows.human_desk import HumanDesk, HumanRequest, Taken
+from workflows.model_step import Thinker, is_context_too_long
+from workflows.reporting import Narrator
 from workflows.tool_discovery import discover_tools
 from workflows.tool_round import FAST, Pace, ToolRound
 
-AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
-CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
 MESSAGE_BEATS_IDLE_TIMEOUT_PATCH = "message-beats-idle-timeout"
 END_INTERRUPTS_PATCH = "end-interrupts-the-turn"
-# Runs with this marker send model calls as deltas (`workflows.rules.delta`) and, as a step then
+# Runs with this marker send model calls as deltas (`rules.delta`) and, as a step then
 # adds little history, hand over to a fresh run for the history's size only well past the
 # server's suggestion; runs begun before it don't.
 DELTA_CONTEXT_PATCH = "delta-context"
@@ -92,7 +91,7 @@ GATE_SEAMS_PATCH = "gate-at-every-seam"
 # Runs with this marker keep who started them, sent a message or ended them in the audit trail.
 AUDIT_INPUTS_PATCH = "audit-inputs"
 # Runs with this marker meet real models: they read tool calls a model wrote in its text
-# (`workflows.rules.text_calls`) and remind it once a turn of one written in a shape that could
+# (`rules.text_calls`) and remind it once a turn of one written in a shape that could
 # not be read; keep prompts within the model's window (its entry's, its server's, or what a
 # refusal said), leave out a message too long for it and refuse the next such one; use the
 # entry's deadline and heartbeat; and count failed model calls.
@@ -377,7 +376,7 @@ class ConversationWorkflow:
             turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
-            owner=self._input.owner, trace_id=telemetry.trace_id_of(turn.trace),
+            owner=self._input.owner, trace_id=tracing.trace_id_of(turn.trace),
         )
 
     def _pending_confirmations(self) -> list[PendingConfirmation]:
@@ -404,7 +403,7 @@ class ConversationWorkflow:
     def pending_prompt(self, digest: str) -> PendingPrompt | None:
         """The prompt and tools of the model call this conversation waits on, if it has this
         digest: for a worker that holds no copy of the previous prompt
-        (`workflows.rules.delta`)."""
+        (`rules.delta`)."""
         return self._thinker.pending(digest)
 
     @workflow.query
@@ -510,7 +509,7 @@ class ConversationWorkflow:
     def _begin_turn(self, text: str) -> None:
         self._turns_this_run += 1
         number = self._state.current.number + 1
-        trace = telemetry.new_span(self._trace_ids, self._turn_parent(number))
+        trace = tracing.new_span(self._trace_ids, self._turn_parent(number))
         self._state.current = TurnState(number=number, in_progress=True, trace=trace,
                                         started_at=workflow.now())
         self._turn_text = text
@@ -726,13 +725,6 @@ class ConversationWorkflow:
         report = report.model_copy(update={"seq": self._state.reported})
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
         self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
-
-
-def relative_id(conversation_id: str, ancestor_id: str) -> str:
-    """A subagent's id as seen from an ancestor: its path of call ids (`<ancestor>/<call id>`
-    is a child's id)."""
-    prefix = f"{ancestor_id}/"
-    return conversation_id.removeprefix(prefix)
 
 
 def _children_waiting(children: list[ChildReport]) -> Status | None:

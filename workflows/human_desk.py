@@ -2,7 +2,7 @@
 
 The desk is given the conversation's state, where decisions, stale call ids and outcomes live (and
 cross continue-as-new); what is pending lives only here, since a run hands over when nothing is.
-The pure rules are in `workflows.rules.gate`; the workflow owns the waiting. Every refusal leaves
+The pure rules are in `rules.gate`; the workflow owns the waiting. Every refusal leaves
 the state untouched and is recorded, so the CLI can report it.
 """
 
@@ -17,8 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows import telemetry
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ChildReport,
     ConfirmRequest,
@@ -32,8 +31,7 @@ from workflows.models import (
     Status,
     ToolDefinition,
 )
-from workflows.rules import gate
-from workflows.rules.bounds import (
+from contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_QUEUED_MESSAGES,
     MAX_REASON_BYTES,
@@ -49,10 +47,12 @@ from workflows.rules.bounds import (
     keep_last,
     text_size,
 )
-from workflows.rules.commands import REASON, TEXT, client_command, code_span
-from workflows.rules.gate import PendingCall, Refusal
-from workflows.rules.questions import DECLINED
-from workflows.state import ConversationState
+from contract.state import ConversationState
+from rules import gate, tracing
+from rules.commands import REASON, TEXT, client_command, code_span
+from rules.gate import PendingCall, Refusal
+from rules.questions import DECLINED
+from workflows import telemetry
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # What became of a human request: the decisions it took, the answer's text, or a refusal.
@@ -319,7 +319,7 @@ class HumanDesk:
         asked = pending.asked_at or now
         outcome, waited = "approved" if approved else "rejected", (now - asked).total_seconds()
         telemetry.emit(f"approval {pending.tool.name}",
-                       telemetry.child_span(turn.trace, f"approval/{pending.call_id}"),
+                       tracing.child_span(turn.trace, f"approval/{pending.call_id}"),
                        turn.trace, asked, now,
                        {"gen_ai.tool.name": pending.tool.name,
                         "gen_ai.tool.call.id": pending.call_id, "agent.tool.risk": pending.tool.risk,
@@ -385,8 +385,8 @@ class HumanDesk:
         now = workflow.now()
         asked = self._asked_at or now
         telemetry.emit(f"question {question.kind}",
-                       telemetry.child_span(turn.trace, f"question/{question.call_id}/"
-                                                        f"{telemetry.ns(asked)}"),
+                       tracing.child_span(turn.trace, f"question/{question.call_id}/"
+                                                        f"{tracing.ns(asked)}"),
                        turn.trace, asked, now,
                        {"gen_ai.tool.call.id": question.call_id, "agent.question.kind": question.kind,
                         "agent.question.answered_by": request.sender,

@@ -2,7 +2,7 @@
 
 Before a step, when the prompt would pass the context budget, the oldest turns fold into the
 running summary (the `summarize` activity, recorded like a step), or, if that fails, are dropped
-with a note. Then the step's prompt is built (`workflows.rules.context`) and the model called;
+with a note. Then the step's prompt is built (`rules.context`) and the model called;
 what the endpoint counted calibrates the next estimate. Its reply is made usable and bounded
 before the workflow acts on it.
 """
@@ -22,8 +22,7 @@ from temporalio.exceptions import (
 )
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from workflows.failures import failure_reason, raise_if_cancelled
-from workflows.models import (
+from contract import (
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     SUMMARIZE_ACTIVITY,
@@ -40,9 +39,7 @@ from workflows.models import (
     SummaryRequest,
     Usage,
 )
-from workflows.reporting import Narrator
-from workflows.rules import context, delta, output
-from workflows.rules.bounds import (
+from contract.bounds import (
     MAX_ERROR_BYTES,
     MAX_REPLY_TEXT_BYTES,
     MAX_SEEN_CALL_IDS,
@@ -52,14 +49,17 @@ from workflows.rules.bounds import (
     clip_bytes,
     keep_last,
 )
-from workflows.rules.compaction import compact, estimate_tokens
-from workflows.rules.repair import (
+from contract.state import ConversationState
+from rules import context, delta, output
+from rules.compaction import compact, estimate_tokens
+from rules.repair import (
     bound_reply,
     calls_from_text,
     recover_tool_calls,
     unique_call_ids,
 )
-from workflows.state import ConversationState
+from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.reporting import Narrator
 from workflows.tool_round import Pace
 
 SUMMARY_ATTEMPTS = 3

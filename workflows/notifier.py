@@ -19,10 +19,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from contract import NOTIFY_ACTIVITY, AuditRecord, NotifyRequest, Usage
+from contract.bounds import keep_last
+from contract.state import ConversationState
 from workflows.failures import failure_reason, is_cancelled
-from workflows.models import NOTIFY_ACTIVITY, AuditRecord, NotifyRequest, Usage
-from workflows.rules.bounds import keep_last
-from workflows.state import ConversationState
 
 MAX_OUTBOX = 64  # deliveries a conversation carries at most (the oldest go first)
 DELIVERY_TIMEOUT = timedelta(seconds=15)

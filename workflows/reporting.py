@@ -8,17 +8,17 @@ clipped, the stream keeps its latest items, and what they carry to the next run 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+from temporalio.converter import value_to_type
 
-from workflows.models import AuditRecord, Decision, StreamEvent
-from workflows.notifier import Notifier
-from workflows.rules.bounds import (
+from contract import AuditRecord, Decision, StreamEvent
+from contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_AUDIT_RECORD_BYTES,
     MAX_AUDIT_RECORDS,
@@ -34,31 +34,22 @@ from workflows.rules.bounds import (
     keep_within,
     preview_args,
 )
-from workflows.rules.gate import Refusal
-from workflows.state import ConversationState
+from contract.names import EVENTS_TOPIC, OFFSET_QUERY
+from contract.state import ConversationState, StreamSnapshot
+from rules.gate import Refusal
+from workflows.notifier import Notifier
 
 # Who started a conversation (a subagent: its parent's owner): a user's list filters on it.
-AGENT_OWNER = SearchAttributeKey.for_keyword("AgentOwner")
-EVENTS_TOPIC = "events"
-TOKENS_TOPIC = "tokens"
-OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by WorkflowStream
 CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)
 MAX_OPTIONS, MAX_OPTION_BYTES = 32, 128  # a question's options, as an event shows them
 MAX_MEMO_TOOLS, OTHER_TOOLS = 32, "(other tools)"  # tool names the memo counts by name
 
 
-def owned_by(owner: str | None) -> TypedSearchAttributes | None:
-    """The search attributes a conversation starts with: its owner, when it has one."""
-    if owner is None:
-        return None
-    return TypedSearchAttributes([SearchAttributePair(AGENT_OWNER, owner)])
-
-
 class Narrator:
     def __init__(self, state: ConversationState, audit_bytes: int | None) -> None:
         # Called from the workflow's @workflow.init, as WorkflowStream requires.
-        prior, state.stream = state.stream, None  # the stream holds it now; `carry` gives it back
-        self.stream = WorkflowStream(prior_state=prior)
+        prior, state.stream = stream_state(state.stream), None  # the stream holds it now; `carry`
+        self.stream = WorkflowStream(prior_state=prior)  # gives it back
         self._events = self.stream.topic(EVENTS_TOPIC, type=StreamEvent)
         self._base = prior.base_offset if prior is not None else 0
         self._state = state
@@ -104,13 +95,21 @@ class Narrator:
     def audit(self) -> list[AuditRecord]:
         return self._audit.items
 
-    def carry(self) -> WorkflowStreamState:
+    def carry(self) -> StreamSnapshot:
         """The stream's state for the next run (after `close()` and every handler finished)."""
-        return carried_stream(self.stream.get_state(publisher_ttl=timedelta(minutes=15)))
+        carried = carried_stream(self.stream.get_state(publisher_ttl=timedelta(minutes=15)))
+        return StreamSnapshot.model_validate(dataclasses.asdict(carried))
 
     def close(self) -> None:
         """Release waiting subscribers so the workflow can complete; they read the rest by query."""
         self.stream.detach_pollers()
+
+
+def stream_state(snapshot: StreamSnapshot | None) -> WorkflowStreamState | None:
+    """Temporal's stream state from the contract's snapshot of it (the same fields)."""
+    if snapshot is None:
+        return None
+    return value_to_type(WorkflowStreamState, snapshot.model_dump(mode="json"))
 
 
 def carried_stream(state: WorkflowStreamState) -> WorkflowStreamState:

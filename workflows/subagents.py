@@ -21,9 +21,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
-from workflows import telemetry
-from workflows.failures import failure_reason
-from workflows.models import (
+from contract import (
     AgentSpec,
     ChildReport,
     ConversationInput,
@@ -31,11 +29,14 @@ from workflows.models import (
     ToolOutcome,
     Usage,
 )
-from workflows.reporting import Narrator, owned_by
-from workflows.rules import loop
-from workflows.rules.bounds import MAX_CHILDREN, clip, keep_last
-from workflows.rules.stopping import child_share, dollars
-from workflows.state import ConversationState
+from contract.bounds import MAX_CHILDREN, clip, keep_last
+from contract.state import ConversationState
+from rules import loop, tracing
+from rules.search_attributes import owned_by
+from rules.stopping import child_share, dollars
+from workflows import telemetry
+from workflows.failures import failure_reason
+from workflows.reporting import Narrator
 
 CONVERSATION_WORKFLOW = "ConversationWorkflow"  # a subagent is a conversation too
 
@@ -97,7 +98,7 @@ class Subagents:
                             text=child_id)
         task = str(args.get("task", ""))
         # the child's turn nests under this call's span, in the parent turn's trace
-        span = telemetry.child_span(turn.trace, f"agent/{item.call.id}")
+        span = tracing.child_span(turn.trace, f"agent/{item.call.id}")
         child = ConversationInput(
             prompt=task, one_shot=True, profile=spec.profile, model=spec.model or inp.model,
             max_steps=spec.max_steps,

@@ -10,18 +10,18 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from workflows.failures import failure_reason, raise_if_cancelled
-from workflows.models import (
+from contract import (
     LIST_TOOLS_ACTIVITY,
     ApprovalPolicy,
     ToolCatalog,
     ToolListRequest,
 )
-from workflows.rules.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
-from workflows.rules.gate import policy_refusal
-from workflows.rules.questions import ASK_TOOLS
-from workflows.rules.start_input import admitted_tools
-from workflows.state import ConversationState, ModelRoutes
+from contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
+from contract.state import ConversationState, ModelRoutes
+from rules.gate import policy_refusal
+from rules.questions import ASK_TOOLS
+from rules.start_input import admitted_tools
+from workflows.failures import failure_reason, raise_if_cancelled
 
 
 async def discover_tools(state: ConversationState, limits: Limits,

@@ -17,10 +17,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError
 
-from workflows import telemetry
-from workflows.failures import failure_reason, raise_if_cancelled
-from workflows.human_desk import HumanDesk
-from workflows.models import (
+from contract import (
     AuditAction,
     ChatMessage,
     ConversationInput,
@@ -30,13 +27,16 @@ from workflows.models import (
     ToolInvocation,
     ToolOutcome,
 )
+from contract.bounds import MAX_TOOLS_USED, truncate_observation
+from contract.state import ConversationState
+from rules import gate, loop, tracing
+from rules.links import call_ticket
+from rules.questions import DECLINED, question_from_args
+from rules.stopping import CallRecord, call_record
+from workflows import telemetry
+from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.human_desk import HumanDesk
 from workflows.reporting import Narrator
-from workflows.rules import gate, loop
-from workflows.rules.bounds import MAX_TOOLS_USED, truncate_observation
-from workflows.rules.links import call_ticket
-from workflows.rules.questions import DECLINED, question_from_args
-from workflows.rules.stopping import CallRecord, call_record
-from workflows.state import ConversationState
 from workflows.subagents import Subagents
 
 
@@ -162,7 +162,7 @@ class ToolRound:
             result.records.append(call_record(
                 name, args if isinstance(args, dict) else {"raw": args}, outcome.observation))
             status = "error" if outcome.status in ("needs_input", "needs_approval") else outcome.status
-            telemetry.count_tool_call(telemetry.tool_label(name, self._state.catalog), status)
+            telemetry.count_tool_call(tracing.tool_label(name, self._state.catalog), status)
             result.actions.append(AuditAction(
                 call_id=call_id, tool=name, input=args, decision=decisions_by_call.get(call_id),
                 status=status,

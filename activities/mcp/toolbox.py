@@ -24,8 +24,8 @@ from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import result_text
 from activities.mcp.patterns import BoundedSearch
-from workflows.models import Risk, ToolDefinition, ToolOutcome
-from workflows.rules.schemas import argument_errors
+from contract import Risk, ToolDefinition, ToolOutcome
+from rules.schemas import argument_errors
 
 log = structlog.get_logger()
 

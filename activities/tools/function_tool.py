@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from temporalio.exceptions import ApplicationError
 
 from activities.tools.registry import ToolContext, ToolSpec, name_problem
-from workflows.models import Risk
+from contract import Risk
 
 ToolFunction = Callable[..., Any]
 

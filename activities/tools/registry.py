@@ -11,7 +11,7 @@ import httpx
 from pydantic import BaseModel
 
 from activities.settings import ActivitySettings
-from workflows.models import (
+from contract import (
     NOTIFY_ACTIVITY,
     RUNTIME_ACTIVITIES,
     Question,
@@ -19,7 +19,7 @@ from workflows.models import (
     Risk,
     ToolDefinition,
 )
-from workflows.rules.questions import ASK_TOOLS
+from rules.questions import ASK_TOOLS
 
 if TYPE_CHECKING:
     from activities.tools.reporter import CallReporter

@@ -12,9 +12,9 @@ import structlog
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from workflows.models import StreamEvent
-from workflows.reporting import TOKENS_TOPIC
-from workflows.rules.bounds import MAX_EVENT_TEXT_BYTES, clip
+from contract import StreamEvent
+from contract.bounds import MAX_EVENT_TEXT_BYTES, clip
+from contract.names import TOKENS_TOPIC
 
 log = structlog.get_logger()
 

@@ -13,7 +13,7 @@ from api.bodies import StartBody, StrictJsonRoute
 from api.deps import Cid, Conversations, Who, allowed, caller_trace
 from api.errors import errors
 from client.session import ConversationRow, Refused, budget_of, new_conversation_id
-from workflows.models import AuditRecord, ConversationInput, ConversationStatus, Status
+from contract import AuditRecord, ConversationInput, ConversationStatus, Status
 
 router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 

@@ -19,7 +19,7 @@ from api.bodies import (
 from api.deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
 from api.errors import errors
 from client.session import Refused
-from workflows.models import (
+from contract import (
     AnswerRequest,
     ConfirmRequest,
     RejectRequest,

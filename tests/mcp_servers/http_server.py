@@ -11,11 +11,10 @@ import os
 import sys
 
 import uvicorn
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 # The smallest valid PNG: a 1x1 transparent pixel.
 PIXEL_PNG = bytes.fromhex(

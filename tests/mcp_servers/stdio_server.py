@@ -6,7 +6,6 @@ import os
 import sys
 
 import anyio
-
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("unruly")

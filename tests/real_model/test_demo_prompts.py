@@ -26,15 +26,15 @@ from activities.models import ModelEntry, Models
 from activities.settings import ActivitySettings
 from activities.tools import default_registry
 from client.render import render_status
-from tests.helpers import note_rows, start, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
-from workflows.models import (
+from contract import (
     ConfirmRequest,
     ConversationStatus,
     EndRequest,
     RejectRequest,
 )
+from tests.helpers import note_rows, start, unique
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
 
 BASE_URL = os.environ.get("REAL_MODEL_BASE_URL")
 MODEL = os.environ.get("REAL_MODEL") or "qwen2.5-coder-1.5b-instruct"

@@ -1,32 +1,70 @@
 """The conversation's state: one typed model, held by the workflow and carried whole by
 continue-as-new. A new turn starts from a fresh `TurnState`; every list here has a bound
-(`workflows.rules.bounds`)."""
+(`contract.bounds`)."""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
-from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from workflows.models import (
-    AuditRecord,
+from contract.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
+from contract.inputs import SignalOutcome
+from contract.models import (
     ChatMessage,
-    ChildReport,
     Decision,
     EntryLimits,
     NotifyRequest,
     Risk,
-    SignalOutcome,
     StopReason,
     ToolDefinition,
-    TurnSummary,
     Usage,
     WebhookRef,
 )
-from workflows.rules.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
-from workflows.rules.stopping import CallRecord, call_record_of_key
+from contract.status import AuditRecord, ChildReport, TurnSummary
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A tool call as loop detection sees it (`rules.stopping`): the tool, and digests of its
+    normalised args and of its result (small, whatever the sizes)."""
+
+    tool: str
+    args_key: str
+    result_key: str
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def call_record_of_key(tool: str, args_json: str, result_key: str) -> CallRecord:
+    """The record of normalised args (as JSON) and a result digest, as earlier versions kept them."""
+    return CallRecord(tool=tool, args_key=digest(args_json), result_key=result_key)
+
+
+class StreamItem(BaseModel):
+    topic: str
+    data: str  # base64 of the serialized Payload
+    offset: int = 0
+
+
+class StreamPublisher(BaseModel):
+    sequence: int
+    last_seen: datetime
+
+
+class StreamSnapshot(BaseModel):
+    """The live stream's state as continue-as-new carries it: Temporal's `WorkflowStreamState`,
+    field for field (the same JSON), without importing Temporal's workflow API here
+    (`workflows.reporting` turns one into the other)."""
+
+    log: list[StreamItem] = []
+    base_offset: int = 0
+    publishers: dict[str, StreamPublisher] = {}
 
 DEFAULT_ENTRY = "default"  # the one entry OPENAI_* describe, without AGENT_MODELS
 
@@ -127,7 +165,7 @@ class ConversationState(BaseModel):
     runs: int = 1
     audit: list[AuditRecord] = []
     audit_dropped: int = 0
-    stream: WorkflowStreamState | None = None
+    stream: StreamSnapshot | None = None
 
     def notice(self, text: str) -> None:
         """Keep a notice for the status (the latest few, each clipped)."""
@@ -164,7 +202,7 @@ class CarriedState(BaseModel):
     runs: int
     audit: list[AuditRecord] = []
     audit_dropped: int = 0
-    stream: WorkflowStreamState | None = None
+    stream: StreamSnapshot | None = None
 
     def to_state(self, default_system_prompt: str) -> ConversationState:
         system, messages = default_system_prompt, list(self.messages)

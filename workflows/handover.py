@@ -9,22 +9,20 @@ and the live stream are fitted to their carry budgets, so the next run's input s
 
 from __future__ import annotations
 
-from temporalio.contrib.workflow_streams import WorkflowStreamState
-
-from workflows.models import ConversationInput
-from workflows.rules.bounds import (
+from contract import ConversationInput
+from contract.bounds import (
     AUDIT_BYTES,
     CONTEXT_CARRY_BYTES,
     MAX_AUDIT_RECORDS,
     Tail,
 )
-from workflows.rules.context import fit_bytes
-from workflows.state import ConversationState
+from contract.state import ConversationState, StreamSnapshot
+from rules.context import fit_bytes
 
 CARRY_DROP_REASON = "the context carried to a new run passed its size bound"
 
 
-def carried(state: ConversationState, stream: WorkflowStreamState) -> ConversationState:
+def carried(state: ConversationState, stream: StreamSnapshot) -> ConversationState:
     """The state the next run starts from."""
     audit = Tail([], MAX_AUDIT_RECORDS, AUDIT_BYTES)  # a run that began unbounded ends bounded
     dropped = sum(len(audit.append(record)) for record in state.audit)

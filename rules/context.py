@@ -1,7 +1,7 @@
 """What the model is shown, kept within a token budget for any number of turns. Pure functions.
 
 A step sends the system prompt, the running summary of the turns folded away, the latest turns
-verbatim, and the current turn with its older tool rounds compacted (`workflows.rules.compaction`).
+verbatim, and the current turn with its older tool rounds compacted (`rules.compaction`).
 When that would pass the budget, the oldest turns are folded into the summary, down to a low-water
 mark so that folding is occasional. The latest tool round gets a share of what is left, so one
 step's prompt stays within the budget unless the user's message alone passes it. Estimates are
@@ -14,15 +14,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.models import ChatMessage
-from workflows.rules.bounds import (
+from contract import ChatMessage
+from contract.bounds import (
     MAX_CONTEXT_BUDGET_TOKENS,
     MAX_SUMMARY_BYTES,
     clip_bytes,
     json_size,
     text_size,
 )
-from workflows.rules.compaction import (
+from contract.state import ContextState
+from rules.compaction import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
     NOTE_RESERVE_TOKENS,
@@ -30,7 +31,6 @@ from workflows.rules.compaction import (
     estimate_tokens,
     model_steps,
 )
-from workflows.state import ContextState
 
 LOW_WATER = 0.5  # a fold leaves the prompt at most this share of the budget
 MIN_RATIO, MAX_RATIO = 0.25, 8.0

@@ -30,7 +30,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from workflows.rules.bounds import clip
+from contract.bounds import clip
 
 MAX_DEPTH = 64  # of arguments' nesting: deep enough for any tool, far from the recursion limit
 NOTHING_FETCHED = Registry()  # resolves a schema's own `#...` refs; any other is unresolvable

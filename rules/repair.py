@@ -7,8 +7,8 @@ import string
 from collections.abc import Collection
 from typing import Any
 
-from workflows.models import ChatMessage, FunctionCall, ToolCall
-from workflows.rules.bounds import (
+from contract import ChatMessage, FunctionCall, ToolCall
+from contract.bounds import (
     MAX_CALL_ID_BYTES,
     MAX_REPLY_TEXT_BYTES,
     MAX_TOOL_NAME_BYTES,
@@ -17,7 +17,7 @@ from workflows.rules.bounds import (
     clip_bytes,
     text_size,
 )
-from workflows.rules.text_calls import calls_in_text
+from rules.text_calls import calls_in_text
 
 FENCE = "```"
 # What a call id may hold in runs with safe ids: it is printed in commands people paste into a
@@ -66,7 +66,7 @@ def recover_tool_calls(message: ChatMessage, known_tools: Collection[str]) -> Ch
 
 def calls_from_text(message: ChatMessage, offered: Collection[str]
                     ) -> tuple[ChatMessage, list[str]]:
-    """A reply whose text holds calls of offered tools (`workflows.rules.text_calls`), as a
+    """A reply whose text holds calls of offered tools (`rules.text_calls`), as a
     reply of those calls and the words around them; and, when no call could be read, the
     offered tools whose calls the text seems to hold anyway."""
     if message.tool_calls or not message.content:

@@ -1,6 +1,6 @@
 """Typed results: a conversation started with an `output_schema` answers with JSON that fits it.
 
-The final answer is parsed and validated here (pure, bounded: `workflows.rules.schemas`). A
+The final answer is parsed and validated here (pure, bounded: `rules.schemas`). A
 miss gets the model one corrective turn that says exactly what was wrong; after that the turn
 ends with `stop_reason="invalid_output"`.
 """
@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.rules.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size, valid_json
-from workflows.rules.repair import fence_inside
-from workflows.rules.schemas import described, schema_problem, value_errors
+from contract.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size, valid_json
+from rules.repair import fence_inside
+from rules.schemas import described, schema_problem, value_errors
 
 MAX_CORRECTIONS = 1  # corrective requests per turn, before the turn ends as invalid_output
 

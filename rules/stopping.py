@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from workflows.models import Usage
+from contract.models import Usage
+from contract.state import CallRecord, call_record_of_key, digest
 
 _SPACES = re.compile(r"\s+")
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """A tool call as loop detection sees it: the tool, and digests of its normalised args and
-    of its result (small, whatever the sizes)."""
-
-    tool: str
-    args_key: str
-    result_key: str
 
 
 def _normalise_text(text: str) -> str:
@@ -37,19 +26,10 @@ def _normalise(value: Any) -> Any:
     return value
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def call_record(tool: str, args: dict[str, Any], observation: str) -> CallRecord:
     """Args and results compare after case and whitespace are normalised; keys are sorted."""
     args_json = json.dumps(_normalise(args), sort_keys=True, separators=(",", ":"))
-    return call_record_of_key(tool, args_json, _digest(_normalise_text(observation)))
-
-
-def call_record_of_key(tool: str, args_json: str, result_key: str) -> CallRecord:
-    """The record of normalised args (as JSON) and a result digest, as earlier versions kept them."""
-    return CallRecord(tool=tool, args_key=_digest(args_json), result_key=result_key)
+    return call_record_of_key(tool, args_json, digest(_normalise_text(observation)))
 
 
 def is_looping(records: list[CallRecord]) -> bool:

@@ -10,7 +10,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from workflows.models import (
+from contract import (
     ApprovalPolicy,
     Decision,
     Question,
@@ -18,8 +18,8 @@ from workflows.models import (
     ToolDefinition,
     ToolInvocation,
 )
-from workflows.rules.bounds import canonical_json, json_size
-from workflows.rules.loop import validate_arguments
+from contract.bounds import canonical_json, json_size
+from rules.loop import validate_arguments
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})
@@ -34,7 +34,7 @@ class PendingCall:
     args: dict[str, Any]
     decision: Decision | None = None
     asked_at: datetime | None = None  # when it came to wait (its approval span's start)
-    ticket: str | None = None  # no other call has it (`workflows.rules.links.call_ticket`)
+    ticket: str | None = None  # no other call has it (`rules.links.call_ticket`)
 
 
 @dataclass

@@ -1,0 +1,50 @@
+"""The names a conversation answers to: its workflow type, signals, Updates and queries, and its
+stream's topics. Clients call them by these names, with what each answers; the workflow
+(`workflows.conversation`) registers them, and `tests/test_layers.py` holds the two together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contract.inputs import SignalOutcome
+from contract.status import AuditRecord, ConversationStatus
+
+WORKFLOW_TYPE = "ConversationWorkflow"
+
+EVENTS_TOPIC = "events"
+TOKENS_TOPIC = "tokens"
+OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by Temporal's WorkflowStream
+
+SAY_SIGNAL = "say"
+END_SIGNAL = "end"
+CONFIRM_SIGNAL = "confirm"
+REJECT_SIGNAL = "reject"
+ANSWER_SIGNAL = "answer"
+CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A query or an Update, by name, with the type of what it answers."""
+
+    name: str
+    answers: Any
+
+
+STATUS = Asked("status", ConversationStatus)
+HISTORY = Asked("history", list[AuditRecord])
+PENDING_SCHEMAS = Asked("pending_schemas", dict[str, dict[str, Any]])
+SIGNAL_OUTCOME = Asked("signal_outcome", SignalOutcome | None)
+
+SEND_MESSAGE = Asked("send_message", SignalOutcome)
+DECIDE_CONFIRM = Asked("decide_confirm", SignalOutcome)
+DECIDE_REJECT = Asked("decide_reject", SignalOutcome)
+GIVE_ANSWER = Asked("give_answer", SignalOutcome)
+
+
+def relative_id(conversation_id: str, ancestor_id: str) -> str:
+    """A subagent's id as seen from an ancestor: its path of call ids (`<ancestor>/<call id>`
+    is a child's id)."""
+    prefix = f"{ancestor_id}/"
+    return conversation_id.removeprefix(prefix)
