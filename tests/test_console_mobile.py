@@ -19,9 +19,9 @@ from playwright.async_api import Browser, Locator, Page, expect
 
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
-from tests.helpers import note_rows, script, tool_call, unique
 from tests.browser_support import PHONE
-from tests.test_console import SCREENSHOTS, VIEWPORT, Console, call, status_of
+from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, status_of
+from tests.helpers import note_rows, script, tool_call, unique
 
 
 @pytest_asyncio.fixture

@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from client.render import render_history, render_status
 from client.watch import Renderer, watch
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
+from tests.api_support import ROOT
 from tests.helpers import (
     outcome_of,
     reaches,
@@ -24,12 +25,11 @@ from tests.helpers import (
     script,
     settled,
     start,
+    stream_events,
     tool_call,
     unique,
 )
 from tests.long_chat import message, prompt_tokens, run_long_chat
-from tests.test_cli import ROOT
-from tests.test_observability import stream_events
 from workflows.conversation import ConversationWorkflow
 from workflows.models import EndRequest, SayRequest
 

@@ -6,8 +6,8 @@ harder and asked again; `max_requests_per_s` holds across two worker processes."
 from __future__ import annotations
 
 import asyncio
-import io
 import dataclasses
+import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,8 +23,17 @@ from client.watch import Renderer
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import reaches, replay, script, settled, start, steps_of, tool_call, unique
-from tests.test_durability import WorkerProcess
+from tests.helpers import (
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    steps_of,
+    tool_call,
+    unique,
+)
+from tests.processes import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 from workflows.models import ConfirmRequest, LLMOptions, SayRequest, StreamEvent

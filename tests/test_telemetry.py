@@ -19,7 +19,9 @@ from random import Random
 import httpx
 import pytest
 import pytest_asyncio
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -43,13 +45,24 @@ from tests.helpers import (
     unique,
     workflow_runner,
 )
-from tests.test_durability import WorkerProcess
-from tests.test_subagents import PROFILES, delegate
+from tests.processes import WorkerProcess
+from tests.subagent_support import PROFILES, delegate
 from worker.app import build_worker
-from worker.telemetry import TelemetryError, TelemetryInterceptor, Tracing, metrics_runtime
+from worker.telemetry import (
+    TelemetryError,
+    TelemetryInterceptor,
+    Tracing,
+    metrics_runtime,
+)
 from workflows.conversation import ConversationWorkflow, SignalGuard
 from workflows.models import ConfirmRequest, EndRequest, RejectRequest, SayRequest
-from workflows.telemetry import SpanRecord, child_span, new_span, parse_traceparent, traceparent
+from workflows.telemetry import (
+    SpanRecord,
+    child_span,
+    new_span,
+    parse_traceparent,
+    traceparent,
+)
 
 
 @pytest.fixture(scope="module")
