@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -102,6 +103,23 @@ def sse_events(body: str) -> list[dict[str, str]]:
         if fields:
             events.append(fields)
     return events
+
+
+async def status_of(http: httpx.AsyncClient, cid: str) -> dict:
+    r = await http.get(f"/conversations/{cid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def until(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1,
+                timeout_s: float = 30) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = await status_of(http, cid)
+        if current["status"] in statuses and current["turn"] >= turn:
+            return current
+        assert time.monotonic() < deadline, f"never reached {statuses}: {current}"
+        await asyncio.sleep(0.1)
 
 
 # What holds no data and loads without a token (README, Security): the console's page and its

@@ -1,7 +1,16 @@
-"""Shared fixtures: a real Temporal dev server, the scripted model, and an in-process worker."""
+"""Shared fixtures: a real Temporal dev server, the scripted model, in-process workers (the
+session's, and the ones under four eyes or with agent profiles), the API and the CLI as processes,
+a browser and a page of the console, and the MCP test servers over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,16 +23,22 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.profiles import Profiles
 from activities.settings import ActivitySettings
 from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from scripted_model import ScriptedModelServer
-from tests.api_support import ApiProcess
+from tests.api_support import ROOT, ApiProcess
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
-from tests.devserver import TUNING_ARGS, temporal_cli
+from tests.console_support import VIEWPORT, Console
+from tests.devserver import TUNING_ARGS, free_port, temporal_cli
 from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
+from tests.helpers import unique
+from tests.mcp_support import PYTHON, SERVERS, TOKEN
+from tests.subagent_support import PROFILES
 from worker.app import build_worker
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
+FOUR_EYES = "destructive"
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -100,6 +115,26 @@ async def odd_tools_queue(client: Client, activity_settings: ActivitySettings) -
             yield queue
 
 
+@pytest_asyncio.fixture(scope="module")
+async def roles_queue(client: Client, activity_settings: ActivitySettings) -> AsyncIterator[str]:
+    """A worker whose conversations hold destructive calls to four eyes."""
+    queue = f"roles-{uuid.uuid4().hex[:8]}"
+    settings = dataclasses.replace(activity_settings, four_eyes=(FOUR_EYES,))
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, settings, http, registry_with_test_tools()):
+            yield queue
+
+
+@pytest_asyncio.fixture(scope="module")
+async def agents_queue(client: Client, activity_settings) -> str:
+    """A worker whose AGENT_PROFILES are `tests.subagent_support.PROFILES`."""
+    queue = unique("agents")
+    settings = dataclasses.replace(activity_settings, profiles=Profiles(PROFILES))
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with build_worker(client, queue, settings, http, registry_with_test_tools()):
+            yield queue
+
+
 @pytest.fixture(scope="session")
 def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
     """`python -m api` without tokens (loopback), on the session's dev server and queue."""
@@ -108,6 +143,20 @@ def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def cli(temporal_address: str, task_queue: str):
+    """`python -m client` as a process, on the session's dev server and queue."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+
+    async def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -125,3 +174,42 @@ async def browser(chromium: Path) -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
+
+
+@pytest_asyncio.fixture
+async def console(browser: Browser) -> AsyncIterator[Console]:
+    context = await browser.new_context(viewport=VIEWPORT)
+    try:
+        yield Console(await context.new_page())
+    finally:
+        await context.close()
+
+
+@pytest.fixture(scope="module")
+def http_ports() -> Iterator[dict[str, int]]:
+    """One HTTP server per transport, each on its own port."""
+    ports = {kind: free_port() for kind in ("streamable", "sse")}
+    processes = [
+        subprocess.Popen(
+            [PYTHON, str(SERVERS / "http_server.py"), str(port), kind],
+            env={**os.environ, "EXPECTED_TOKEN": TOKEN},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for kind, port in ports.items()
+    ]
+    try:
+        deadline = time.monotonic() + 15
+        for port in ports.values():
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, f"no HTTP server on port {port}"
+                    time.sleep(0.05)
+        yield ports
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import cast
 
+import httpx
 from pydantic import BaseModel
 from temporalio import activity
 
@@ -13,6 +15,7 @@ from activities.tools.notes import NOTES_TOOLS, CreateNoteArgs, create_note
 from activities.tools.weather import WEATHER
 
 ATTEMPTS: Counter[str] = Counter()  # tool name → attempts started, in this process
+NO_HTTP = cast(httpx.AsyncClient, None)  # for tools that make no requests
 
 
 class NoArgs(BaseModel):
@@ -90,3 +93,17 @@ ODD_TOOLS = [
 
 def registry_with_test_tools(*extra: ToolSpec) -> ToolRegistry:
     return ToolRegistry([WEATHER, *NOTES_TOOLS, *TEST_TOOLS, *extra])
+
+
+# account_read, a tool whose risk the worker decides (`registry(risk)`).
+class ReadArgs(BaseModel):
+    what: str
+
+
+async def read_handler(args: ReadArgs, ctx) -> str:
+    return f"read {args.what}"
+
+
+def registry(risk: str) -> ToolRegistry:
+    return ToolRegistry([WEATHER, *NOTES_TOOLS,
+                         ToolSpec("account_read", "Reads an account.", ReadArgs, read_handler, risk=risk)])

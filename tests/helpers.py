@@ -8,11 +8,13 @@ import os
 import sqlite3
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
@@ -23,7 +25,9 @@ from contract import (
     ConversationInput,
     ConversationStatus,
     LLMOptions,
+    StreamEvent,
 )
+from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
 from rules.search_attributes import owned_by
 from scripted_model import (
     Scenario,
@@ -37,6 +41,7 @@ from workflows.conversation import ConversationWorkflow, SignalGuard
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
+_FAST = timedelta(milliseconds=20)
 REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
                     workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
 
@@ -198,3 +203,10 @@ async def recorded_events(handle: WorkflowHandle) -> list[int]:
     compare these, not the number of events."""
     history = await handle.fetch_history()
     return [e.event_type for e in history.events if e.event_type not in WORKFLOW_TASK_EVENTS]
+
+
+async def stream_events(client: Client, workflow_id: str) -> list[StreamEvent]:
+    """Everything the stream holds, once the conversation has completed."""
+    stream = WorkflowStreamClient.create(client, workflow_id)
+    return [item.data async for item in stream.subscribe(
+        [EVENTS_TOPIC, TOKENS_TOPIC], result_type=StreamEvent, poll_cooldown=_FAST)]

@@ -3,12 +3,10 @@ model: starts, approvals, edited args, refusals, questions, the SSE stream, auth
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -17,28 +15,19 @@ from api.app import create_app
 from api.settings import ApiSettings
 from client.connection import TemporalSettings
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.api_support import ROOT, ApiProcess, free_port, routes_by_access, sse_events
+from tests.api_support import (
+    ROOT,
+    ApiProcess,
+    free_port,
+    routes_by_access,
+    sse_events,
+    status_of,
+    until,
+)
 from tests.conftest import SECRET_KEY
 from tests.helpers import note_rows, recorded_events, script, start, tool_call, unique
 
 TIMEOUT = httpx.Timeout(30.0)
-
-
-async def status_of(http: httpx.AsyncClient, cid: str) -> dict:
-    r = await http.get(f"/conversations/{cid}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-async def until(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1,
-                timeout_s: float = 30) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        current = await status_of(http, cid)
-        if current["status"] in statuses and current["turn"] >= turn:
-            return current
-        assert time.monotonic() < deadline, f"never reached {statuses}: {current}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

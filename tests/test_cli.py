@@ -23,19 +23,6 @@ from workflows.conversation import ConversationWorkflow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def cli(temporal_address: str, task_queue: str):
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
-
-    async def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=timeout,
-        )
-
-    return run
-
-
 async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):
     trigger = script(
         model, unique("cli"),

@@ -14,72 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import httpx
-import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, expect
+from playwright.async_api import Browser, Page, expect
 from temporalio.client import Client
 
 from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.api_support import ROOT, ApiProcess, sse_events
+from tests.api_support import ApiProcess, sse_events
+from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique
-from tests.test_roles import roles_queue  # noqa: F401 - a fixture: a worker under four eyes
-from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
-
-SCREENSHOTS = ROOT / "docs" / "screenshots"
-VIEWPORT = {"width": 1280, "height": 800}
-WAIT_MS = 30_000
-
-expect.set_options(timeout=WAIT_MS)
-
-
-class Console:
-    """A page of the console, with what it sent and every script error it raised."""
-
-    def __init__(self, page: Page):
-        self.page = page
-        self.errors: list[str] = []
-        self.posts: list[Request] = []
-        self.streams: list[Request] = []
-        page.on("pageerror", lambda err: self.errors.append(str(err)))
-        page.on("request", self._sent)
-
-    def _sent(self, request: Request) -> None:
-        if request.method == "POST":
-            self.posts.append(request)
-        elif "/events" in request.url:
-            self.streams.append(request)
-
-    def posted(self, cid: str, action: str) -> list[dict]:
-        path = f"/conversations/{quote(cid)}/{action}"
-        return [json.loads(r.post_data or "null") for r in self.posts if r.url.endswith(path)]
-
-    async def start(self, prompt: str) -> str:
-        """Start a conversation from the New conversation box; the console opens it."""
-        await self.page.get_by_test_id("new-prompt").fill(prompt)
-        await self.page.get_by_test_id("start").click()
-        await expect(self.page).to_have_url(re.compile(r"#/c/.+"))
-        await expect(self.page.get_by_test_id("conversation")).to_be_visible()
-        return unquote(self.page.url.split("#/c/", 1)[1])
-
-
-@pytest_asyncio.fixture
-async def console(browser: Browser) -> AsyncIterator[Console]:
-    context = await browser.new_context(viewport=VIEWPORT)
-    try:
-        yield Console(await context.new_page())
-    finally:
-        await context.close()
-
-
-async def call(method: str, url: str, **kwargs) -> httpx.Response:
-    """The API, asynchronously: the tests' worker runs on this event loop, so a blocking call
-    would keep it from answering the API's queries."""
-    async with httpx.AsyncClient(timeout=20) as http:
-        return await http.request(method, url, **kwargs)
+from tests.subagent_support import delegating
 
 
 async def events_until(api_url: str, cid: str, kind: str) -> list[dict[str, str]]:
@@ -93,10 +39,6 @@ async def events_until(api_url: str, cid: str, kind: str) -> list[dict[str, str]
                 if any(e.get("event") == kind and "id" in e for e in events):
                     return events
     raise AssertionError(f"the stream ended before a {kind} event")
-
-
-async def status_of(api_url: str, cid: str) -> dict:
-    return (await call("GET", f"{api_url}/conversations/{quote(cid)}")).json()
 
 
 # ----- the tests -----
@@ -510,7 +452,7 @@ async def test_console_as_a_viewer_offers_nothing_to_do(
 
 
 async def test_console_under_four_eyes_offers_the_owner_no_approval(
-        temporal_address: str, roles_queue: str, model: ScriptedModelServer, browser: Browser):  # noqa: F811
+        temporal_address: str, roles_queue: str, model: ScriptedModelServer, browser: Browser):
     """With AGENT_FOUR_EYES=destructive on the worker, alice's console shows her own destructive
     call and why someone else decides it, with no approve button; carol (approver) approves."""
     trigger = unique("console-four-eyes")
@@ -605,7 +547,7 @@ async def test_console_shows_why_a_write_is_forbidden(
 
 
 async def test_console_shows_a_subagents_events_under_the_call_that_started_it(
-        api: ApiProcess, client: Client, agents_queue: str,  # noqa: F811
+        api: ApiProcess, client: Client, agents_queue: str,
         model: ScriptedModelServer, console: Console):
     parent = delegating(model, "console-sub", "researcher", "c1", [
         ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),

@@ -20,8 +20,8 @@ from playwright.async_api import Browser, Locator, Page, expect
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
+from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, status_of
 from tests.helpers import note_rows, script, tool_call, unique
-from tests.test_console import SCREENSHOTS, VIEWPORT, Console, call, status_of
 
 
 @pytest_asyncio.fixture

@@ -217,7 +217,7 @@ async def test_a_request_id_acts_once_even_when_its_call_comes_back(
     """A retried confirm (a lost response, AG-UI's deterministic resume ids, an Update that got
     a 503 and was applied later) must not approve the call again once the worker has put it
     back before a human at a higher risk under the same id."""
-    from tests.test_gate import registry  # a tool whose risk the worker decides
+    from tests.fake_tools import registry  # a tool whose risk the worker decides
 
     queue = unique("once")
     trigger = script(model, unique("once"),

@@ -11,11 +11,7 @@ from temporalio.client import Client
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
 from tests.helpers import script, start, unique
-from tests.test_subagents import (  # noqa: F401 - agents_queue: a fixture
-    agents_queue,
-    delegate,
-    delegating,
-)
+from tests.subagent_support import delegate, delegating
 
 
 async def whole_stream(http: httpx.AsyncClient, cid: str, last_event_id: int | None = None
@@ -41,7 +37,7 @@ def by_agent(subs: list[dict]) -> dict[str, list[dict]]:
 
 
 async def test_a_subagents_events_come_inline_and_resuming_follows_the_parents_ids(
-        client: Client, agents_queue: str, model: ScriptedModelServer,  # noqa: F811
+        client: Client, agents_queue: str, model: ScriptedModelServer,
         api: ApiProcess):
     writer = script(model, unique("tree-writer"), ScriptedReply(content="drafted"))
     parent = delegating(model, "tree", "manager", "m1", [

@@ -27,9 +27,9 @@ from durable_react_agent import NeedsInput, ToolContext, ToolError
 from scripted_model import ScriptedModelServer, ScriptedReply
 from scripted_model.script import load_script
 from tests.devserver import worker_env
+from tests.fake_tools import NO_HTTP
 from tests.helpers import reaches, script, settled, start, tool_call, unique
-from tests.test_durability import WorkerProcess
-from tests.test_tool_api import NO_HTTP
+from tests.processes import WorkerProcess
 from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -21,9 +20,8 @@ from temporalio.testing import ActivityEnvironment
 from activities.mcp import McpToolbox, load_mcp_config
 from activities.settings import ActivitySettings, auto_approvable
 from activities.tool_runner import ToolActivities
-from activities.tools import ToolRegistry, ToolSpec
+from activities.tools import ToolRegistry
 from activities.tools.notes import NOTES_TOOLS
-from activities.tools.weather import WEATHER
 from contract import (
     ApprovalPolicy,
     ConfirmRequest,
@@ -34,6 +32,7 @@ from contract import (
 )
 from rules.gate import POLICY, args_hash, execution_refusal
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.fake_tools import registry
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
@@ -123,19 +122,6 @@ async def test_a_policy_that_asks_for_more_than_the_worker_allows_is_refused(
         status = await settled(handle)
         assert status.final_answer.startswith("Created note #") and status.decisions == []
         assert len(note_rows(settings.data_dir, title)) == 1
-
-
-class ReadArgs(BaseModel):
-    what: str
-
-
-async def read_handler(args: ReadArgs, ctx) -> str:
-    return f"read {args.what}"
-
-
-def registry(risk: str) -> ToolRegistry:
-    return ToolRegistry([WEATHER, *NOTES_TOOLS,
-                         ToolSpec("account_read", "Reads an account.", ReadArgs, read_handler, risk=risk)])
 
 
 async def test_a_tool_riskier_at_execution_than_at_discovery_goes_back_through_approval(

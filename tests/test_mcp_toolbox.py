@@ -6,11 +6,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +30,8 @@ from activities.mcp import McpConfigError, McpToolbox, load_mcp_config
 from activities.mcp.catalog import build_catalog, exposed_name
 from activities.mcp.config import StdioServerConfig
 from activities.mcp.content import result_text
-from tests.devserver import free_port
+from tests.mcp_support import PYTHON, SERVERS, TOKEN
 
-PYTHON = sys.executable
-SERVERS = Path(__file__).parent / "mcp_servers"
-TOKEN = "tok-3f9a1c77e2b04d5a"  # what the HTTP server expects as a bearer token: a secret
 UNRULY = {"command": PYTHON, "args": [str(SERVERS / "stdio_server.py")]}
 
 
@@ -80,36 +73,6 @@ async def wait_until_noticed(toolbox: McpToolbox, server: str) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"the toolbox never noticed that {server} hung up")
-
-
-@pytest.fixture(scope="module")
-def http_ports() -> Iterator[dict[str, int]]:
-    """One HTTP server per transport, each on its own port."""
-    ports = {kind: free_port() for kind in ("streamable", "sse")}
-    processes = [
-        subprocess.Popen(
-            [PYTHON, str(SERVERS / "http_server.py"), str(port), kind],
-            env={**os.environ, "EXPECTED_TOKEN": TOKEN},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for kind, port in ports.items()
-    ]
-    try:
-        deadline = time.monotonic() + 15
-        for port in ports.values():
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, f"no HTTP server on port {port}"
-                    time.sleep(0.05)
-        yield ports
-    finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
 
 
 async def test_time_server_over_stdio_reuses_one_process(tmp_path: Path) -> None:

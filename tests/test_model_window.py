@@ -27,7 +27,6 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import outcome_of, replay, script, settled, start, unique
-from tests.test_cli import cli  # noqa: F401 - a fixture: the CLI as a process
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 
@@ -221,7 +220,7 @@ async def test_a_local_entry_sets_its_window_reply_size_deadlines_and_price(
 
 
 async def test_a_conversations_own_budget_from_the_cli(
-        cli, model: ScriptedModelServer):  # noqa: F811 - cli: the fixture
+        cli, model: ScriptedModelServer):
     trigger = script(model, unique("budget-cli"), ScriptedReply(content="Small it is."))
     started = await cli("start", "--context-tokens", "3000", "--wait", "--json", trigger)
     assert started.returncode == 0, started.stderr

@@ -35,7 +35,7 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.test_durability import WorkerProcess
+from tests.processes import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 

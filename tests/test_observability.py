@@ -7,32 +7,29 @@ import io
 import os
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.watch import Renderer, watch
-from contract import ConfirmRequest, EndRequest, RejectRequest, StreamEvent
-from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
+from contract import ConfirmRequest, EndRequest, RejectRequest
 from rules.search_attributes import AGENT_STATUS
 from scripted_model import ScriptedModelServer, ScriptedReply
-from tests.helpers import reaches, script, settled, start, steps_of, tool_call, unique
+from tests.helpers import (
+    reaches,
+    script,
+    settled,
+    start,
+    steps_of,
+    stream_events,
+    tool_call,
+    unique,
+)
 from worker.logging import redact_secrets
 from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
-_FAST = timedelta(milliseconds=20)
-
-
-async def stream_events(client: Client, workflow_id: str) -> list[StreamEvent]:
-    """Everything the stream holds, once the conversation has completed."""
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    return [item.data async for item in stream.subscribe(
-        [EVENTS_TOPIC, TOKENS_TOPIC], result_type=StreamEvent, poll_cooldown=_FAST)]
-
 
 
 async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):

@@ -24,6 +24,7 @@ from contract import ConfirmRequest, EndRequest, SayRequest, StreamEvent
 from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
 from scripted_model import RawReply, ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
+from tests.console_support import Console
 from tests.helpers import (
     note_rows,
     outcome_of,
@@ -35,7 +36,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.test_console import Console, console  # noqa: F401 - console: a fixture
 from workflows.conversation import ConversationWorkflow
 
 CASSETTES = Path(__file__).parent / "cassettes"
@@ -253,7 +253,7 @@ async def test_a_message_past_the_window_is_left_out_and_the_next_one_answered(
 
 async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
         api: ApiProcess, client: Client, task_queue: str, model: ScriptedModelServer,
-        console: Console):  # noqa: F811 - console: the fixture
+        console: Console):
     """In a real browser: the recorded prose-then-fence reply streams its JSON as text, then
     the console keeps only the words and shows the call waiting for approval; a turn whose
     call could not be read says why under it."""

@@ -5,8 +5,6 @@ and the Update twins, the audit of who did what, and set-ups from before roles a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -14,36 +12,21 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.settings import ActivitySettings
 from client.connection import TemporalSettings
 from client.session import Session
 from contract import ConfirmRequest
 from rules.search_attributes import AGENT_OWNER
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import AGUI_EVENTS as EVENTS
-from tests.api_support import ApiProcess, sse_events, user
-from tests.fake_tools import registry_with_test_tools
+from tests.api_support import ApiProcess, sse_events, until, user
 from tests.helpers import replay, script, start, tool_call, unique
-from tests.test_api import until
-from tests.test_subagents import agents_queue, delegating  # noqa: F401 - agents_queue: a fixture
-from worker.app import build_worker
+from tests.subagent_support import delegating
 from workflows.conversation import ConversationWorkflow
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v", "root": "tok-r",
           "legacy": "tok:legacy"}  # a token from before roles: no role, and a `:` in it
 ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer", "root": "admin"}
 PEOPLE = list(ROLES)
-FOUR_EYES = "destructive"
-
-
-@pytest_asyncio.fixture(scope="module")
-async def roles_queue(client: Client, activity_settings: ActivitySettings) -> AsyncIterator[str]:
-    """A worker whose conversations hold destructive calls to four eyes."""
-    queue = f"roles-{uuid.uuid4().hex[:8]}"
-    settings = dataclasses.replace(activity_settings, four_eyes=(FOUR_EYES,))
-    async with httpx.AsyncClient(timeout=10) as http:
-        async with build_worker(client, queue, settings, http, registry_with_test_tools()):
-            yield queue
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +263,7 @@ async def test_conversations_and_tokens_from_before_roles_keep_working(
 
 
 async def test_a_subagent_belongs_to_its_parents_owner(client: Client, model: ScriptedModelServer,
-                                                       agents_queue: str):  # noqa: F811
+                                                       agents_queue: str):
     """The child carries its parent's owner: in its input (four eyes there too) and in the
     search attribute a user's list filters on."""
     trigger = delegating(model, "roles", "researcher", "call_r1",

@@ -5,7 +5,6 @@ its cost rolls up, and it stops with its parent."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import json
 import os
@@ -14,12 +13,10 @@ import sys
 
 import httpx
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
-from activities.profiles import AgentProfile, Profiles
 from api.agui import interrupts
 from client.watch import Renderer, watch
 from contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
@@ -28,7 +25,6 @@ from rules.search_attributes import AGENT_STATUS
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
-from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     FAST_LLM,
     WORKFLOW_TASK_EVENTS,
@@ -42,44 +38,9 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.test_durability import WorkerProcess
-from worker.app import build_worker
+from tests.processes import WorkerProcess
+from tests.subagent_support import delegate, delegating
 from workflows.conversation import ConversationWorkflow
-
-PROFILES = {
-    "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",
-                               tools=["get_weather"], max_steps=6),
-    "writer": AgentProfile(description="Writes notes", system_prompt="You write notes.",
-                           tools=["create_note", "ask_confirm"], max_steps=4),
-    "deep": AgentProfile(description="Delegates to itself", system_prompt="You delegate.",
-                         tools=["deep"], max_steps=3),
-    "manager": AgentProfile(description="Has notes written", system_prompt="You delegate.",
-                            tools=["writer"], max_steps=3),
-}
-
-
-@pytest_asyncio.fixture(scope="module")
-async def agents_queue(client: Client, activity_settings) -> str:
-    """A worker whose AGENT_PROFILES are the profiles above."""
-    queue = unique("agents")
-    settings = dataclasses.replace(activity_settings, profiles=Profiles(PROFILES))
-    async with httpx.AsyncClient(timeout=10) as http:
-        async with build_worker(client, queue, settings, http, registry_with_test_tools()):
-            yield queue
-
-
-def delegate(profile: str, task: str, call_id: str) -> ScriptedToolCall:
-    return ScriptedToolCall(name=f"agent__{profile}", arguments={"task": task}, id=call_id)
-
-
-def delegating(model: ScriptedModelServer, name: str, profile: str, call_id: str,
-               child_replies: list[ScriptedReply], parent_answer: str = "{last_tool}") -> str:
-    """Script a child (its trigger is in its task) and a parent that delegates to it once, then
-    answers; returns the parent's trigger."""
-    child = script(model, unique(f"{name}-child"), *child_replies)
-    return script(model, unique(f"{name}-parent"),
-                  ScriptedReply(tool_calls=[delegate(profile, f"{child}: go", call_id)]),
-                  ScriptedReply(content=parent_answer))
 
 
 async def parent_history(client: Client, workflow_id: str):

@@ -53,8 +53,8 @@ from tests.helpers import (
     unique,
     workflow_runner,
 )
-from tests.test_durability import WorkerProcess
-from tests.test_subagents import PROFILES, delegate
+from tests.processes import WorkerProcess
+from tests.subagent_support import PROFILES, delegate
 from worker.app import build_worker
 from worker.telemetry import (
     TelemetryError,

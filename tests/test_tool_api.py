@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import httpx
 import pytest
@@ -34,19 +34,24 @@ from activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
 from activities.tools.function_tool import ToolDefinitionError
 from activities.tools.loader import ToolLoadError, load_tools
 from client.session import follow
-from contract import ConfirmRequest, ToolInvocation, ToolListRequest, ToolOutcome
+from contract import (
+    ConfirmRequest,
+    ToolInvocation,
+    ToolListRequest,
+    ToolOutcome,
+)
 from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
+from tests.fake_tools import NO_HTTP
 from tests.helpers import reaches, script, settled, start, tool_call, unique
-from tests.test_durability import WorkerProcess
+from tests.processes import WorkerProcess
 from worker.app import build_worker, tool_registry
 from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_TOOLS = Path(__file__).parent / "user_tools"
 BUILTIN_NAMES = [spec.name for spec in BUILTIN_TOOLS]
-NO_HTTP = cast(httpx.AsyncClient, None)  # for tools that make no requests
 
 
 class Color(Enum):

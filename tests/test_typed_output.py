@@ -19,7 +19,6 @@ from rules import output
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.helpers import replay, script, settled, start, unique
-from tests.test_cli import cli  # noqa: F401 - the fixture
 from workflows.conversation import ConversationWorkflow
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
@@ -143,8 +142,7 @@ async def test_the_http_api_takes_an_output_schema(api, model: ScriptedModelServ
 
 
 async def test_the_cli_starts_a_typed_conversation(
-        cli,  # noqa: F811 - the fixture, imported above
-        model: ScriptedModelServer, tmp_path):
+        cli, model: ScriptedModelServer, tmp_path):
     schema = tmp_path / "weather.json"
     schema.write_text(json.dumps(WEATHER))
     trigger = script(model, unique("typed-cli"),

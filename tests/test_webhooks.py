@@ -51,7 +51,7 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.test_durability import WorkerProcess
+from tests.processes import WorkerProcess
 from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow

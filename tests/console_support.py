@@ -1,0 +1,60 @@
+"""The web console in a real browser: a page of it (`Console`), and the API called as the page
+does (not collected: no `test_` prefix). The `console` fixture is in conftest.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import quote, unquote
+
+import httpx
+from playwright.async_api import Page, Request, expect
+
+from tests.api_support import ROOT
+
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 800}
+WAIT_MS = 30_000
+
+expect.set_options(timeout=WAIT_MS)
+
+
+class Console:
+    """A page of the console, with what it sent and every script error it raised."""
+
+    def __init__(self, page: Page):
+        self.page = page
+        self.errors: list[str] = []
+        self.posts: list[Request] = []
+        self.streams: list[Request] = []
+        page.on("pageerror", lambda err: self.errors.append(str(err)))
+        page.on("request", self._sent)
+
+    def _sent(self, request: Request) -> None:
+        if request.method == "POST":
+            self.posts.append(request)
+        elif "/events" in request.url:
+            self.streams.append(request)
+
+    def posted(self, cid: str, action: str) -> list[dict]:
+        path = f"/conversations/{quote(cid)}/{action}"
+        return [json.loads(r.post_data or "null") for r in self.posts if r.url.endswith(path)]
+
+    async def start(self, prompt: str) -> str:
+        """Start a conversation from the New conversation box; the console opens it."""
+        await self.page.get_by_test_id("new-prompt").fill(prompt)
+        await self.page.get_by_test_id("start").click()
+        await expect(self.page).to_have_url(re.compile(r"#/c/.+"))
+        await expect(self.page.get_by_test_id("conversation")).to_be_visible()
+        return unquote(self.page.url.split("#/c/", 1)[1])
+
+
+async def call(method: str, url: str, **kwargs) -> httpx.Response:
+    """The API, asynchronously: the tests' worker runs on this event loop, so a blocking call
+    would keep it from answering the API's queries."""
+    async with httpx.AsyncClient(timeout=20) as http:
+        return await http.request(method, url, **kwargs)
+
+
+async def status_of(api_url: str, cid: str) -> dict:
+    return (await call("GET", f"{api_url}/conversations/{quote(cid)}")).json()

@@ -1,0 +1,44 @@
+"""`python -m worker` as a child process, for the tests that kill it, restart it or give it an
+environment of its own (not collected: no `test_` prefix)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """`python -m worker` as a child process, configured only by its environment."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()):
+        self._env = env
+        self._log_dir = log_dir
+        self._args = args  # `python -m worker`'s own (--role ...)
+        self._started = 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self._started += 1
+        log = open(self._log_dir / f"worker-{self._started}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", *self._args], cwd=ROOT, env=self._env,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def kill(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, "the worker died early"
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+    def log(self, n: int) -> str:
+        return (self._log_dir / f"worker-{n}.log").read_text()

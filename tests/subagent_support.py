@@ -1,0 +1,33 @@
+"""Agent profiles for the subagent tests, and scripts of a parent that delegates to a child (the
+worker that serves these profiles, `agents_queue`, is in conftest.py)."""
+
+from __future__ import annotations
+
+from activities.profiles import AgentProfile
+from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from tests.helpers import script, unique
+
+PROFILES = {
+    "researcher": AgentProfile(description="Finds facts", system_prompt="You research.",
+                               tools=["get_weather"], max_steps=6),
+    "writer": AgentProfile(description="Writes notes", system_prompt="You write notes.",
+                           tools=["create_note", "ask_confirm"], max_steps=4),
+    "deep": AgentProfile(description="Delegates to itself", system_prompt="You delegate.",
+                         tools=["deep"], max_steps=3),
+    "manager": AgentProfile(description="Has notes written", system_prompt="You delegate.",
+                            tools=["writer"], max_steps=3),
+}
+
+
+def delegate(profile: str, task: str, call_id: str) -> ScriptedToolCall:
+    return ScriptedToolCall(name=f"agent__{profile}", arguments={"task": task}, id=call_id)
+
+
+def delegating(model: ScriptedModelServer, name: str, profile: str, call_id: str,
+               child_replies: list[ScriptedReply], parent_answer: str = "{last_tool}") -> str:
+    """Script a child (its trigger is in its task) and a parent that delegates to it once, then
+    answers; returns the parent's trigger."""
+    child = script(model, unique(f"{name}-child"), *child_replies)
+    return script(model, unique(f"{name}-parent"),
+                  ScriptedReply(tool_calls=[delegate(profile, f"{child}: go", call_id)]),
+                  ScriptedReply(content=parent_answer))
