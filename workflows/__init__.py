@@ -5,9 +5,11 @@
   the human gate), `subagents` (a call that runs a child conversation), `human_desk` (what waits
   for a human, and the requests humans send), `reporting` (the live stream and the audit trail),
   `tool_discovery`, and `failures` (how a failed activity reads).
-- `rules/`: pure functions of plain data, with no Temporal calls, unit-tested without a server.
-- `models.py` and `state.py`: the data that crosses the boundary, which activities, the CLI and
-  the API share.
+- `handover.py`: what continue-as-new hands to the next run; `telemetry.py`: spans and metrics
+  from workflow code.
+- Below it, and shared with the other processes: `rules/` (pure rules, unit-tested without a
+  server) and `contract/` (the data that crosses processes). Only `worker/` and the tests import
+  this package (`ARCHITECTURE.md`).
 
 The tests run it in Temporal's sandbox, which imports all of it afresh for each workflow: the
 clock, randomness and I/O are refused anywhere here, and no module keeps state of its own
