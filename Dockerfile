@@ -8,6 +8,8 @@ ENV PYTHONUNBUFFERED=1 \
     AGENT_DATA_DIR=/data
 
 COPY pyproject.toml README.md ./
+COPY contract ./contract
+COPY rules ./rules
 COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker

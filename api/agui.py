@@ -47,15 +47,15 @@ from ag_ui.core import (
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
 
 from api.access import Principal, Verdict
-from client.session import (
+from client.checks import (
     CliError,
     NotFound,
     NoWorker,
     Refused,
-    Session,
     UsageError,
     check_conversation_id,
 )
+from client.session import Session
 from contract import (
     CLOSED_STATUSES,
     WAITING_STATUSES,

@@ -15,7 +15,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from client.session import (
+from client.checks import (
     CONVERSATION_ID_PATTERN,
     MAX_JSON_DEPTH,
     MIN_CONTEXT_TOKENS,

@@ -13,7 +13,8 @@ from pydantic import WithJsonSchema
 
 from api.access import Action, Forbidden, Principal, Verdict
 from api.errors import request_id
-from client.session import NotFound, Session
+from client.checks import NotFound
+from client.session import Session
 
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 

@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from api.access import Forbidden
 from api.routes import every_route
-from client.session import CliError, NotFound, NoWorker, Refused, UsageError
+from client.checks import CliError, NotFound, NoWorker, Refused, UsageError
 
 log = structlog.get_logger("api")
 REQUEST_ID = "X-Request-ID"

@@ -26,7 +26,8 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
 from api.access import TokenBook, Verdict
-from client.session import NotFound, NoWorker, Refused, Session
+from client.checks import NotFound, NoWorker, Refused
+from client.session import Session
 from contract import (
     ConfirmRequest,
     ConversationStatus,

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import date, timezone
+from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,10 +24,9 @@ import httpx
 
 from bench.baselines import Agent, langgraph_loop, plain_loop
 from bench.floor import FloorWorkflow
-from bench.stack import Stack, wait_until
+from bench.stack import Stack, answered_again, history_of, wait_until
 from contract import ConfirmRequest, ConversationInput
 from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
-from tests.helpers import run_histories
 from workflows.conversation import ConversationWorkflow
 
 RESULTS = Path(__file__).parent / "results.md"
@@ -52,7 +51,6 @@ class Sizes:
 
 QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
               tours=(25, 50), tours_before=50, role_levels=(20, 50))
-MODEL_ACTIVITIES = {"llm_call", "llm_step"}
 
 
 def weather(i: int, delay: float = 0.0) -> ScriptedReply:
@@ -317,26 +315,6 @@ async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
          f"median {answered[len(answered) // 2]:.1f} s, last {answered[-1]:.1f} s ({target})"),
         (f"{z.recovery} in flight: all complete after", f"{took:.1f} s"),
     ]
-
-
-async def answered_again(handle, killed_at: float) -> float:
-    """Seconds from the kill to the first activity of this conversation completed after it."""
-    for event in (await handle.fetch_history()).events:
-        at = event.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp()
-        if event.HasField("activity_task_completed_event_attributes") and at > killed_at:
-            return at - killed_at
-    return float("nan")
-
-
-async def history_of(client, handle) -> tuple[int, int, int, int]:
-    """Every run of a conversation: (history bytes, events, runs, bytes of the last model
-    activity's input). Bytes are the events' protobuf sizes, as the server counts them."""
-    histories = await run_histories(client, handle)
-    events = [e for history in histories for e in history.events]
-    inputs = [e.activity_task_scheduled_event_attributes.input.ByteSize() for e in events
-              if e.HasField("activity_task_scheduled_event_attributes")
-              and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES]
-    return sum(e.ByteSize() for e in events), len(events), len(histories), inputs[-1]
 
 
 async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import timezone
 from pathlib import Path
 
 import httpx
@@ -18,8 +19,10 @@ import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from contract import LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY
 from scripted_model import Script
 from tests.devserver import dev_server_command, free_port, worker_env
+from tests.helpers import run_histories
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,3 +132,27 @@ async def wait_until(predicate, timeout_s: float, interval_s: float = 0.2) -> fl
 
 def dump(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, default=str))
+
+
+# ----- what a run left in the history -----
+
+MODEL_ACTIVITIES = {LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY}
+
+async def answered_again(handle, killed_at: float) -> float:
+    """Seconds from the kill to the first activity of this conversation completed after it."""
+    for event in (await handle.fetch_history()).events:
+        at = event.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp()
+        if event.HasField("activity_task_completed_event_attributes") and at > killed_at:
+            return at - killed_at
+    return float("nan")
+
+
+async def history_of(client, handle) -> tuple[int, int, int, int]:
+    """Every run of a conversation: (history bytes, events, runs, bytes of the last model
+    activity's input). Bytes are the events' protobuf sizes, as the server counts them."""
+    histories = await run_histories(client, handle)
+    events = [e for history in histories for e in history.events]
+    inputs = [e.activity_task_scheduled_event_attributes.input.ByteSize() for e in events
+              if e.HasField("activity_task_scheduled_event_attributes")
+              and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES]
+    return sum(e.ByteSize() for e in events), len(events), len(histories), inputs[-1]

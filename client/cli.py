@@ -18,18 +18,17 @@ from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.connection import TemporalSettings, connect
-from client.render import render_history, render_status
-from client.session import (
-    STATUSES,
+from client.checks import (
     CliError,
     Refused,
-    Session,
     UsageError,
     budget_of,
     new_conversation_id,
     targets,
 )
+from client.connection import TemporalSettings, connect
+from client.render import render_history, render_status
+from client.session import STATUSES, Session
 from client.watch import watch
 from contract import (
     AnswerRequest,

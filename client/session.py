@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, get_args
 
-from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
@@ -44,7 +41,28 @@ from temporalio.contrib.workflow_streams import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from client.checks import (
+    CliError,
+    NotFound,
+    NoWorker,
+    Refused,
+    UsageError,
+    check_conversation_id,
+    check_sendable,
+    clip,
+    unsendable,
+)
 from client.connection import TemporalSettings
+from client.decisions import (
+    HumanRequest,
+    PartlyApplied,
+    answer_owner,
+    part_refusal,
+    pending_call,
+    refused_outcome,
+    stale_child,
+)
+from client.listing import ConversationRow, list_query, shown_status
 from contract import (
     SETTLED_STATUSES,
     AnswerRequest,
@@ -53,8 +71,6 @@ from contract import (
     ConversationInput,
     ConversationStatus,
     EndRequest,
-    PendingConfirmation,
-    PendingQuestion,
     RejectRequest,
     SayRequest,
     SignalOutcome,
@@ -64,13 +80,10 @@ from contract import (
 )
 from contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
-    MAX_CONTEXT_BUDGET_TOKENS,
     check_message,
 )
 from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
-from rules.gate import NOBODY
 from rules.output import output_schema_problem
-from rules.schemas import MAX_DEPTH
 from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, owned_by
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
@@ -87,87 +100,7 @@ CLOSED_CHECK_EVERY = 10  # empty reads between two looks at whether the conversa
 LIST_LABEL, LIST_LABEL_CHARS = "prompt", 120  # the memo a conversation is listed by
 STATUSES: list[str] = list(get_args(Status))
 STREAM_TOPICS = [EVENTS_TOPIC, TOKENS_TOPIC]
-HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 
-
-class CliError(Exception):
-    """A failure to report as one line (the CLI exits 1)."""
-
-
-class NotFound(CliError):
-    """No such conversation (or no such running one, for what needs it running)."""
-
-
-class NoWorker(CliError):
-    """No worker answered within the deadline."""
-
-
-class UsageError(Exception):
-    """A request that cannot be sent as it is (the CLI exits 2)."""
-
-
-# A conversation id a user may choose: it is a path segment of the REST API, a Temporal workflow id
-# and a log field, so only characters that are plain in all three. A subagent's id has a `/` (its
-# parent's id, then its call), so no user can take one.
-CONVERSATION_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,199}$"
-_CONVERSATION_ID = re.compile(CONVERSATION_ID_PATTERN)
-
-
-def check_conversation_id(cid: str) -> str | None:
-    """Why `cid` cannot name a new conversation, or None."""
-    if _CONVERSATION_ID.fullmatch(cid):
-        return None
-    return (f"a conversation id is 1-200 letters, digits and _ . : @ + = - (not starting with "
-            f". : @ + = or -), not {cid[:60]!r}{'…' if len(cid) > 60 else ''}")
-
-
-# The nesting a tool's arguments may have, so what the conversation accepts can also be sent.
-MAX_JSON_DEPTH = MAX_DEPTH
-
-
-def unsendable(value: Any) -> str | None:
-    """Why a request cannot travel in a Temporal payload, or None: text that is not valid
-    Unicode (a lone surrogate such as "\\ud800", valid in JSON but not in UTF-8), or nesting deeper
-    than MAX_JSON_DEPTH. Checked before anything is sent, so such input is a usage error with
-    nothing changed, not a failure in the middle of sending it."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump()
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"the request nests deeper than {MAX_JSON_DEPTH} levels"
-        if isinstance(item, str):
-            try:
-                item.encode()
-            except UnicodeEncodeError:
-                return "the request holds text that is not valid Unicode (a lone surrogate)"
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in (*item.keys(), *item.values()))
-        elif isinstance(item, list | tuple):
-            stack.extend((v, depth + 1) for v in item)
-    return None
-
-
-def check_sendable(value: Any) -> None:
-    reason = unsendable(value)
-    if reason is not None:
-        raise UsageError(reason)
-
-
-class Refused(Exception):
-    """What the conversation refused, or would refuse: nothing changed (the CLI exits 1)."""
-
-
-class ConversationRow(BaseModel):
-    """A conversation as `list` shows it."""
-
-    workflow_id: str
-    prompt: str | None = None  # its first message, clipped: what it is about
-    status: str | None
-    execution: str | None
-    started: str | None
-    owner: str | None = None  # who started it
 
 
 class Session:
@@ -537,111 +470,6 @@ async def _closed(handle: WorkflowHandle) -> bool:
                           WorkflowExecutionStatus.CONTINUED_AS_NEW)
 
 
-def pending_call(name: str, pending: list[PendingConfirmation]) -> PendingConfirmation | None:
-    """The pending call a name picks: its ref (`call_0`, or a subagent's `call_0/call_0`), or a
-    bare call id that only one pending call has. A call id that several subagents use is
-    refused with their refs, so a decision never reaches a call its human did not pick."""
-    by_ref = [p for p in pending if (p.ref or p.call_id) == name]
-    if by_ref:
-        return by_ref[0]
-    by_id = [p for p in pending if p.call_id == name]
-    if len(by_id) > 1:
-        which = ", ".join(f"{p.ref} ({p.tool} in {p.conversation_id})" for p in by_id)
-        raise Refused(f"{name} names {len(by_id)} pending calls: {which}; name one by its ref")
-    return by_id[0] if by_id else None
-
-
-def answer_owner(workflow_id: str, request: AnswerRequest, q: PendingQuestion | None
-                 ) -> tuple[str, AnswerRequest]:
-    """Where an answer goes, bound to its question: the one it names (its ref, or the call id
-    of this conversation's own question), else the one the status shows. An answer naming a
-    question that is not the open one is refused, never given to another question."""
-    if q is None:  # let the conversation say why (or take it once its question comes)
-        return workflow_id, request
-    named = request.call_id
-    if named is not None and named != (q.ref or q.call_id) and not (
-            q.conversation_id is None and named == q.call_id):
-        raise Refused(f"the question of {named} is not the one open ({q.ref or q.call_id}: "
-                      f"{clip(q.message, 80)}); nothing was answered")
-    return q.conversation_id or workflow_id, request.model_copy(update={"call_id": q.call_id})
-
-
-def part_refusal(part: HumanRequest, status: ConversationStatus) -> str | None:
-    """Why the conversation whose own status this is would refuse this part of a decision, as
-    far as its status tells: a call or question no longer open there, arguments other than
-    those seen, four eyes. (The conversation checks again, whole.)"""
-    if isinstance(part, AnswerRequest):
-        q = status.pending_question
-        if q is None or q.conversation_id is not None or q.call_id != part.call_id:
-            return f"the question of {part.call_id} is no longer open in {status.workflow_id}"
-        return None
-    own = {p.call_id: p for p in status.pending_confirmations if p.conversation_id is None}
-    for call_id in part.call_ids:
-        call = own.get(call_id)
-        if call is None:
-            return f"call {call_id} is no longer waiting in {status.workflow_id}"
-        if call_id in part.seen and part.seen[call_id] != call.args_hash:
-            return f"the arguments of call {call_id} are not the ones this decision saw"
-        if call_id in part.tickets and part.tickets[call_id] != call.ticket:
-            return f"call {call_id} is not the call this decision was made for"
-        if call.four_eyes and part.approver in {status.owner, *NOBODY}:
-            return (f"four eyes: call {call_id} ({call.tool}, {call.risk}) must be decided by "
-                    f"someone other than {status.owner}")
-    return None
-
-
-def refused_outcome(part: HumanRequest, reason: str) -> SignalOutcome:
-    return SignalOutcome(request_id=part.request_id or "", accepted=False, reason=reason)
-
-
-def stale_child(target: str, part: HumanRequest) -> str:
-    """What a part for a subagent that has finished since the status showed its call is."""
-    named = ", ".join(getattr(part, "call_ids", [])) or "the question"
-    return f"{named} is stale: subagent {target} has finished"
-
-
-class PartlyApplied(Refused):
-    """A decision of several parts that was refused after some parts were taken: exactly what
-    was decided, and what was not, with why."""
-
-    def __init__(self, applied: list[tuple[str, HumanRequest]],
-                 refused: tuple[str, HumanRequest], reason: str) -> None:
-        done = "; ".join(describe_part(t, p) for t, p in applied)
-        super().__init__(f"partly applied: {done}; not applied: "
-                         f"{describe_part(*refused)}, refused: {reason}")
-        self.applied, self.refused = applied, refused
-
-
-def describe_part(target: str, part: HumanRequest) -> str:
-    if isinstance(part, AnswerRequest):
-        return f"the answer to {part.call_id} in {target}"
-    verb = "approved" if isinstance(part, ConfirmRequest) else "rejected"
-    return f"{verb} {', '.join(part.call_ids)} in {target}"
-
-
-def targets(call_ids: list[str], all_: bool, all_name: str) -> tuple[list[str], bool]:
-    """A decision names its calls, or all of them (`all_name`: how the caller spells it)."""
-    if bool(call_ids) == all_:
-        raise UsageError(f"name the call ids to decide, or {all_name}")
-    return call_ids, all_
-
-
-MIN_CONTEXT_TOKENS = 256  # a context budget smaller than this holds no useful prompt
-
-
-def budget_of(context_tokens: int | None) -> dict[str, int]:
-    """A start's context budget, as `ConversationInput` takes it (none given: its default)."""
-    if context_tokens is None:
-        return {}
-    if not MIN_CONTEXT_TOKENS <= context_tokens <= MAX_CONTEXT_BUDGET_TOKENS:
-        raise UsageError(f"the context budget must be {MIN_CONTEXT_TOKENS}-"
-                         f"{MAX_CONTEXT_BUDGET_TOKENS} tokens, not {context_tokens}")
-    return {"context_budget_tokens": context_tokens}
-
-
-def new_conversation_id() -> str:
-    return f"conv-{uuid.uuid4().hex[:12]}"
-
 
 _SIGNALS: dict[type, str] = {
     ConfirmRequest: names.CONFIRM_SIGNAL,
@@ -654,36 +482,3 @@ _UPDATES: dict[type, names.Asked] = {
     RejectRequest: names.DECIDE_REJECT,
     AnswerRequest: names.GIVE_ANSWER,
 }
-
-# Closed runs: Temporal's execution status says what became of them. A run that continued as new
-# is not listed: its conversation goes on in the next run.
-_CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
-
-
-def list_query(status: str | None, owner: str | None = None) -> str:
-    query = f'WorkflowType = "{names.WORKFLOW_TYPE}" AND ExecutionStatus != "ContinuedAsNew"'
-    if owner is not None:
-        query += f" AND {AGENT_OWNER.name} = {quoted(owner)}"
-    if status in _CLOSED:
-        return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
-    if status:
-        return f'{query} AND ExecutionStatus = "Running" AND {AGENT_STATUS.name} = "{status}"'
-    return query
-
-
-def quoted(value: str) -> str:
-    """A string operand of a visibility query."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def shown_status(agent_status: str | None, execution: WorkflowExecutionStatus | None) -> str | None:
-    """The conversation's status as `status` names it, for a running or a closed run."""
-    if execution is None or execution == WorkflowExecutionStatus.RUNNING:
-        return agent_status
-    if execution in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED):
-        return "completed"
-    return "failed"
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

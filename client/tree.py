@@ -10,7 +10,8 @@ from typing import NamedTuple
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from client.session import NotFound, follow
+from client.checks import NotFound
+from client.session import follow
 from contract import StreamEvent
 
 # A subagent's start is announced in the same workflow task that starts it, so its workflow may

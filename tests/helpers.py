@@ -37,7 +37,8 @@ from scripted_model import (
     ScriptedToolCall,
 )
 from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow, SignalGuard
+from workflows.conversation import ConversationWorkflow
+from workflows.signal_guard import SignalGuard
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"

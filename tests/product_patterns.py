@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 # Packages whose code runs in the worker (workflow code included) or serves people.
-PRODUCT = ("workflows", "activities", "worker", "api", "client", "durable_react_agent")
+PRODUCT = ("contract", "rules", "workflows", "activities", "worker", "api", "client",
+           "durable_react_agent")
 # Patterns used on outside text only after it is cut to a bound: checked at that size.
-BOUNDED_USE = {"activities.llm.CONTEXT_TOO_LONG": 2 * 2048}
+BOUNDED_USE = {"activities.llm_errors.CONTEXT_TOO_LONG": 2 * 2048}
 
 
 def patterns() -> dict[str, re.Pattern[str]]:

@@ -10,7 +10,7 @@ from ag_ui.core import EventType, ResumeEntry, RunAgentInput, UserMessage
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.agui import plan_resume, resume_request_id, run_agui
-from client.session import UsageError
+from client.checks import UsageError
 from contract import (
     AnswerRequest,
     ConfirmRequest,

@@ -27,8 +27,8 @@ from api.settings import (
     parse_address,
     token_book,
 )
+from client.checks import UsageError
 from client.connection import TemporalSettings
-from client.session import UsageError
 from contract import (
     AnswerRequest,
     ConfirmRequest,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from api.links import decision
+from client.checks import MAX_JSON_DEPTH, check_conversation_id, unsendable
 from client.render import CONTINUED, render_status
-from client.session import MAX_JSON_DEPTH, check_conversation_id, unsendable
 from contract import (
     AnswerRequest,
     ConfirmRequest,

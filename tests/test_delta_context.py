@@ -29,7 +29,8 @@ from tests.helpers import (
     unique,
 )
 from worker.app import build_worker
-from workflows.conversation import DELTA_CONTEXT_PATCH, ConversationWorkflow
+from workflows.conversation import ConversationWorkflow
+from workflows.patches import DELTA_CONTEXT_PATCH
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
 

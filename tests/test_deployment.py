@@ -85,7 +85,7 @@ def test_dockerfile_runs_the_worker_from_the_installed_project():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert dockerfile.startswith("# ") and "FROM python:3.11" in dockerfile
     assert 'CMD ["python", "-m", "worker"]' in dockerfile
-    for package in ("workflows", "activities", "worker", "client", "api"):
+    for package in ("contract", "rules", "workflows", "activities", "worker", "client", "api"):
         assert f"COPY {package} ./{package}" in dockerfile
 
 
@@ -106,3 +106,21 @@ def test_the_api_is_built_here_and_needs_tokens_off_loopback():
                                  "AGENT_API_TOKENS": "alice:t"}).tokens.find("t").name == "alice"
     assert "AGENT_API_TOKENS_FILE" in env and "AGENT_TRACE_URL" in env
     assert "AGENT_LINK_SECRET" in env
+
+
+def test_an_installed_project_has_every_package_and_every_file_of_the_console():
+    """A wheel (the image installs one) takes the packages and data pyproject names: every
+    top-level package of the product, and every file the console serves."""
+    import fnmatch
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    included = setuptools["packages"]["find"]["include"]
+    for package in ("contract", "rules", "workflows", "activities", "worker", "client", "api"):
+        assert f"{package}*" in included
+    globs = setuptools["package-data"]["api"]
+    for path in (ROOT / "api" / "static").rglob("*"):
+        if path.is_file():
+            served = str(path.relative_to(ROOT / "api"))
+            assert any(fnmatch.fnmatch(served, g) and served.count("/") == g.count("/")
+                       for g in globs), f"{served} is left out of an installed project"

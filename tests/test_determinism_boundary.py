@@ -38,7 +38,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow, SignalGuard
+from workflows.conversation import ConversationWorkflow
+from workflows.signal_guard import SignalGuard
 
 data = json.loads(Path(sys.argv[1]).read_text())
 history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)

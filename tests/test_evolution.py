@@ -32,7 +32,8 @@ from tests.helpers import (
     unique,
 )
 from worker.app import build_worker
-from workflows.conversation import BOUNDED_CONTEXT_PATCH, ConversationWorkflow
+from workflows.conversation import ConversationWorkflow
+from workflows.patches import BOUNDED_CONTEXT_PATCH
 
 
 async def asked(handle, kind: str, timeout_s: float = 30) -> None:

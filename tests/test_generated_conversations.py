@@ -32,9 +32,10 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
+from client.checks import Refused
 from client.connection import TemporalSettings
 from client.render import render_status
-from client.session import STREAM_POLL_QUERY, STREAM_TOPICS, Refused, Session
+from client.session import STREAM_POLL_QUERY, STREAM_TOPICS, Session
 from contract import (
     AnswerRequest,
     ConfirmRequest,

@@ -123,3 +123,15 @@ def test_the_names_clients_call_are_the_ones_the_conversation_registers():
     assert {a.name for a in asked if a.answers is names.SignalOutcome} <= set(definition.updates)
     assert {a.name for a in asked if a.answers is not names.SignalOutcome} <= set(
         definition.queries)
+
+
+def test_every_unit_is_one_a_reader_can_hold():
+    """No product Python file over 500 lines, the conversation's story at most 400, and no
+    console module over 700 (vendored code aside)."""
+    python = {p: len(p.read_text().splitlines()) for package in (*PRODUCT, "bench", "scripts")
+              for p in (ROOT / package).rglob("*.py")}
+    assert {str(p.relative_to(ROOT)): n for p, n in python.items() if n > 500} == {}
+    assert python[ROOT / "workflows" / "conversation.py"] <= 400
+    console = {p: len(p.read_text().splitlines())
+               for p in (ROOT / "api" / "static").rglob("*.js") if "vendor" not in p.parts}
+    assert console and {str(p.relative_to(ROOT)): n for p, n in console.items() if n > 700} == {}

@@ -9,7 +9,11 @@ import httpx
 import openai
 import pytest
 
-from activities.llm import _retry_after, classify_status_error, is_retryable_status
+from activities.llm_errors import (
+    _retry_after,
+    classify_status_error,
+    is_retryable_status,
+)
 
 
 def status_error(status: int, headers: dict | None = None, message: str | None = None,

@@ -22,7 +22,7 @@ from temporalio.exceptions import (
 )
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from activities.llm import (
+from activities.llm_errors import (
     CONTEXT_TOO_LONG,
     FormatError,
     classify_status_error,

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.session import Refused, pending_call
+from client.checks import Refused
+from client.decisions import pending_call
 from contract import (
     AnswerRequest,
     ConfirmRequest,

@@ -62,7 +62,8 @@ from worker.telemetry import (
     Tracing,
     metrics_runtime,
 )
-from workflows.conversation import ConversationWorkflow, SignalGuard
+from workflows.conversation import ConversationWorkflow
+from workflows.signal_guard import SignalGuard
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ from temporalio.client import Client
 
 from activities.profiles import AgentProfile, Profiles
 from activities.settings import ActivitySettings
-from client.session import PartlyApplied, Refused, Session
+from client.checks import Refused
+from client.decisions import PartlyApplied
+from client.session import Session
 from contract import (
     ConfirmRequest,
     ConversationStatus,

@@ -34,7 +34,8 @@ from activities.webhooks import WebhookActivities
 from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from worker.logging import LoggingInterceptor
 from worker.telemetry import TelemetryInterceptor, Tracing
-from workflows.conversation import ConversationWorkflow, SignalGuard
+from workflows.conversation import ConversationWorkflow
+from workflows.signal_guard import SignalGuard
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox

@@ -1,6 +1,9 @@
 """The conversation workflow: everything here runs inside Temporal's workflow, deterministic.
 
-- `conversation.py`: the workflow, to be read as the story of a conversation.
+- `conversation.py`: the workflow, to be read as the story of a conversation: its life, its
+  handlers and its queries; with `turn.py` (a turn's loop), `standing.py` (its status, and
+  the reports of its subagents and to its parent), `patches.py` (the history's patches) and
+  `signal_guard.py` (what a signal must be to reach it).
 - Its parts, which call Temporal's workflow API: `model_step` (think), `tool_round` (act, through
   the human gate), `subagents` (a call that runs a child conversation), `human_desk` (what waits
   for a human, and the requests humans send), `reporting` (the live stream and the audit trail),

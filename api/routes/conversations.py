@@ -12,7 +12,8 @@ from api.access import Forbidden, Verdict
 from api.bodies import StartBody, StrictJsonRoute
 from api.deps import Cid, Conversations, Who, allowed, caller_trace
 from api.errors import errors
-from client.session import ConversationRow, Refused, budget_of, new_conversation_id
+from client.checks import Refused, budget_of, new_conversation_id
+from client.listing import ConversationRow
 from contract import AuditRecord, ConversationInput, ConversationStatus, Status
 
 router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)

@@ -18,7 +18,7 @@ from api.bodies import (
 )
 from api.deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
 from api.errors import errors
-from client.session import Refused
+from client.checks import Refused
 from contract import (
     AnswerRequest,
     ConfirmRequest,

@@ -19,7 +19,7 @@ from api.bodies import StrictJsonRoute
 from api.deps import Cid, Conversations, Who, caller_trace, enforce, stream_start
 from api.errors import errors
 from api.routes.conversations import read
-from client.session import NotFound, UsageError, unsendable
+from client.checks import NotFound, UsageError, unsendable
 from client.tree import follow_tree
 
 router = APIRouter(tags=["streams"], route_class=StrictJsonRoute)

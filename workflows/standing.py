@@ -1,0 +1,139 @@
+"""What a conversation says of itself: its status (the status query), its `AgentStatus` search
+attribute and the Temporal UI's details, what its subagents report (each waiting call named by
+its path from here), and, for a subagent, its report to its parent. A part of
+`ConversationWorkflow`, whose state it reads."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from temporalio import workflow
+
+from contract import (
+    CLOSED_STATUSES,
+    WAITING_STATUSES,
+    ChildRef,
+    ChildReport,
+    ConversationStatus,
+    PendingConfirmation,
+    PendingQuestion,
+    Status,
+)
+from contract.bounds import (
+    MAX_CALLS_PER_REPLY,
+)
+from contract.names import CHILD_STATUS_SIGNAL, relative_id
+from rules import tracing
+from rules.search_attributes import AGENT_STATUS
+
+PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
+
+
+class Standing:
+    """The conversation's standing, as `ConversationWorkflow` shows it."""
+
+    def _standing(self) -> ConversationStatus:
+        state, turn = self._state, self._state.current
+        return ConversationStatus(
+            workflow_id=workflow.info().workflow_id, status=self._current_status(),
+            turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
+            tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
+            final_answer=turn.final_answer, final_output=turn.final_output,
+            pending_confirmations=self._pending_confirmations(),
+            pending_question=self._pending_question(),
+            usage=state.usage,
+            error=turn.error or ("; ".join(state.notices) or None),
+            queued_messages=len(state.inbox), decisions=list(turn.decisions),
+            turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
+            children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
+                      for c in turn.children],
+            owner=self._input.owner, trace_id=tracing.trace_id_of(turn.trace),
+        )
+
+    def _pending_confirmations(self) -> list[PendingConfirmation]:
+        """The calls waiting for a decision: this conversation's, then its subagents'."""
+        children = self._state.current.children
+        return [*self._desk.pending_confirmations(),
+                *(p for c in children for p in c.pending_confirmations)]
+
+    def _pending_question(self) -> PendingQuestion | None:
+        return self._desk.pending_question() or next(
+            (c.pending_question for c in self._state.current.children if c.pending_question),
+            None)
+
+    def _take_child_report(self, report: ChildReport) -> None:
+        """A subagent's status and what it waits for (its own subagents' calls and questions
+        included), so that this conversation shows them, each named by its path from here."""
+        for child in self._state.current.children:
+            if child.workflow_id == report.workflow_id and child.status not in CLOSED_STATUSES:
+                if None not in (report.seq, child.seq) and report.seq <= child.seq:
+                    return  # an earlier report, delivered after a later one
+                child.seq = report.seq
+                waited = (child.pending_confirmations, child.pending_question)
+                child.status = report.status
+                child.pending_confirmations = [
+                    self._owned(p, report.workflow_id)
+                    for p in report.pending_confirmations[:MAX_CALLS_PER_REPLY]]
+                question = report.pending_question
+                child.pending_question = question and self._owned(question, report.workflow_id)
+                waits = (child.pending_confirmations, child.pending_question)
+                if waits != waited and (waits[0] or waits[1]):  # what this one's watchers wake on
+                    self._narrator.emit("child_waiting", text=child.workflow_id,
+                                        tool=child.profile, status=child.status)
+                self._sync_status()
+
+    def _owned(self, pending: PendingT, child_id: str) -> PendingT:
+        """A subagent's pending call or question, with the conversation that owns it and its
+        ref from here: the owner's id relative to this one's, then the call id."""
+        owner = pending.conversation_id or child_id
+        path = relative_id(owner, workflow.info().workflow_id)
+        return pending.model_copy(update={"conversation_id": owner,
+                                          "ref": f"{path}/{pending.call_id}"})
+
+    def _current_status(self) -> Status:
+        if self._phase == "running":
+            return self._desk.waiting_status() or _children_waiting(
+                self._state.current.children) or "running"
+        return self._phase
+
+    def _set_phase(self, phase: Status) -> None:
+        self._phase = phase
+        self._sync_status()
+
+    def _sync_status(self) -> None:
+        """Publish the status to the `AgentStatus` search attribute and the UI, when it changed
+        (and, for a subagent, tell its parent what it waits for)."""
+        status = self._current_status()
+        self._report_to_parent(status)
+        if status == self._published:
+            return
+        self._published = status
+        turn = self._state.current
+        workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
+        workflow.set_current_details(
+            self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
+                                        turn.stop_reason, turn.error, turn.children)
+        )
+
+
+    def _report_to_parent(self, status: Status) -> None:
+        parent = workflow.info().parent
+        if parent is None or self._input.profile is None:
+            return
+        report = ChildReport(workflow_id=workflow.info().workflow_id, profile=self._input.profile,
+                             status=status, pending_confirmations=self._pending_confirmations(),
+                             pending_question=self._pending_question())
+        if status in CLOSED_STATUSES or report == (self._reported or ChildReport(
+                workflow_id=report.workflow_id, profile=report.profile, status="running")):
+            return  # the parent learns the end from the child's result
+        self._reported = report
+        self._state.reported += 1
+        report = report.model_copy(update={"seq": self._state.reported})
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
+
+
+def _children_waiting(children: list[ChildReport]) -> Status | None:
+    statuses = {c.status for c in children}
+    return next((waiting for waiting in WAITING_STATUSES if waiting in statuses), None)

@@ -1,0 +1,274 @@
+"""A turn of a conversation: think and act until it answers (or stops), then say so in the stream,
+the audit trail, the trace and the turn's summary. A part of `ConversationWorkflow` (its state
+and collaborators are the conversation's), kept apart so that the workflow class reads as the
+story: a conversation's life, its handlers and its queries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from contract import (
+    AuditAction,
+    AuditRecord,
+    ChatMessage,
+    StopReason,
+    TurnSummary,
+    Usage,
+)
+from contract.bounds import (
+    MAX_ERROR_BYTES,
+    MAX_MODEL_NAME_BYTES,
+    MAX_TOOLS_LISTED,
+    MAX_TURN_SUMMARIES,
+    clip,
+    keep_last,
+)
+from contract.state import TurnState
+from rules import context, loop, output, tracing
+from rules.stopping import is_looping, over_budget
+from workflows import telemetry
+from workflows.failures import raise_if_cancelled
+from workflows.model_step import is_context_too_long
+from workflows.patches import END_INTERRUPTS_PATCH
+from workflows.tool_round import ToolRound
+
+ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
+
+
+class TurnLoop:
+    """The turn's loop, as `ConversationWorkflow` runs it."""
+
+    # ----- a turn -----
+
+    async def _run_turn(self, text: str | None) -> None:
+        """Run a turn to its end; `text` is None when resuming one carried over continue-as-new.
+        The turn runs as a task that `end` cancels, with whatever it has in flight."""
+        if text is not None:
+            self._begin_turn(text)
+        if workflow.patched(END_INTERRUPTS_PATCH):
+            self._turn_task = asyncio.ensure_future(self._think_and_act())
+            try:
+                await self._turn_task
+            except asyncio.CancelledError:
+                if not self._ending:  # the workflow itself is being cancelled
+                    raise
+                self._interrupted()
+            finally:
+                self._turn_task = None
+        else:  # as runs begun before it did
+            await self._think_and_act()
+        turn = self._state.current
+        turn.in_progress = False
+        self._trace_turn()
+        if self._input.profile is None:  # a subagent's turns are its parent's business
+            failed = turn.stop_reason in ERROR_STOPS
+            self._narrator.notifier.notify(
+                "conversation_failed" if failed else "turn_finished", turn.number,
+                answer=turn.final_answer, stop_reason=turn.stop_reason,
+                error=turn.error if failed else None)
+        self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
+                            tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd,
+                            error=turn.error)
+        self._state.turns = keep_last([*self._state.turns, TurnSummary(
+            turn=turn.number, steps_taken=turn.steps, llm_calls=turn.llm_calls,
+            tools_used=turn.tools_used[:MAX_TOOLS_LISTED], stop_reason=turn.stop_reason,
+            usage=turn.usage, error=turn.error, fallbacks=turn.fallbacks,
+        )], MAX_TURN_SUMMARIES)
+        workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
+                             turn.stop_reason, turn.steps)
+
+    def _trace_turn(self) -> None:
+        """The turn's `invoke_agent` span, now that it has ended."""
+        turn, usage = self._state.current, self._state.current.usage
+        agent = self._input.profile or "assistant"
+        telemetry.emit(
+            f"invoke_agent {agent}", turn.trace, self._turn_parent(turn.number),
+            turn.started_at or workflow.now(), workflow.now(),
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
+             "gen_ai.conversation.id": workflow.info().workflow_id,
+             "gen_ai.request.model": self._input.model,
+             "gen_ai.usage.input_tokens": usage.prompt_tokens,
+             "gen_ai.usage.output_tokens": usage.completion_tokens,
+             "agent.cost_usd": usage.cost_usd, "agent.turn": turn.number,
+             "agent.steps": turn.steps, "agent.stop_reason": turn.stop_reason,
+             "agent.owner": self._input.owner},
+            error=turn.error if turn.stop_reason in ERROR_STOPS else None,
+            content={"gen_ai.input.messages": self._turn_text,
+                     "gen_ai.output.messages": turn.final_answer})
+
+    def _turn_parent(self, number: int) -> str | None:
+        """The span a turn's trace continues: for the first, whoever started the conversation
+        (a caller's request, a parent's call of this subagent); the others begin their own."""
+        return self._input.trace_parent if number == 1 else None
+
+    def trace_parent(self) -> str | None:
+        """The span a model call or tool run now belongs under: the running turn's (read by the
+        worker's `TelemetryInterceptor` as it schedules an activity)."""
+        turn = self._state.current
+        return turn.trace if turn.in_progress else None
+
+    def _interrupted(self) -> None:
+        """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
+        every call in the context answered, so the context stays valid."""
+        self._desk.abandon_round("the conversation was ended", workflow.now())
+        ctx = self._state.context
+        ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
+        self._state.current.stop_reason = "ended"
+        workflow.logger.info("turn %d interrupted by end", self._state.current.number)
+
+    def _begin_turn(self, text: str) -> None:
+        self._turns_this_run += 1
+        number = self._state.current.number + 1
+        trace = tracing.new_span(self._trace_ids, self._turn_parent(number))
+        self._state.current = TurnState(number=number, in_progress=True, trace=trace,
+                                        started_at=workflow.now())
+        self._turn_text = text
+        self._state.context.messages.append(ChatMessage(role="user", content=text))
+        self._narrator.emit("turn_started", text=text)
+        self._set_phase("running")
+
+    async def _think_and_act(self) -> None:
+        state, turn = self._state, self._state.current
+        while True:
+            if state.end_requested:
+                turn.stop_reason = "ended"
+                return
+            if spent := self._over_budget():
+                self._stop("budget_exceeded", spent)
+                return
+            if self._should_continue_as_new(at_turn_boundary=False):
+                await self._continue_as_new()
+            step = turn.steps + 1
+            offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
+            try:
+                with self._desk.awaiting_results():
+                    reply = await self._thinker.think(step, offered)
+            except ActivityError as err:
+                raise_if_cancelled(err)
+                self._stop("llm_error", self._model_failure(err))
+                self._record_step(step, None, Usage())
+                return
+            turn.steps = step
+            message, refused, unread = self._thinker.usable(reply.message, step, offered)
+            decision = loop.decide_after_reply(message, offered, turn.forced_reason)
+            if isinstance(decision, loop.RunTools) and self._over_budget():
+                decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
+            if isinstance(decision, loop.FinalAnswer) and unread and decision.stop_reason == \
+                    "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
+                self._remind(message, unread)  # a call written in a shape that could not be read
+                self._record_step(step, message.content, reply.usage, entry=reply.entry)
+                continue
+            if isinstance(decision, loop.FinalAnswer):
+                self._finish(message, decision, reply.finish_reason)
+                if unread:  # the more telling error, of a reply cut off at its limit too
+                    turn.error = loop.unread_calls_error(unread, reply.finish_reason == "length")
+                again = self._check_output()
+                self._record_step(step, message.content, reply.usage, entry=reply.entry)
+                if again:
+                    continue
+                return
+            state.context.messages.append(message)
+            share = self._thinker.observation_share(message)
+            tool_round = ToolRound(self._input, state, self._desk, self._narrator,
+                                   self._sync_status, self._pace, self._seams)
+            done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
+                                        refused)
+            turn.call_records = keep_last([*turn.call_records, *done.records], 2)
+            self._record_step(step, message.content, reply.usage, done.actions, reply.entry)
+            if is_looping(turn.call_records):
+                workflow.logger.warning("loop detected in turn %d", turn.number)
+                turn.forced_reason = "loop_detected"
+
+    def _remind(self, message: ChatMessage, unread: list[str]) -> None:
+        """Tell the model, once a turn, that a call it wrote in its text did not run and how to
+        write one that does; its reply stays in the context, as it wrote it."""
+        self._state.current.reminders += 1
+        workflow.logger.info("turn %d: a call of %s written but not read; reminding the model",
+                             self._state.current.number, ", ".join(unread))
+        self._state.context.messages += [
+            message, ChatMessage(role="user", content=loop.call_reminder(unread))]
+
+    def _audit_input(self, kind: str, turn: int | None, by: str | None,
+                     text: str | None) -> None:
+        """A person's input in the audit trail: who started the conversation, sent a message
+        (at the turn that answers it) or ended it."""
+        if not self._audit_inputs:
+            return
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
+            tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
+
+    def _model_failure(self, err: ActivityError) -> str:
+        """Why the model call failed, as the turn's error; for a prompt too long even after
+        folding harder, what was left out for the conversation to go on, or the sizes."""
+        if not is_context_too_long(err):
+            return self._thinker.failure(err)
+        return self._thinker.leave_out_too_long() or self._thinker.too_long(err)
+
+    def _record_step(self, step: int, thought: str | None, tokens: Usage,
+                     actions: list[AuditAction] | None = None, entry: str | None = None) -> None:
+        """The audit record of a step, once its observations are in (or the turn has ended);
+        `entry`: the model entry that answered."""
+        turn = self._state.current
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=turn.number, step=step, thought=thought,
+            actions=actions or [], tokens=tokens, stop_reason=None if actions else turn.stop_reason,
+            entry=clip(entry, MAX_MODEL_NAME_BYTES),
+        ))
+
+    def _finish(
+        self, message: ChatMessage, answer: loop.FinalAnswer, finish_reason: str | None
+    ) -> None:
+        turn = self._state.current
+        # An answer must never leave tool calls without results in the history.
+        self._state.context.messages.append(message.model_copy(update={"tool_calls": None}))
+        turn.final_answer = answer.text
+        turn.stop_reason = answer.stop_reason  # type: ignore[assignment]
+        if answer.stop_reason == "budget_exceeded":
+            turn.error = self._over_budget()
+        elif not answer.text.strip() and message.tool_calls:
+            turn.error = "the model called tools when asked for a final answer without them"
+        elif finish_reason == "length":
+            turn.error = "the answer was cut off at the model's output limit (finish_reason=length)"
+        elif not answer.text.strip():
+            turn.error = "the model returned an empty reply"
+
+    def _check_output(self) -> bool:
+        """With an output schema, the final answer must be JSON that fits it: its value becomes
+        `final_output`. A miss is sent back once with the reason (True: ask again); then the
+        turn ends as `invalid_output`."""
+        schema, turn = self._input.output_schema, self._state.current
+        if schema is None or turn.stop_reason not in ("answered", "max_steps"):
+            return False
+        problem = output.output_schema_problem(schema)
+        if problem is None:
+            checked = output.check_output(turn.final_answer or "", schema)
+            if isinstance(checked, output.Output):
+                turn.final_output = checked.value
+                return False
+            problem = checked
+            if turn.corrections < output.MAX_CORRECTIONS:
+                turn.corrections += 1
+                workflow.logger.info("turn %d: %s; asking again", turn.number, problem)
+                self._state.context.messages.append(
+                    ChatMessage(role="user", content=output.correction(problem, schema)))
+                turn.stop_reason = turn.final_answer = turn.error = None
+                return True
+        self._stop("invalid_output", problem)
+        return False
+
+    def _over_budget(self) -> str | None:
+        """Why the conversation's budget is used up, or None."""
+        return over_budget(self._state.usage, self._input.max_total_tokens,
+                           self._input.max_cost_usd, fail_closed=self._seams)
+
+    def _stop(self, reason: StopReason, error: str) -> None:
+        turn = self._state.current
+        turn.stop_reason = reason
+        turn.error = clip(error, MAX_ERROR_BYTES)
+        workflow.logger.warning("turn %d stopped (%s): %s", turn.number, reason, error)
+
+    # ----- continue-as-new -----
