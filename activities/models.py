@@ -158,7 +158,7 @@ class Models:
                 if e.max_requests_per_s is not None}
 
 
-ROLES = ("all", "workflows", "models", "tools")
+WORKER_ROLES = ("all", "workflows", "models", "tools")
 
 
 def role_queues(task_queue: str) -> dict[str, str]:
@@ -174,7 +174,7 @@ def model_queue(task_queue: str, entry: str) -> str:
 
 def model_routes(models: Models | None, task_queue: str,
                  windows: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """What a conversation keeps of the entries (`ToolCatalog`): without AGENT_MODELS, only the
+    """What a conversation keeps of the entries (`WorkerHandshake`): without AGENT_MODELS, only the
     limits of the one entry (`windows`: those the servers said), so that conversations route as
     before."""
     limits = {name: limited for name, entry in (models.entries if models else {}).items()

@@ -22,10 +22,10 @@ from activities.windows import Windows
 from contract import (
     LIST_TOOLS_ACTIVITY,
     Risk,
-    ToolCatalog,
     ToolInvocation,
     ToolListRequest,
     ToolOutcome,
+    WorkerHandshake,
 )
 from contract.bounds import truncate_observation, valid_text
 from rules.gate import execution_refusal
@@ -54,7 +54,7 @@ class ToolActivities:
         self._activity_queues = activity_queues or {}
 
     @activity.defn(name=LIST_TOOLS_ACTIVITY)
-    async def list_tools(self, request: ToolListRequest | None = None) -> ToolCatalog:
+    async def list_tools(self, request: ToolListRequest | None = None) -> WorkerHandshake:
         """Every tool (native, MCP, and a tool per agent profile); for a subagent, those its
         profile allows, with the profile's system prompt."""
         allowed, models = self._settings.auto_approvable, self._settings.model_entries()
@@ -67,7 +67,7 @@ class ToolActivities:
                                 await self._windows.of(models))}
         profiles = self._settings.profiles
         if request is not None and request.profile not in profiles.agents:
-            return ToolCatalog(tools=[], **rules,
+            return WorkerHandshake(tools=[], **rules,
                                errors=[f"no agent profile {request.profile!r} on this worker"])
         tools, errors = self._registry.definitions(), []
         if self._mcp is not None:
@@ -77,8 +77,8 @@ class ToolActivities:
             tools, errors = tools + discovery.tools, discovery.errors
         tools = tools + profiles.tools()
         if request is None:
-            return ToolCatalog(tools=tools, errors=errors, **rules)
-        return ToolCatalog(tools=profiles.allowed(request.profile, tools), errors=errors, **rules,
+            return WorkerHandshake(tools=tools, errors=errors, **rules)
+        return WorkerHandshake(tools=profiles.allowed(request.profile, tools), errors=errors, **rules,
                            system_prompt=profiles.agents[request.profile].system_prompt)
 
     @activity.defn(dynamic=True)

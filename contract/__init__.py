@@ -57,13 +57,13 @@ from contract.models import (
     SummaryRequest,
     Text,
     ToolCall,
-    ToolCatalog,
     ToolDefinition,
     ToolInvocation,
     ToolListRequest,
     ToolOutcome,
     Usage,
     WebhookRef,
+    WorkerHandshake,
 )
 from contract.status import (
     AuditAction,
@@ -128,7 +128,7 @@ __all__ = [
     "SummaryRequest",
     "Text",
     "ToolCall",
-    "ToolCatalog",
+    "WorkerHandshake",
     "ToolDefinition",
     "ToolInvocation",
     "ToolListRequest",

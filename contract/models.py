@@ -184,8 +184,11 @@ class EntryLimits(BaseModel):
     heartbeat_s: float | None = None
 
 
-class ToolCatalog(BaseModel):
-    """What `list_tools` found: the tools, and the sources (MCP servers) that failed to load."""
+class WorkerHandshake(BaseModel):
+    """The worker's handshake with a conversation (the `list_tools` activity, once per
+    conversation): the tools and the sources (MCP servers) that failed to load, and the worker's
+    configuration the conversation keeps to: its approval floor, four eyes, model routes,
+    activity queues and webhooks, and a subagent's system prompt."""
 
     tools: list[ToolDefinition]
     errors: list[str] = []

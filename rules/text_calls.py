@@ -12,7 +12,10 @@ everything else is a scan (no backtracking pattern over the model's text)."""
 from __future__ import annotations
 
 import ast
+import io
 import json
+import keyword
+import tokenize
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,7 +173,10 @@ def _closing(text: str, opening: int, limit: int) -> int | None:
 
 def _keywords(source: str, name: str) -> dict[str, Any] | None:
     """The keyword arguments of a call written as Python, if that is what it is and each value
-    is a literal JSON can hold (no `**{...}`, sets, bytes, complex numbers or tuple keys)."""
+    is a literal JSON can hold (no `**{...}`, sets, bytes, complex numbers or tuple keys). An
+    argument named as a Python keyword (`send_email(from="a")`, as a schema may name it) is
+    read too."""
+    source, renamed = _keywords_renamed(source)
     try:
         tree = ast.parse(source, mode="eval")
         call = tree.body
@@ -178,10 +184,29 @@ def _keywords(source: str, name: str) -> dict[str, Any] | None:
                 and call.func.id == name and not call.args
                 and all(k.arg is not None for k in call.keywords)):
             return None
-        args = {k.arg: _as_json(ast.literal_eval(k.value)) for k in call.keywords}
+        args = {renamed.get(k.arg, k.arg): _as_json(ast.literal_eval(k.value))
+                for k in call.keywords}
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
         return None
     return args
+
+
+def _keywords_renamed(source: str) -> tuple[str, dict[str, str]]:
+    """The call with each argument named by a Python keyword renamed (`from=` to `_kw_from=`),
+    so that it parses, and the names to give back. Tokens, not text: a string's insides stay."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source, {}
+    renamed: dict[str, str] = {}
+    for i, token in enumerate(tokens[1:-1], start=1):
+        if (token.type == tokenize.NAME and keyword.iskeyword(token.string)
+                and tokens[i - 1].string in ("(", ",") and tokens[i + 1].string == "="):
+            renamed[f"_kw_{token.string}"] = token.string
+            tokens[i] = token._replace(string=f"_kw_{token.string}")
+    if not renamed:
+        return source, {}
+    return tokenize.untokenize((t.type, t.string) for t in tokens), renamed
 
 
 def _as_json(value: Any, depth: int = 0) -> Any:

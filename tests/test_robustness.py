@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from activities.settings import ActivitySettings
-from contract import EndRequest, SayRequest, ToolCatalog
+from contract import EndRequest, SayRequest, WorkerHandshake
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import (
@@ -226,7 +226,7 @@ async def test_compaction_bounds_the_prompt_over_thirty_steps(
 
 
 @activity.defn(name="list_tools")
-async def endless_discovery() -> ToolCatalog:
+async def endless_discovery() -> WorkerHandshake:
     """A tool discovery that never ends (a server that never answers), until cancelled."""
     while True:
         activity.heartbeat()

@@ -509,3 +509,15 @@ def test_a_call_written_in_any_shape_among_prose_is_read_back(shape, name, args,
     for word in (before + " " + after).split():
         if any(ch.isalnum() for ch in word):
             assert word in (found.words or "")
+
+
+def test_a_pythonic_argument_named_as_a_python_keyword_is_read():
+    """A schema may name an argument `from` or `class`: a model writes `send_email(from="a")`,
+    which is no Python, and the call is read all the same (a string's `from=` left as it is).
+    Found by the property above (`get_weather(else=None)`)."""
+    found = calls_in_text('send_email(from="ops@example.com", to="b", body="from= me")',
+                          ["send_email"])
+    assert pairs(found) == [("send_email", {"from": "ops@example.com", "to": "b",
+                                            "body": "from= me"})]
+    assert pairs(calls_in_text("[get_weather(location='Oslo', if=True)]", ["get_weather"])) == [
+        ("get_weather", {"location": "Oslo", "if": True})]

@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 
 from activities.mcp import McpConfigError
-from activities.models import ROLES
+from activities.models import WORKER_ROLES
 from activities.settings import ActivitySettings
 from activities.tools.loader import ToolLoadError
 from client.connection import TemporalSettings, connect
@@ -153,7 +153,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="worker processes on the task queue (default 1; use one per core)")
-    parser.add_argument("--role", choices=ROLES, default="all",
+    parser.add_argument("--role", choices=WORKER_ROLES, default="all",
                         help="what this process serves: all (default), workflows (workflow tasks "
                              "only; model calls and tool runs go to the models and tools queues), "
                              "models (model calls), tools (tool runs)")

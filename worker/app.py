@@ -25,7 +25,7 @@ from temporalio.worker.workflow_sandbox import (
 
 from activities.llm import LLMActivities
 from activities.mcp import load_mcp_config
-from activities.models import ROLES, model_queue, role_queues
+from activities.models import WORKER_ROLES, model_queue, role_queues
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
@@ -153,7 +153,7 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
         workers = [Worker(client, task_queue=queues["tools"], activities=[tools.run_tool],
                           **common)]
     else:
-        raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+        raise ValueError(f"--role must be one of {', '.join(WORKER_ROLES)}, not {role!r}")
     if role in ("all", "models"):
         workers += model_workers(client, task_queue, settings, llm, tracing)
     return workers

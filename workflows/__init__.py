@@ -7,7 +7,7 @@
 - Its parts, which call Temporal's workflow API: `model_step` (think), `tool_round` (act, through
   the human gate), `subagents` (a call that runs a child conversation), `human_desk` (what waits
   for a human, and the requests humans send), `reporting` (the live stream and the audit trail),
-  `tool_discovery`, and `failures` (how a failed activity reads).
+  `handshake` (the worker's configuration: tools, policies, model routes), and `failures` (how a failed activity reads).
 - `handover.py`: what continue-as-new hands to the next run; `telemetry.py`: spans and metrics
   from workflow code.
 - Below it, and shared with the other processes: `rules/` (pure rules, unit-tested without a

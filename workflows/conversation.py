@@ -42,6 +42,7 @@ from rules import context, loop
 from rules.gate import Refusal
 from rules.start_input import first_state, settled_input
 from workflows.handover import carried, next_input
+from workflows.handshake import shake_hands
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
 from workflows.model_step import Thinker
 from workflows.patches import (
@@ -56,7 +57,6 @@ from workflows.patches import (
 from workflows.reporting import Narrator
 from workflows.signal_guard import sent
 from workflows.standing import Standing
-from workflows.tool_discovery import discover_tools
 from workflows.tool_round import FAST, Pace
 from workflows.turn import TurnLoop
 
@@ -329,8 +329,8 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     async def _load_tools(self) -> None:
         with self._desk.awaiting_results():
-            refusal = await discover_tools(self._state, self._limits, self._input.approval,
-                                           self._input.profile)
+            refusal = await shake_hands(self._state, self._limits, self._input.approval,
+                                        self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")

@@ -56,7 +56,7 @@ from workflows import telemetry
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # What became of a human request: the decisions it took, the answer's text, or a refusal.
-Verdict = list[Decision] | str | Refusal
+Ruling = list[Decision] | str | Refusal
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Taken:
     """A human request, and what became of it (None while it waits for a result)."""
 
     request: HumanRequest
-    verdict: Verdict | None = None
+    verdict: Ruling | None = None
 
 
 class HumanDesk:
@@ -233,7 +233,7 @@ class HumanDesk:
             plan = self.plan_answer(request)
         return isinstance(plan, Refusal) and not plan.final
 
-    def _apply(self, request: HumanRequest, now: datetime) -> Verdict:
+    def _apply(self, request: HumanRequest, now: datetime) -> Ruling:
         if isinstance(request, ConfirmRequest):
             return self.confirm(request, now)
         if isinstance(request, RejectRequest):

@@ -1,5 +1,5 @@
-"""Tool discovery: once per conversation, the `list_tools` activity, then what the conversation
-keeps of it. The catalog lives in the state (so replays never list again), with the ask_* tools
+"""The handshake with the worker: once per conversation, the `list_tools` activity (the tools,
+and the worker's configuration: `WorkerHandshake`), then what the conversation keeps of it. The catalog lives in the state (so replays never list again), with the ask_* tools
 first; what was left out, and why, goes to the status."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from temporalio.exceptions import ActivityError
 from contract import (
     LIST_TOOLS_ACTIVITY,
     ApprovalPolicy,
-    ToolCatalog,
     ToolListRequest,
+    WorkerHandshake,
 )
 from contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
 from contract.state import ConversationState, ModelRoutes
@@ -24,8 +24,8 @@ from rules.start_input import admitted_tools
 from workflows.failures import failure_reason, raise_if_cancelled
 
 
-async def discover_tools(state: ConversationState, limits: Limits,
-                         policy: ApprovalPolicy, profile: str | None = None) -> str | None:
+async def shake_hands(state: ConversationState, limits: Limits,
+                      policy: ApprovalPolicy, profile: str | None = None) -> str | None:
     """Fill the state's catalog (a subagent's: its profile's tools, and its system prompt).
     Returns why the conversation must be refused, if its approval policy asks for more than the
     worker allows (the worker holds that floor); a discovery that fails leaves the ask_* tools
@@ -36,7 +36,7 @@ async def discover_tools(state: ConversationState, limits: Limits,
         catalog = await workflow.execute_activity(
             LIST_TOOLS_ACTIVITY,
             args=args,
-            result_type=ToolCatalog,
+            result_type=WorkerHandshake,
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
             summary="list tools" if profile is None else f"list tools of agent {profile}",
