@@ -24,12 +24,10 @@ from contract import (
     AuditRecord,
     ChatMessage,
     ChildReport,
-    ConfirmRequest,
     ConversationInput,
     ConversationStatus,
     EndRequest,
     PendingPrompt,
-    RejectRequest,
     SayRequest,
     SignalOutcome,
     Status,
@@ -41,6 +39,7 @@ from contract.names import CHILD_STATUS_SIGNAL
 from rules import context, loop
 from rules.gate import Refusal
 from rules.start_input import first_state, settled_input
+from workflows.decisions import DECISIONS, decision_signal, decision_update
 from workflows.handover import carried, next_input
 from workflows.handshake import shake_hands
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
@@ -215,47 +214,11 @@ class ConversationWorkflow(TurnLoop, Standing):
             self._ending = True
             self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
 
-    @workflow.signal
-    async def confirm(self, request: ConfirmRequest | None = None) -> None:
-        if sent(request, "confirm"):
-            await self._human(request)
-
-    @workflow.signal
-    async def reject(self, request: RejectRequest | None = None) -> None:
-        if sent(request, "reject"):
-            await self._human(request)
-
-    @workflow.signal
-    async def answer(self, request: AnswerRequest | None = None) -> None:
-        if sent(request, "answer"):
-            await self._human(request)
-
-    # Update twins of the decision signals, for callers that want a synchronous answer: the
-    # validator refuses before anything reaches the history; the handler is the signal's.
-
-    @workflow.update
-    async def decide_confirm(self, request: ConfirmRequest) -> SignalOutcome:
-        return await self._human(request)
-
-    @decide_confirm.validator
-    def _check_confirm(self, request: ConfirmRequest) -> None:
-        self._check_request(request, self._desk.plan_confirm(request))
-
-    @workflow.update
-    async def decide_reject(self, request: RejectRequest) -> SignalOutcome:
-        return await self._human(request)
-
-    @decide_reject.validator
-    def _check_reject(self, request: RejectRequest) -> None:
-        self._check_request(request, self._desk.plan_reject(request))
-
-    @workflow.update
-    async def give_answer(self, request: AnswerRequest) -> SignalOutcome:
-        return await self._human(request)
-
-    @give_answer.validator
-    def _check_answer(self, request: AnswerRequest) -> None:
-        self._check_request(request, self._desk.plan_answer(request))
+    # A person's decisions (`workflows.decisions`): a signal and its Update twin each.
+    confirm, reject, answer = (decision_signal(signal, request)
+                               for signal, _, request, _ in DECISIONS)
+    decide_confirm, decide_reject, give_answer = (decision_update(update, request, plan)
+                                                  for _, update, request, plan in DECISIONS)
 
     def _check_request(self, request: HumanRequest, plan: object) -> None:
         """An Update's validator: a request id already taken answers as it did; else what the
