@@ -43,7 +43,6 @@ async def config(who: Who, request: Request) -> Any:
                          trace_url=settings.trace_url)
 
 
-
 @router.get("/", include_in_schema=False)
 async def console() -> FileResponse:
     return FileResponse(STATIC / "index.html")

@@ -27,10 +27,10 @@ read = errors(404, 502, 503)
 
 
 @router.post("/conversations", status_code=201, response_model=ConversationStatus,
-          responses={201: {"links": LINKS},
-                     200: {"model": ConversationStatus, "links": LINKS,
-                           "description": "it already existed"},
-                     **errors(413, 502, 503)})
+             responses={201: {"links": LINKS},
+                        200: {"model": ConversationStatus, "links": LINKS,
+                              "description": "it already existed"},
+                        **errors(413, 502, 503)})
 async def start(body: StartBody, s: Conversations, who: Who, request: Request) -> Any:
     """Start a conversation (201), owned by the token's name. With an `id` already in use,
     nothing new starts: the answer is that conversation's status (200), or, if it is not
@@ -51,8 +51,9 @@ async def start(body: StartBody, s: Conversations, who: Who, request: Request) -
     current = await s.status(cid)
     return current if started else JSONResponse(current.model_dump(mode="json"), 200)
 
+
 @router.get("/conversations", response_model=list[ConversationRow],
-         responses=errors(502))
+            responses=errors(502))
 async def conversations(s: Conversations, who: Who,
                         status: Status | None = None,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
@@ -60,12 +61,14 @@ async def conversations(s: Conversations, who: Who,
     they started."""
     return await s.conversations(status, limit, owner=None if who.sees_all else who.name)
 
+
 @router.get("/conversations/{cid}", response_model=ConversationStatus,
-         responses=read)
+            responses=read)
 async def conversation(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
                       ) -> Any:
     """The status, with the keys of `python -m client status --json`."""
     return await s.status(cid)
+
 
 @router.get("/conversations/{cid}/history", response_model=list[AuditRecord], responses=read)
 async def history(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
@@ -73,7 +76,9 @@ async def history(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")
     """The audit trail: a record per step, with who decided what."""
     return await s.history(cid)
 
-@router.get("/conversations/{cid}/schemas", response_model=dict[str, dict[str, Any]], responses=read)
+
+@router.get("/conversations/{cid}/schemas", response_model=dict[str, dict[str, Any]],
+            responses=read)
 async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
                  ) -> Any:
     """The JSON Schema of each pending call's arguments, by call id: edited args are checked

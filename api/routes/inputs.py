@@ -30,15 +30,17 @@ from contract import (
 router = APIRouter(tags=["input"], route_class=StrictJsonRoute)
 given = errors(404, 409, 413, 502, 503)
 
+
 @router.post("/conversations/{cid}/messages", response_model=SignalOutcome,
-          responses=given)
+             responses=given)
 async def say(cid: Cid, body: MessageBody, s: Conversations, who: Who,
               _: Annotated[None, allowed("message")], rid: RequestId) -> Any:
     """The next user message; the outcome names the turn that will answer it."""
     return await s.update(cid, SayRequest(text=body.text, request_id=rid, sender=who.name))
 
+
 @router.post("/conversations/{cid}/confirm", response_model=SignalOutcome,
-          responses=given)
+             responses=given)
 async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
                   _: Annotated[None, allowed("decide")], rid: RequestId,
                   request: Request) -> Any:
@@ -51,8 +53,9 @@ async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
                                               trace_parent=caller_trace(request)),
                           by_update=True)
 
+
 @router.post("/conversations/{cid}/reject", response_model=SignalOutcome,
-          responses=given)
+             responses=given)
 async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Who,
                  _: Annotated[None, allowed("decide")], rid: RequestId,
                  request: Request) -> Any:
@@ -63,8 +66,9 @@ async def reject(cid: Cid, body: RejectBody, s: Conversations, who: Who,
                                              trace_parent=caller_trace(request)),
                           by_update=True)
 
+
 @router.post("/conversations/{cid}/answer", response_model=SignalOutcome,
-          responses=given)
+             responses=given)
 async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
                  _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
     """Answer the pending question: the one `call_id` names (its ref, as the status shows
@@ -73,8 +77,9 @@ async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
                                              call_id=body.call_id, sender=who.name),
                           by_update=True)
 
+
 @router.post("/conversations/{cid}/end", response_model=SignalOutcome,
-          responses=given)
+             responses=given)
 async def end(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("end")],
               rid: RequestId, body: EndBody | None = None) -> Any:
     """End the conversation: work in flight is cancelled, stop_reason=ended."""

@@ -26,7 +26,7 @@ router = APIRouter(tags=["streams"], route_class=StrictJsonRoute)
 
 
 @router.get("/conversations/{cid}/events", response_class=EventSourceResponse,
-         responses=read)
+            responses=read)
 async def events(cid: Cid, s: Conversations, offset: Annotated[int, Depends(stream_start)]
                  ) -> AsyncIterator[ServerSentEvent]:
     """The conversation's durable events as SSE: `id` is the stream offset, `event` the
@@ -55,9 +55,10 @@ async def events(cid: Cid, s: Conversations, offset: Annotated[int, Depends(stre
                     **data, "agent": agent, "conversation_id": owner})
     yield ServerSentEvent(event="end", data={"workflow_id": cid})
 
+
 @router.post("/agui", response_class=StreamingResponse,
-          responses={200: {"content": {"text/event-stream": {}},
-                           "description": "AG-UI events"}, **errors(413)})
+             responses={200: {"content": {"text/event-stream": {}},
+                              "description": "AG-UI events"}, **errors(413)})
 async def agui(body: RunAgentInput, s: Conversations, who: Who,
                request: Request) -> StreamingResponse:
     """An AG-UI run (`threadId` is the conversation id): starts or continues the
