@@ -14,6 +14,11 @@ T = TypeVar("T")
 MAX_INTERVAL_S = 2.0
 
 
+def is_local() -> bool:
+    """Whether this runs as a local activity (in the worker of the workflow task)."""
+    return activity.in_activity() and activity.info().is_local
+
+
 def interval() -> float:
     """A quarter of the activity's heartbeat timeout, at most 2 s."""
     timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
@@ -25,7 +30,10 @@ def interval() -> float:
 async def heartbeating(awaitable: Awaitable[T], interval_s: float | None = None,
                       beat: Callable[[], None] = activity.heartbeat) -> T:
     """Await `awaitable`, heartbeating often enough for the activity's heartbeat timeout (with
-    `beat`, which may carry details)."""
+    `beat`, which may carry details). A local activity has no heartbeat: its workflow task's
+    deadline stands for it."""
+    if is_local():
+        return await awaitable
     interval_s = interval() if interval_s is None else interval_s
     task = asyncio.ensure_future(awaitable)
     try:

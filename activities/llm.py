@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from temporalio.service import RPCError
 from activities import telemetry
 from activities.context_cache import ContextCache
 from activities.heartbeat import heartbeating
+from activities.llm_stream import counted, stream_completion
 from activities.llm_errors import (
     FORMAT_ATTEMPTS,
     FORMAT_HINT,
@@ -38,8 +38,6 @@ from contract import (
     LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
     SUMMARIZE_ACTIVITY,
-    ChatMessage,
-    FunctionCall,
     LLMReply,
     LLMRequest,
     LLMStepRequest,
@@ -47,9 +45,8 @@ from contract import (
     StreamEvent,
     SummaryReply,
     SummaryRequest,
-    ToolCall,
-    Usage,
 )
+from contract.bounds import TOKEN_ITEM_CHARS
 from contract.names import TOKENS_TOPIC
 from rules import delta
 
@@ -57,12 +54,59 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
-TOKEN_ITEM_CHARS = 1024
 # Fetching a prompt this worker does not hold, by a query of the conversation. A live worker
 # that holds the conversation answers in milliseconds; a dead one would hold the query for the
 # sticky timeout and then have a worker replay the conversation for it. Past this deadline the
 # prompt is sent whole instead (ContextMiss), which costs that one replay only.
 FETCH_TIMEOUT = timedelta(seconds=1.5)
+class TokenRelay:
+    """A model call's text on its way to the conversation's live stream. A reply that comes whole
+    within the first batch is not sent: the conversation puts its text on the stream itself with
+    the reply (`LLMReply.streamed` is False), which spares a signal and a workflow task. Past
+    the first batch, or once a reset went out (a later attempt's, or a reply the server could
+    not parse), text goes out as it comes, a batch at a time."""
+
+    def __init__(self, topic: Any, turn: int, step: int, attempt: int):
+        self._topic, self._turn, self._step, self._attempt = topic, turn, step, attempt
+        self._held: list[str] = []
+        self.live = False
+        self._timer = asyncio.get_running_loop().call_later(TOKEN_BATCH.total_seconds(),
+                                                            self._go_live)
+        if attempt > 1:  # watchers drop what an earlier attempt streamed
+            self._go_live()
+            self._publish("reset", None)
+
+    def text(self, text: str) -> None:
+        if self.live:
+            self._tokens(text)
+        else:
+            self._held.append(text)
+
+    def reset(self, why: str) -> None:
+        """The reply so far is void (the server could not parse it): watchers drop what they
+        saw of it, and see why the call is asked again."""
+        self._held.clear()
+        self._go_live()
+        self._publish("reset", why)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+    def _go_live(self) -> None:
+        if not self.live:
+            self.live = True
+            self._tokens("".join(self._held))
+            self._held.clear()
+
+    def _tokens(self, text: str) -> None:
+        for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
+            self._publish("token", text[i:i + TOKEN_ITEM_CHARS])
+
+    def _publish(self, kind: str, text: str | None) -> None:
+        self._topic.publish(StreamEvent(kind=kind, turn=self._turn, step=self._step,  # type: ignore[arg-type]
+                                        attempt=self._attempt, text=text))
+
+
 class ContextMiss(Exception):
     """The worker cannot rebuild the prompt a delta request names (`rules.delta`)."""
 
@@ -227,33 +271,14 @@ class LLMActivities:
                              content={"gen_ai.input.messages": messages}) as call:
             async with WorkflowStreamClient.from_within_activity(
                     batch_interval=TOKEN_BATCH) as live:
-                tokens = live.topic(TOKENS_TOPIC, type=StreamEvent)
-                if attempt > 1:  # watchers drop what an earlier attempt streamed
-                    tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
-                                               attempt=attempt))
-
-                def on_text(text: str) -> None:
-                    for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
-                        tokens.publish(StreamEvent(kind="token", turn=turn, step=step,
-                                                   attempt=attempt,
-                                                   text=text[i:i + TOKEN_ITEM_CHARS]))
-
-                for tried in range(1, FORMAT_ATTEMPTS + 1):
-                    try:
-                        reply = await classified(heartbeating(endpoint.in_slot(self._stream(
-                            endpoint, messages, tools, tool_choice, on_text,
-                            response_format))))
-                        break
-                    except FormatError as err:  # one line each, then the reason and a hint
-                        log.warning("the server could not parse the model's reply",
-                                    entry=endpoint.name, tried=tried, error=str(err))
-                        if tried == FORMAT_ATTEMPTS:
-                            raise ApplicationError(
-                                f"the server could not parse the model's reply {tried} times "
-                                f"({err}); {FORMAT_HINT}", type="LLMFormatError",
-                                non_retryable=True) from None
-                        tokens.publish(StreamEvent(kind="reset", turn=turn, step=step,
-                                                   attempt=attempt, text=str(err)))
+                tokens = TokenRelay(live.topic(TOKENS_TOPIC, type=StreamEvent), turn, step,
+                                    attempt)
+                try:
+                    reply = await self._attempts(endpoint, messages, tools, tool_choice,
+                                                 response_format, tokens)
+                finally:
+                    tokens.close()
+            reply.streamed = tokens.live
             reply.usage = endpoint.prices.priced(model, reply.usage)
             reply.entry = endpoint.name
             call.answered(reply.usage, {
@@ -270,6 +295,26 @@ class LLMActivities:
             cost_usd=reply.usage.cost_usd,
         )
         return reply
+
+    async def _attempts(self, endpoint: Endpoint, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]], tool_choice: str,
+                        response_format: dict[str, Any] | None, tokens: TokenRelay) -> LLMReply:
+        """The completion, asked again when the server could not parse the model's output (one
+        line each time), then failed with the reason and a hint."""
+        for tried in range(1, FORMAT_ATTEMPTS + 1):
+            try:
+                return await classified(heartbeating(endpoint.in_slot(self._stream(
+                    endpoint, messages, tools, tool_choice, tokens.text, response_format))))
+            except FormatError as err:
+                log.warning("the server could not parse the model's reply",
+                            entry=endpoint.name, tried=tried, error=str(err))
+                if tried == FORMAT_ATTEMPTS:
+                    raise ApplicationError(
+                        f"the server could not parse the model's reply {tried} times "
+                        f"({err}); {FORMAT_HINT}", type="LLMFormatError",
+                        non_retryable=True) from None
+                tokens.reset(str(err))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _stream(self, endpoint: Endpoint, messages: list[dict[str, Any]],
                       tools: list[dict[str, Any]], tool_choice: str, on_text: Callable[[str], None],
@@ -313,122 +358,3 @@ class LLMActivities:
         log.info("summary written", model=model, turns=f"{request.first_turn}-{request.last_turn}",
                  summary_bytes=len(text.encode()))
         return SummaryReply(text=text, usage=usage)
-
-
-# A call the endpoint reported no usage for: its tokens and cost are unknown, never 0.
-UNMETERED = Usage(cost_usd=None, cost_note="the endpoint reported no usage", unmetered_calls=1)
-
-
-def counted(usage: Any) -> Usage:
-    """The endpoint's usage, with its cached prompt tokens where it reports them. A total left
-    out (null, 0) or below its parts counts the parts, and no count is below 0: a token budget
-    counts what was used, whatever the endpoint writes."""
-    if usage is None:
-        return UNMETERED.model_copy()
-    details = getattr(usage, "prompt_tokens_details", None)
-    prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=max(_tokens(usage, "total_tokens"), prompt + completion),
-        cached_tokens=_tokens(details, "cached_tokens"),
-    )
-
-
-def _tokens(usage: Any, field: str) -> int:
-    """A count the endpoint reports: a whole number of at least 0, whatever it wrote (left
-    out, null, a string, a fraction, a negative number)."""
-    value = getattr(usage, field, None)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return max(int(value), 0) if math.isfinite(value) else 0
-
-
-async def stream_completion(
-    client: openai.AsyncOpenAI,
-    model: str,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    tool_choice: str,
-    on_text: Callable[[str], None],
-    response_format: dict[str, Any] | None = None,
-    params: dict[str, Any] | None = None,
-) -> LLMReply:
-    """A streamed chat completion, assembled into one reply; `on_text` sees each text delta.
-
-    The messages and tools go in `extra_body`, which the SDK sends as they are: they are plain
-    JSON already, and the SDK's parameter transform walks every message on every call (74% of the
-    worker's CPU on a 200-step conversation, measured with pyinstrument). `params` are a model
-    entry's own (`reasoning_effort`, `max_completion_tokens`...), sent as they are.
-    """
-    body: dict[str, Any] = {**(params or {}), "messages": messages}
-    extra: dict[str, Any] = {}
-    if tools:
-        body["tools"] = tools
-        extra["tool_choice"] = tool_choice
-    if response_format is not None:
-        body["response_format"] = response_format
-    chunks = await client.chat.completions.create(
-        model=model, messages=[], stream=True, stream_options={"include_usage": True},
-        extra_body=body, **extra,
-    )
-    reply = ReplyAssembler(model)
-    async for chunk in chunks:
-        text = reply.add(chunk)
-        if text:
-            on_text(text)
-        if activity.in_activity():
-            activity.heartbeat()
-    return reply.result()
-
-
-class ReplyAssembler:
-    """Builds the assistant message from streamed chunks: text, tool-call deltas, usage."""
-
-    def __init__(self, model: str):
-        self._model = model
-        self._text: list[str] = []
-        self._calls: dict[int, dict[str, str]] = {}
-        self._finish_reason: str | None = None
-        self._usage = UNMETERED.model_copy()  # until a chunk carries the usage
-
-    def add(self, chunk: Any) -> str:
-        """Take one chunk; return its text delta, if any."""
-        if chunk.model:
-            self._model = chunk.model
-        if chunk.usage is not None:
-            self._usage = counted(chunk.usage)
-        if not chunk.choices:
-            return ""
-        choice = chunk.choices[0]
-        if choice.finish_reason:
-            self._finish_reason = choice.finish_reason
-        delta = choice.delta
-        for call in delta.tool_calls or []:
-            acc = self._calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-            if call.id:
-                acc["id"] = call.id
-            if call.function is not None:
-                acc["name"] += call.function.name or ""
-                acc["arguments"] += call.function.arguments or ""
-        if delta.content:
-            self._text.append(delta.content)
-            return delta.content
-        return ""
-
-    def result(self) -> LLMReply:
-        if self._finish_reason is None:  # every complete stream's last choice says why it ended
-            raise ApplicationError("the model's stream ended before its reply did (no "
-                                   "finish_reason): the connection was cut", type="LLMTransientError")
-        calls = [
-            ToolCall(id=c["id"], function=FunctionCall(name=c["name"], arguments=c["arguments"]))
-            for _, c in sorted(self._calls.items())
-        ]
-        text = "".join(self._text)
-        return LLMReply(
-            message=ChatMessage(role="assistant", content=text or (None if calls else ""),
-                                tool_calls=calls or None),
-            usage=self._usage,
-            finish_reason=self._finish_reason,
-            model=self._model,
-        )

@@ -41,6 +41,9 @@ class ActivitySettings:
     # the entry-point group `durable_react_agent.tools` come too).
     tool_modules: tuple[str, ...] = ()
     builtin_tools: bool = True  # AGENT_BUILTIN_TOOLS=off: no get_weather, no notes
+    # AGENT_LOCAL_TOOLS=off: every tool runs as an activity of its own, none as a local activity
+    # in the workflow task (`ToolSpec.local`); a worker that splits the roles runs none locally
+    local_tools: bool = True
     # AGENT_FOUR_EYES: risks (comma-separated) whose calls someone other than the conversation's
     # owner must decide; reaches each conversation with its tools, as the floor above does
     four_eyes: tuple[str, ...] = ()
@@ -73,6 +76,8 @@ class ActivitySettings:
                                if m.strip()),
             builtin_tools=on_or_off("AGENT_BUILTIN_TOOLS", env.get("AGENT_BUILTIN_TOOLS", ""),
                                     default=True),
+            local_tools=on_or_off("AGENT_LOCAL_TOOLS", env.get("AGENT_LOCAL_TOOLS", ""),
+                                  default=True),
             four_eyes=four_eyes(env.get("AGENT_FOUR_EYES", "")),
             models=Models.load(Path(env["AGENT_MODELS"])) if env.get("AGENT_MODELS") else None,
             webhooks=Webhooks.load(Path(env["AGENT_WEBHOOKS"]), env,

@@ -52,6 +52,9 @@ class ToolActivities:
         # Set on a worker that runs workflow tasks only (`--role workflows`): conversations send
         # their model calls and tool runs to these queues, which other workers serve.
         self._activity_queues = activity_queues or {}
+        # Quick safe reads run in the worker of the workflow task, unless this worker sends tool
+        # runs elsewhere or is told not to (AGENT_LOCAL_TOOLS=off).
+        self._local = settings.local_tools and not self._activity_queues
 
     @activity.defn(name=LIST_TOOLS_ACTIVITY)
     async def list_tools(self, request: ToolListRequest | None = None) -> WorkerHandshake:
@@ -69,7 +72,7 @@ class ToolActivities:
         if request is not None and request.profile not in profiles.agents:
             return WorkerHandshake(tools=[], **rules,
                                errors=[f"no agent profile {request.profile!r} on this worker"])
-        tools, errors = self._registry.definitions(), []
+        tools, errors = self._registry.definitions(local=self._local), []
         if self._mcp is not None:
             discovery = await heartbeating(self._mcp.discover())
             for error in discovery.errors:

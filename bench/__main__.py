@@ -22,9 +22,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.baselines import Agent, langgraph_loop, plain_loop
+from bench import profile
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, answered_again, history_of, wait_until
+from bench.tours import tours
 from contract import ConfirmRequest, ConversationInput
 from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
 from workflows.conversation import ConversationWorkflow
@@ -36,7 +37,7 @@ CITIES = ["Paris", "Tokyo"]  # alternating, so loop detection never fires
 @dataclass
 class Sizes:
     steps: int = 200
-    levels: tuple[int, ...] = (1, 10, 100, 500)
+    levels: tuple[int, ...] = (10, 100, 500)
     conc_steps: int = 4
     latency_s: float = 0.2
     processes: tuple[int, ...] = (1, 2)
@@ -47,10 +48,14 @@ class Sizes:
     tours: tuple[int, ...] = (25, 50, 100, 200, 1000)
     tours_before: int = 200  # the longest tour the version before runs (its cost grows as steps²)
     role_levels: tuple[int, ...] = (100, 500)
+    tour_lengths: tuple[int, ...] = (25, 100)  # the side-by-side tours (and the profiled ones)
+    tour_repeats: int = 3
+    profile_level: int = 100
 
 
-QUICK = Sizes(steps=40, levels=(1, 10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
-              tours=(25, 50), tours_before=50, role_levels=(20, 50))
+QUICK = Sizes(steps=40, levels=(10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
+              tours=(25, 50), tours_before=50, role_levels=(20, 50), tour_lengths=(10,),
+              tour_repeats=1, profile_level=20)
 
 
 def weather(i: int, delay: float = 0.0) -> ScriptedReply:
@@ -62,7 +67,8 @@ def weather(i: int, delay: float = 0.0) -> ScriptedReply:
 def build_script(z: Sizes) -> Script:
     return Script(scenarios=[
         *(Scenario(trigger=f"[tour-{n}]", replies=[*(weather(i) for i in range(n - 1)),
-                                                  ScriptedReply(content="done")]) for n in z.tours),
+                                                  ScriptedReply(content="done")])
+          for n in sorted({5, *z.tours, *z.tour_lengths})),
         Scenario(trigger="[steps]", replies=[*(weather(i) for i in range(z.steps - 1)),
                                              ScriptedReply(content="done")]),
         Scenario(trigger="[conc]", replies=[*(weather(i, z.latency_s) for i in range(z.conc_steps - 1)),
@@ -89,49 +95,56 @@ async def start_many(client, label: str, n: int, queue: str) -> list:
         id=f"{label}-{i}-{uuid.uuid4().hex[:6]}", task_queue=queue) for i in range(n)))
 
 
-async def per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+async def side_by_side(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """The weather tour of N steps: ours, the floor, the loop without Temporal and the durable
+    peers, turn about (`bench.tours`)."""
+    return await tours(stack, z.tour_lengths, z.tour_repeats, progress)
+
+
+async def where_cpu_goes(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """py-spy on our worker and on the floor's while they run the same tours, and C=100
+    conversations of the 200 ms model (`bench.profile`)."""
     client = await stack.client()
-    stack.start_worker("agent")
-    stack.start_worker("floor", module="bench.floor")
+    ours, floor = stack.start_worker("prof-ours"), stack.start_worker("prof-floor",
+                                                                      module="bench.floor")
 
-    async def ours() -> float:
-        started = time.monotonic()
-        await client.execute_workflow(ConversationWorkflow.run,
-                                      conversation(f"[steps] {uuid.uuid4().hex}", z.steps + 1),
-                                      id=f"steps-{uuid.uuid4().hex[:8]}", task_queue="agent")
-        return time.monotonic() - started
+    async def tour(queue: str, steps: int) -> int:
+        if queue == "prof-ours":
+            await client.execute_workflow(ConversationWorkflow.run,
+                                          conversation(f"[tour-{steps}] {uuid.uuid4().hex}",
+                                                       steps + 1),
+                                          id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        else:
+            await client.execute_workflow(FloorWorkflow.run, steps,
+                                          id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        return steps
 
-    async def floor() -> float:
-        started = time.monotonic()
-        await client.execute_workflow(FloorWorkflow.run, z.steps, id=f"floor-{uuid.uuid4().hex[:8]}",
-                                      task_queue="floor")
-        return time.monotonic() - started
+    async def many(queue: str, level: int) -> int:
+        if queue == "prof-ours":
+            handles = await start_many(client, "conc", level, queue)
+            await asyncio.gather(*(h.result() for h in handles))
+        else:
+            await asyncio.gather(*(client.execute_workflow(
+                FloorWorkflow.run, args=[z.conc_steps, z.latency_s],
+                id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue) for _ in range(level)))
+        return level * z.conc_steps
 
-    agent = Agent(stack.base_url)
+    await tour("prof-ours", 5), await tour("prof-floor", 5)  # warm up
+    rows = []
+    for label, run in [*((f"N={n} tour", lambda q, n=n: tour(q, n)) for n in z.tour_lengths),
+                       (f"C={z.profile_level}, 200 ms model", lambda q: many(q, z.profile_level))]:
+        progress(f"profiling: {label}")
+        sampled_ours = await profile.sampled(ours, stack.work / f"ours-{len(rows)}.txt",
+                                             lambda: run("prof-ours"))
+        sampled_floor = await profile.sampled(floor, stack.work / f"floor-{len(rows)}.txt",
+                                              lambda: run("prof-floor"))
+        rows += profile.part_rows(label, sampled_ours, sampled_floor)
+    ours.stop(), floor.stop()
+    return rows
 
-    async def plain() -> float:
-        started = time.monotonic()
-        await plain_loop(agent, f"[steps] {uuid.uuid4().hex}")
-        return time.monotonic() - started
 
-    async def graph() -> float:
-        started = time.monotonic()
-        await langgraph_loop(agent, f"[steps] {uuid.uuid4().hex}", stack.work / f"lg-{uuid.uuid4().hex}.db", z.steps)
-        return time.monotonic() - started
-
-    await ours(), await floor()  # warm up the workers and the server
-    ms = {name: (await run()) / z.steps * 1000
-          for name, run in (("ours", ours), ("floor", floor), ("plain", plain), ("langgraph", graph))}
-    await agent.aclose()
-    return [
-        ("per step, ours (1 LLM + 1 tool activity)", f"{ms['ours']:.1f} ms"),
-        ("per step, Temporal floor (2 no-op activities)", f"{ms['floor']:.1f} ms"),
-        ("per step, plain in-process loop", f"{ms['plain']:.1f} ms"),
-        ("per step, LangGraph + SQLite checkpointer", f"{ms['langgraph']:.1f} ms"),
-        ("ours / floor (target ≤ 1.3)", f"{ms['ours'] / ms['floor']:.2f}"),
-        ("ours / plain loop", f"{ms['ours'] / ms['plain']:.2f}"),
-        ("ours / LangGraph", f"{ms['ours'] / ms['langgraph']:.2f}"),
-    ]
+def progress(text: str) -> None:
+    print(f"  {text}", file=sys.stderr, flush=True)
 
 
 class _Discard(BaseHTTPRequestHandler):
@@ -437,7 +450,9 @@ async def main(z: Sizes, only: str | None = None) -> str:
     sections = []
     try:
         for title, run in (("History per step", lambda: history_per_step(stack, z)),
-                           ("Per-step overhead, zero-latency model", lambda: per_step(stack, z)),
+                           ("Weather tour, side by side, zero-latency model",
+                            lambda: side_by_side(stack, z)),
+                           ("Where the CPU goes (py-spy)", lambda: where_cpu_goes(stack, z)),
                            ("Tracing, zero-latency model", lambda: tracing_cost(stack, z)),
                            ("Concurrency, 200 ms model, one and two worker processes", lambda: concurrency(stack, z)),
                            ("Worker roles, 200 ms model", lambda: roles(stack, z)),

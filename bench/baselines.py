@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypedDict
 import httpx
 import openai
 
-from activities.llm import stream_completion
+from activities.llm_stream import stream_completion
 from activities.settings import ActivitySettings
 from activities.tools import ToolContext, default_registry
 from contract import LLMReply

@@ -27,14 +27,19 @@ async def wait(seconds: float) -> float:
 @workflow.defn
 class FloorWorkflow:
     @workflow.run
-    async def run(self, steps: int, model_s: float = 0.0) -> int:
-        """`steps` steps of the agent's shape: a model call (waits `model_s`), a tool call."""
+    async def run(self, steps: int, model_s: float = 0.0, local: bool = False) -> int:
+        """`steps` steps of the agent's shape: a model call (waits `model_s`), a tool call (a
+        local activity with `local`, as our quick reads are)."""
+        deadline = timedelta(seconds=30)
         for step in range(steps):
             if model_s:
-                await workflow.execute_activity(wait, model_s, start_to_close_timeout=timedelta(seconds=30))
+                await workflow.execute_activity(wait, model_s, start_to_close_timeout=deadline)
             else:
-                await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
-            await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+                await workflow.execute_activity(noop, step, start_to_close_timeout=deadline)
+            if local:
+                await workflow.execute_local_activity(noop, step, start_to_close_timeout=deadline)
+            else:
+                await workflow.execute_activity(noop, step, start_to_close_timeout=deadline)
         return steps
 
 

@@ -155,4 +155,5 @@ async def history_of(client, handle) -> tuple[int, int, int, int]:
     inputs = [e.activity_task_scheduled_event_attributes.input.ByteSize() for e in events
               if e.HasField("activity_task_scheduled_event_attributes")
               and e.activity_task_scheduled_event_attributes.activity_type.name in MODEL_ACTIVITIES]
-    return sum(e.ByteSize() for e in events), len(events), len(histories), inputs[-1]
+    return (sum(e.ByteSize() for e in events), len(events), len(histories),
+            inputs[-1] if inputs else 0)

@@ -64,6 +64,7 @@ MAX_REASON_BYTES = 256
 MAX_ERROR_BYTES = 512
 MAX_THOUGHT_BYTES = 2048
 MAX_EVENT_TEXT_BYTES = 2048
+TOKEN_ITEM_CHARS = 1024  # of a model's text in one item of the live stream
 MAX_PREVIEW_BYTES = 512  # tool arguments as shown in events and audit records
 
 T = TypeVar("T")

@@ -152,6 +152,9 @@ class ToolDefinition(BaseModel):
     keyed: bool = False  # writes under the call's idempotency key: a retry finds what it wrote
     timeout_s: float = 30.0
     max_attempts: int = 3
+    # A quick safe read that runs in the worker of the conversation's workflow task, as a local
+    # activity: one server round trip less per step (`activities.tools.registry.ToolSpec.local`).
+    local: bool = False
     # Set for the ask_* tools, whose execution is a question to the human, not an activity.
     asks: QuestionKind | None = None
     # Set for a subagent (`agent__<profile>`): a call runs a child conversation.
@@ -309,6 +312,9 @@ class LLMReply(BaseModel):
     finish_reason: Text | None = None
     model: Text = ""
     entry: str | None = None  # the model entry that answered
+    # Whether its text went to the live stream as it came; if not (it came whole within the first
+    # batch), the conversation puts it there with the reply (`activities.llm.TokenRelay`).
+    streamed: bool = True
 
 
 class ToolInvocation(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: "ScriptedModelServer"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closes a kept-alive connection is no error; anything else is."""
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -69,6 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
         # Replies are written in pieces (headers, then body or SSE chunks): without this, Nagle's
         # algorithm and the client's delayed ACK add ~40 ms to every reply.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.owner._count_call("connections")
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Silenced: the default access log would clutter test and demo output."""
@@ -113,7 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
             owner.release()
             self._send_json(200, {"released": True})
         elif url.path == "/_stats":  # for benchmarks driving the server as a separate process
-            self._send_json(200, {"chat_requests": owner.count(), "geocoding": owner.geocoding_calls,
+            self._send_json(200, {"chat_requests": owner.count(), "connections": owner.connections,
+                                  "geocoding": owner.geocoding_calls,
                                   "forecast": owner.forecast_calls})
         else:
             self._send_json(404, _error_body(404, f"no route for GET {url.path}"))
@@ -206,12 +214,16 @@ class _Handler(BaseHTTPRequestHandler):
         self, completion_id: str, model: str, selection: Selection, counts: dict[str, int] | None,
         cut_at: int | None = None,
     ) -> None:
-        # No Content-Length: the body ends when the connection closes.
-        self.close_connection = True
+        # As endpoints stream: in chunks, the connection kept for the next request. A stream cut
+        # at `cut_at` has no length and no chunks: its body ends where the connection closes.
+        cut = cut_at is not None
+        self.close_connection = cut
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header("Connection", "close" if cut else "keep-alive")
+        if not cut:
+            self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 
         sent = 0  # bytes of the stream written, for a stream cut at `cut_at`
@@ -221,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
             if cut_at is not None and sent + len(data) > cut_at:
                 data = data[:max(cut_at - sent, 0)]
             sent += len(data)
-            self.wfile.write(data)
+            self.wfile.write(data if cut else b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
@@ -251,6 +263,9 @@ class _Handler(BaseHTTPRequestHandler):
         if counts is not None:
             chunk([], usage=counts)
         write(b"data: [DONE]\n\n")
+        if not cut:
+            self.wfile.write(b"0\r\n\r\n")  # the last chunk
+            self.wfile.flush()
 
 
 class ScriptedModelServer:
@@ -268,7 +283,7 @@ class ScriptedModelServer:
         self._arrived = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
         self._hits: dict[str, int] = {}
-        self._calls = {"geocoding": 0, "forecast": 0}
+        self._calls = {"geocoding": 0, "forecast": 0, "connections": 0}
         self._release_event = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -367,6 +382,12 @@ class ScriptedModelServer:
     def forecast_calls(self) -> int:
         with self._lock:
             return self._calls["forecast"]
+
+    @property
+    def connections(self) -> int:
+        """The connections clients opened (a client that keeps them alive opens few)."""
+        with self._lock:
+            return self._calls["connections"]
 
     # -- used by the handler ---------------------------------------------------------------
 

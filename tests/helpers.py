@@ -186,6 +186,25 @@ def note_rows(data_dir: Path, title: str | None = None) -> list[tuple]:
                             (title,)).fetchall()
 
 
+def local_runs(history: WorkflowHistory) -> list[tuple[str, str | None]]:
+    """The local activities a history recorded: (type, the summary the Temporal UI shows)."""
+    runs = []
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and \
+                marker.marker_name == "core_local_activity":
+            data = json.loads(marker.details["data"].payloads[0].data)
+            summary = event.user_metadata.summary.data if event.HasField("user_metadata") else None
+            runs.append((data["activity_type"], json.loads(summary) if summary else None))
+    return runs
+
+
+def scheduled(history: WorkflowHistory) -> list[str]:
+    """The activities a history scheduled on the server, by type."""
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")]
+
+
 async def tool_messages(handle: WorkflowHandle) -> list:
     return [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
 

@@ -123,10 +123,10 @@ async def test_mixed_turn_runs_reads_first_and_keeps_message_order(
         ]),
         ScriptedReply(content="ok"),
     )
-    geocoding_before = model.geocoding_calls
+    forecasts_before = model.forecast_calls
     handle = await start(client, task_queue, f"{trigger}")
     waiting = await reaches(handle, "waiting_for_confirmation")
-    assert model.geocoding_calls == geocoding_before + 1  # the read ran before any decision
+    assert model.forecast_calls == forecasts_before + 1  # the read ran before any decision
     assert [p.tool for p in waiting.pending_confirmations] == ["delete_note"]
     assert waiting.pending_confirmations[0].risk == "destructive"
 

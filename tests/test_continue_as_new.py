@@ -64,7 +64,8 @@ async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tup
         await env.shutdown()
 
 
-OFTEN = {"continue_as_new_after_events": 40}
+# A handover every few steps (a step of local reads adds 7 events; the first workflow task ~20)
+OFTEN = {"continue_as_new_after_events": 25}
 
 
 async def test_a_long_turn_and_many_messages_cross_runs_without_loss(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.client import Client
 
+from activities.settings import ActivitySettings
+from activities.tools import ToolContext, ToolError, weather
+from activities.tools.weather import get_weather
 from contract import EndRequest, SayRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.conftest import SECRET_KEY
@@ -32,7 +37,7 @@ async def test_weather_turn_uses_the_observation_and_reports_status(
         ScriptedReply(content="Let me look.", tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
         ScriptedReply(content="Answer: {last_tool}"),
     )
-    geocoding_before = model.geocoding_calls
+    forecasts_before = model.forecast_calls
     handle = await start(client, task_queue, f"{trigger}: what is the weather in Paris?")
     status = await settled(handle)
 
@@ -44,7 +49,7 @@ async def test_weather_turn_uses_the_observation_and_reports_status(
     assert "°C" in status.final_answer and "humidity" in status.final_answer
     assert status.usage.total_tokens == status.usage.prompt_tokens + status.usage.completion_tokens > 0
     assert status.error is None and status.pending_confirmations == [] and status.pending_question is None
-    assert model.geocoding_calls == geocoding_before + 1
+    assert model.forecast_calls == forecasts_before + 1
 
     history = (await handle.fetch_history()).to_json()
     assert SECRET_KEY not in history and model.base_url not in history
@@ -100,12 +105,12 @@ async def test_bad_tool_calls_become_observations_and_the_model_recovers(
         ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
         ScriptedReply(content="Recovered: {last_tool}"),
     )
-    geocoding_before = model.geocoding_calls
+    forecasts_before = model.forecast_calls
     handle = await start(client, task_queue, f"{trigger}: weather in Paris")
     status = await settled(handle)
     assert status.stop_reason == "answered"
     assert status.final_answer.startswith("Recovered: Paris, France")
-    assert model.geocoding_calls == geocoding_before + 1  # only the corrected call ran
+    assert model.forecast_calls == forecasts_before + 1  # only the corrected call ran
 
     tool_messages = [m for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages[:3]] == ["call_0_0", "call_0_1", "call_0_2"]
@@ -212,3 +217,20 @@ async def test_recorded_histories_of_earlier_versions_still_replay(files: list[P
         history = kept_history(path)
         result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{path.relative_to(HISTORIES)}: {result.replay_failure}"
+
+
+async def test_get_weather_finds_a_place_once_per_worker(model: ScriptedModelServer):
+    """Places do not move: a city asked for again (in any case) costs the forecast alone; a name
+    not found is asked again next time (the service may know it by then)."""
+    settings = ActivitySettings(geocoding_url=model.geocoding_url, forecast_url=model.forecast_url)
+    city, weather._PLACES = "Berlin", OrderedDict()  # as a worker just started
+    async with httpx.AsyncClient() as http:
+        ctx = ToolContext(settings=settings, http=http, call_id="c", idempotency_key="k")
+        geocoded, forecasts = model.geocoding_calls, model.forecast_calls
+        for name in (city, city.upper(), f" {city} "):
+            assert (await get_weather.function(name, ctx)).startswith("Berlin, Germany")
+        assert (model.geocoding_calls - geocoded, model.forecast_calls - forecasts) == (1, 3)
+        for _ in range(2):
+            with pytest.raises(ToolError, match="no place named"):
+                await get_weather.function("Atlantis", ctx)
+        assert model.geocoding_calls - geocoded == 3

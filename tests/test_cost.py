@@ -10,7 +10,7 @@ import genai_prices
 import pytest
 from temporalio.client import Client
 
-from activities.llm import counted
+from activities.llm_stream import counted
 from activities.pricing import ModelPrice, Prices, PricesError
 from contract import Usage
 from rules.stopping import child_share, dollars, over_budget

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from activities.llm import ReplyAssembler
+from activities.llm_stream import ReplyAssembler
 from client.render import render_status
 from contract import ApprovalPolicy, ConversationStatus, Usage
 from contract.bounds import Limits, preview_args
@@ -44,15 +43,11 @@ def wire(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def streamed(reply: ScriptedReply) -> list[SimpleNamespace]:
-    """The chunks an OpenAI SDK would yield for the scripted server's stream of `reply`."""
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> SimpleNamespace:
-        calls = [SimpleNamespace(index=c["index"], id=c.get("id"), function=SimpleNamespace(
-            name=c["function"].get("name"), arguments=c["function"].get("arguments")))
-            for c in delta.get("tool_calls", [])]
-        return SimpleNamespace(model="scripted", usage=None, choices=[SimpleNamespace(
-            finish_reason=finish, delta=SimpleNamespace(content=delta.get("content"),
-                                                        tool_calls=calls or None))])
+def streamed(reply: ScriptedReply) -> list[dict[str, Any]]:
+    """The chunks' JSON, as the scripted server streams `reply` and the worker reads it."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return wire({"model": "scripted", "usage": None,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     chunks = [chunk({"content": wire(reply.content)})] if reply.content else []
     for i, call in enumerate(tool_call_payloads(1, reply)):
         chunks.append(chunk({"tool_calls": [{"index": i, "id": wire(call["id"]), "function": {

@@ -21,7 +21,16 @@ from contract import ConfirmRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
+from tests.helpers import (
+    local_runs,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from tests.mcp_support import SERVERS, TOKEN
 from tests.processes import WorkerProcess
 from worker.app import build_worker
@@ -139,7 +148,8 @@ async def test_crashing_and_hanging_servers_become_observations(
     assert status.final_answer == "done"
     crash, hang, echo = [m.content for m in await handle.query(ConversationWorkflow.messages) if m.role == "tool"]
     assert crash == 'Error: MCP server "unruly": tool crash failed: Connection closed'
-    assert hang == 'Error: MCP server "unruly": tool hang did not answer within 2 s'
+    # (on a busy machine the deadline may pass while the crashed server starts again: it says so)
+    assert hang.startswith('Error: MCP server "unruly": tool hang did not answer within 2 s')
     assert echo == "still here"  # reconnected transparently
     await replay(handle, record_as="mcp_crash_hang_reconnect")
 
@@ -169,10 +179,8 @@ async def test_worker_killed_between_list_tools_and_call_tool(
         status = await settled(handle, timeout_s=90)
         assert status.final_answer.startswith("Tokyo:") and "Asia/Tokyo" in status.final_answer
         history = await handle.fetch_history()
-        list_tools = [e for e in history.events
-                      if e.HasField("activity_task_scheduled_event_attributes")
-                      and e.activity_task_scheduled_event_attributes.activity_type.name == "list_tools"]
-        assert len(list_tools) == 1  # discovered once; the new worker replayed it
+        handshakes = [name for name, _ in local_runs(history) if name == "list_tools"]
+        assert handshakes == ["list_tools"]  # discovered once; the new worker replayed it
         await replay(handle, record_as="mcp_worker_killed_between_list_and_call")
     finally:
         worker.stop()

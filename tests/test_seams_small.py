@@ -4,8 +4,11 @@ where it comes in, and the HTTP API says what it serves."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -21,7 +24,8 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
 from activities import telemetry as activity_telemetry
-from activities.llm import LLMActivities, counted
+from activities.llm import LLMActivities
+from activities.llm_stream import counted
 from activities.models import ModelEntry, Models
 from activities.pricing import ModelPrice, Prices
 from activities.profiles import AgentProfile, Profiles
@@ -161,23 +165,32 @@ class LyingEndpoint:
     def __init__(self, reported: str) -> None:
         self.reported = reported
         self.asked: list[str] = []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+        self.chat = SimpleNamespace(completions=SimpleNamespace(
+            create=self.create, with_streaming_response=SimpleNamespace(create=self.stream)))
 
-    async def create(self, *, model: str, stream: bool = False, **_: Any) -> Any:
+    async def create(self, *, model: str, **_: Any) -> Any:
         self.asked.append(model)
-        usage = endpoint_usage(prompt_tokens=100_000, completion_tokens=10_000,
-                               total_tokens=110_000)
-        if stream:
-            return self.chunks(usage)
         message = SimpleNamespace(content="the summary")
-        return SimpleNamespace(model=self.reported, usage=usage,
+        return SimpleNamespace(model=self.reported, usage=endpoint_usage(**self.USAGE),
                                choices=[SimpleNamespace(message=message)])
 
-    async def chunks(self, usage: SimpleNamespace) -> Any:
-        delta = SimpleNamespace(content="hello", tool_calls=None)
-        yield SimpleNamespace(model=self.reported, usage=None,
-                              choices=[SimpleNamespace(finish_reason="stop", delta=delta)])
-        yield SimpleNamespace(model=self.reported, usage=usage, choices=[])
+    USAGE: ClassVar[dict[str, int]] = {"prompt_tokens": 100_000, "completion_tokens": 10_000,
+                                       "total_tokens": 110_000}
+
+    @contextlib.asynccontextmanager
+    async def stream(self, *, model: str, **_: Any) -> AsyncIterator[SimpleNamespace]:
+        """The streamed reply, as server-sent events."""
+        self.asked.append(model)
+        yield SimpleNamespace(iter_lines=self.lines, http_request=None)
+
+    async def lines(self) -> AsyncIterator[str]:
+        for chunk in ({"model": self.reported, "usage": None, "choices": [
+                          {"finish_reason": "stop", "delta": {"content": "hello"}}]},
+                      {"model": self.reported, "usage": self.USAGE, "choices": []}):
+            yield f"data: {json.dumps(chunk)}"
+            yield ""
+        yield "data: [DONE]"
+        yield ""
 
 
 class NoLiveStream:

@@ -92,22 +92,33 @@ def build_worker(
     production worker 30% of its CPU per step (importing a workflow's modules for every workflow
     it starts or replays, and entering the sandbox for every payload), and in production a
     refusal fails the workflow task just as a non-determinism error does. `workflows` and
-    `activities` say which of the two it serves (both by default); `tracing`, when on, traces
-    them (`worker.telemetry`)."""
+    `activities` say which of the two it serves (both by default; a worker of workflows alone
+    runs their local activities, and no other); `tracing`, when on, traces them
+    (`worker.telemetry`)."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = ToolActivities(registry or default_registry(), settings, http, mcp)
     hooks = WebhookActivities(settings.webhooks, http)
+    if activities:
+        served = [*model_activities(llm), *local_activities(tools), hooks.notify]
+    else:
+        served = local_activities(tools) if workflows else []
+        options = {"no_remote_activities": True, **options}
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow] if workflows else [],
         workflow_runner=workflow_runner(sandboxed),
-        activities=([*model_activities(llm), tools.list_tools, tools.run_tool, hooks.notify]
-                    if activities else []),
+        activities=served,
         interceptors=interceptors(tracing),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
+
+
+def local_activities(tools: ToolActivities) -> list[Any]:
+    """What a conversation's workflow task may run itself, as local activities: the handshake,
+    and the quick safe reads its handshake marked local."""
+    return [tools.list_tools, tools.run_tool]
 
 
 def interceptors(tracing: Tracing | None) -> list[Interceptor]:
@@ -141,10 +152,16 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
     elif role == "workflows":
         lister = ToolActivities(registry, settings, http, mcp, activity_queues=queues)
         hooks = WebhookActivities(settings.webhooks, http)
+        # The workflow tasks with their local activities (this worker's handshake marks no tool
+        # local, but a conversation begun on a worker of all roles may have); and, as
+        # activities on the task queue, deliveries and the handshakes of conversations begun
+        # before handshakes ran locally. No other activity may reach this process.
         workers = [Worker(client, task_queue=task_queue, workflows=[ConversationWorkflow],
                           workflow_runner=workflow_runner(sandboxed),
-                          activities=[lister.list_tools, hooks.notify], **common,
-                          sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT)]
+                          activities=local_activities(lister), no_remote_activities=True,
+                          sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT, **common),
+                   Worker(client, task_queue=task_queue,
+                          activities=[lister.list_tools, hooks.notify], **common)]
     elif role == "models":
         workers = [Worker(client, task_queue=queues["models"], activities=model_activities(llm),
                           **common)]

@@ -51,6 +51,7 @@ from temporalio.worker import (
     ExecuteActivityInput,
     Interceptor,
     StartActivityInput,
+    StartLocalActivityInput,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
     WorkflowOutboundInterceptor,
@@ -236,12 +237,21 @@ class _TraceInbound(WorkflowInboundInterceptor):
 
 class _TraceOutbound(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> Any:
-        current = getattr(workflow.instance(), "trace_parent", None)
-        parent = current() if callable(current) else None
-        if parent is not None:
-            input.headers = {**input.headers,
-                             TRACEPARENT: default().payload_converter.to_payload(parent)}
-        return super().start_activity(input)
+        return super().start_activity(_with_trace_parent(input))
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> Any:
+        return super().start_local_activity(_with_trace_parent(input))
+
+
+def _with_trace_parent(input: StartActivityInput | StartLocalActivityInput
+                       ) -> StartActivityInput | StartLocalActivityInput:
+    """The activity's input, with the span it belongs under (the running turn's) as a header."""
+    current = getattr(workflow.instance(), "trace_parent", None)
+    parent = current() if callable(current) else None
+    if parent is not None:
+        input.headers = {**input.headers,
+                         TRACEPARENT: default().payload_converter.to_payload(parent)}
+    return input
 
 
 class _TraceActivity(ActivityInboundInterceptor):

@@ -49,7 +49,9 @@ from workflows.patches import (
     BOUNDED_CONTEXT_PATCH,
     DELTA_CONTEXT_PATCH,
     GATE_SEAMS_PATCH,
+    LOCAL_READS_PATCH,
     MESSAGE_BEATS_IDLE_TIMEOUT_PATCH,
+    Patches,
     REAL_MODELS_PATCH,
     TRUSTED_SEAMS_PATCH,
 )
@@ -65,22 +67,24 @@ class ConversationWorkflow(TurnLoop, Standing):
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
+        # The patches, asked in the order runs have always asked them (`workflows.patches`).
+        self._patches = patches = Patches()
         self._limits = (
-            Limits.bounded(inp.max_message_bytes) if workflow.patched(BOUNDED_CONTEXT_PATCH)
+            Limits.bounded(inp.max_message_bytes) if patches.has(BOUNDED_CONTEXT_PATCH)
             else Limits()
         )
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
-        # (the patches asked in the order runs have always asked them)
-        self._seams = workflow.patched(GATE_SEAMS_PATCH)
-        strict = workflow.patched(TRUSTED_SEAMS_PATCH)
-        self._audit_inputs = workflow.patched(AUDIT_INPUTS_PATCH)
-        self._delta_context = workflow.patched(DELTA_CONTEXT_PATCH)
+        self._seams = patches.has(GATE_SEAMS_PATCH)
+        strict = patches.has(TRUSTED_SEAMS_PATCH)
+        self._audit_inputs = patches.has(AUDIT_INPUTS_PATCH)
+        self._delta_context = patches.has(DELTA_CONTEXT_PATCH)
         self._pace = FAST if self._delta_context else Pace()
         self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
-                                self._pace, delta_context=self._delta_context, safe_ids=strict,
-                                real_models=workflow.patched(REAL_MODELS_PATCH))
+                                self._pace, patches, delta_context=self._delta_context,
+                                safe_ids=strict, real_models=patches.has(REAL_MODELS_PATCH))
+        self._local_reads = patches.has(LOCAL_READS_PATCH)
         self._desk = HumanDesk(self._state, self._limits, owner=self._input.owner,
                                dedupe=self._seams, strict=strict,
                                on_settled=self._announce_settled,
@@ -149,7 +153,7 @@ class ConversationWorkflow(TurnLoop, Standing):
                 except TimeoutError:
                     # A message taken in the same workflow task as the timeout wins over it.
                     if not ((state.inbox or state.end_requested)
-                            and workflow.patched(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH)):
+                            and self._patches.has(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH)):
                         state.current.stop_reason = "idle_timeout"
                         break
                 continue
@@ -293,7 +297,7 @@ class ConversationWorkflow(TurnLoop, Standing):
     async def _load_tools(self) -> None:
         with self._desk.awaiting_results():
             refusal = await shake_hands(self._state, self._limits, self._input.approval,
-                                        self._input.profile)
+                                        self._input.profile, local=self._local_reads)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")

@@ -13,14 +13,23 @@ from temporalio.exceptions import (
 )
 
 
+# How an activity fails: an `ActivityError`, or a local activity's cause itself (not wrapped).
+ACTIVITY_FAILURES = (ActivityError, ApplicationError, TimeoutError, CancelledError)
+
+
+def cause_of(err: BaseException) -> BaseException | None:
+    """What an activity failed of: an `ActivityError`'s cause, a local activity's failure."""
+    return err.cause if isinstance(err, ActivityError) else err
+
+
 def is_cancelled(err: ActivityError) -> bool:
     """The activity was cancelled (by the conversation, or with it)."""
     return isinstance(err.cause, CancelledError)
 
 
-def raise_if_cancelled(err: ActivityError) -> None:
+def raise_if_cancelled(err: BaseException) -> None:
     """An activity failed because the conversation is being cancelled: let that win."""
-    if isinstance(err.cause, CancelledError):
+    if isinstance(cause_of(err), CancelledError):
         raise asyncio.CancelledError() from err
 
 

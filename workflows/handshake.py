@@ -8,7 +8,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
 
 from contract import (
     LIST_TOOLS_ACTIVITY,
@@ -21,27 +20,32 @@ from contract.state import ConversationState, ModelRoutes
 from rules.gate import policy_refusal
 from rules.questions import ASK_TOOLS
 from rules.start_input import admitted_tools
-from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
 
 
 async def shake_hands(state: ConversationState, limits: Limits,
-                      policy: ApprovalPolicy, profile: str | None = None) -> str | None:
+                      policy: ApprovalPolicy, profile: str | None = None,
+                      local: bool = False) -> str | None:
     """Fill the state's catalog (a subagent's: its profile's tools, and its system prompt).
     Returns why the conversation must be refused, if its approval policy asks for more than the
     worker allows (the worker holds that floor); a discovery that fails leaves the ask_* tools
-    and a notice, and the conversation goes on."""
+    and a notice, and the conversation goes on. `local`: the worker of this workflow task
+    answers, as a local activity (every worker of the task queue lists the tools)."""
     state.catalog = {t.name: t.model_copy() for t in ASK_TOOLS}  # this conversation's own
     args = [] if profile is None else [ToolListRequest(profile=profile)]  # the same command as ever
+    options = dict(
+        args=args,
+        result_type=WorkerHandshake,
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
+        summary="list tools" if profile is None else f"list tools of agent {profile}",
+    )
     try:
-        catalog = await workflow.execute_activity(
-            LIST_TOOLS_ACTIVITY,
-            args=args,
-            result_type=WorkerHandshake,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10)),
-            summary="list tools" if profile is None else f"list tools of agent {profile}",
-        )
-    except ActivityError as err:
+        if local:
+            catalog = await workflow.execute_local_activity(LIST_TOOLS_ACTIVITY, **options)
+        else:
+            catalog = await workflow.execute_activity(LIST_TOOLS_ACTIVITY, **options)
+    except ACTIVITY_FAILURES as err:
         raise_if_cancelled(err)
         state.notice(f"tools unavailable: {failure_reason(err)}")
         workflow.logger.warning("tool discovery failed: %s", state.notices[-1])

@@ -59,19 +59,20 @@ from rules.repair import (
     unique_call_ids,
 )
 from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.patches import FORCED_ANSWER_RETRY_PATCH, Patches
 from workflows.reporting import Narrator
 from workflows.tool_round import Pace
 
 SUMMARY_ATTEMPTS = 3
-FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 T = TypeVar("T")
 
 
 class Thinker:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
-                 narrator: Narrator, pace: Pace, delta_context: bool = False,
+                 narrator: Narrator, pace: Pace, patches: Patches, delta_context: bool = False,
                  safe_ids: bool = False, real_models: bool = False) -> None:
         self._input = inp
+        self._patches = patches
         self._state = state
         self._limits = limits
         self._narrator = narrator
@@ -227,7 +228,7 @@ class Thinker:
                 self._squeeze = 1
         message = reply.message
         if not offered_tools and message.tool_calls and not (message.content or "").strip() and (
-            workflow.patched(FORCED_ANSWER_RETRY_PATCH)
+            self._patches.has(FORCED_ANSWER_RETRY_PATCH)
         ):
             workflow.logger.warning("step %d: tool calls in a forced answer; asking again without "
                                     "tools", step)
@@ -252,6 +253,8 @@ class Thinker:
             reply = await self._call(LLM_CALL_ACTIVITY, LLMRequest(
                 model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
                 turn=turn.number, step=step, response_format=self._response_format()), step)
+        if not reply.streamed and reply.message.content:  # it came whole: watchers get it now
+            self._narrator.tokens(step, reply.message.content)
         ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,
                                                    ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens

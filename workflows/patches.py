@@ -1,6 +1,16 @@
 """The patches of the conversation's history: each marks where runs begun after it issue other
 commands than runs begun before it (`workflow.patched`), so that a deploy leaves running
-conversations as they were. Never renamed, never removed while a run may hold one."""
+conversations as they were. Never renamed, never removed while a run may hold one.
+
+A run begun with the latest patch has every patch before it, so it asks that one alone
+(`Patches`, `STANDS_FOR`): its history holds one marker, where runs begun before held one for
+each patch, each with a search attribute update of its own. Runs begun before ask theirs in the
+order they always have.
+"""
+
+from types import MappingProxyType
+
+from temporalio import workflow
 
 # Runs with this marker bound their inputs and fold their context; runs begun before it don't.
 BOUNDED_CONTEXT_PATCH = "bounded-context"
@@ -25,3 +35,36 @@ REAL_MODELS_PATCH = "real-models"
 # eyes wants a decision that names a person, and a request that waited for a result is answered
 # as soon as nothing more is on its way.
 TRUSTED_SEAMS_PATCH = "trust-at-the-seams"
+# Runs with this marker list their tools (the handshake) as a local activity, and run a tool its
+# worker marks local (a quick safe read) as one too, inside the workflow task: a step costs one
+# workflow task and one activity. Runs begun before it run each as an activity of its own.
+LOCAL_READS_PATCH = "local-reads"
+# Also asked by `workflows.model_step` (a forced answer that calls tools is asked again).
+FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
+
+# Patches that stand for every patch before them, oldest first, with what each stands for: a
+# run begun with one asks it at its start and no patch it stands for. A new patch that changes
+# commands goes here, standing for every patch above it.
+STANDS_FOR = MappingProxyType({
+    LOCAL_READS_PATCH: frozenset({
+        BOUNDED_CONTEXT_PATCH, MESSAGE_BEATS_IDLE_TIMEOUT_PATCH, END_INTERRUPTS_PATCH,
+        DELTA_CONTEXT_PATCH, GATE_SEAMS_PATCH, AUDIT_INPUTS_PATCH, REAL_MODELS_PATCH,
+        TRUSTED_SEAMS_PATCH, FORCED_ANSWER_RETRY_PATCH}),
+})
+LATEST_PATCH = list(STANDS_FOR)[-1]  # the one patch a run begun now records
+
+
+class Patches:
+    """What a run's history says it does. Asked at the start of the run: the newest patch that
+    stands for others first, then the one before it, and so on, until one is there."""
+
+    def __init__(self) -> None:
+        self._held: frozenset[str] = frozenset()
+        for patch, older in reversed(STANDS_FOR.items()):
+            if workflow.patched(patch):
+                self._held = older | {patch}
+                break
+
+    def has(self, patch: str) -> bool:
+        """Whether the run does what `patch` marks."""
+        return patch in self._held or workflow.patched(patch)

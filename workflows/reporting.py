@@ -24,17 +24,20 @@ from contract.bounds import (
     MAX_AUDIT_RECORDS,
     MAX_EVENT_TEXT_BYTES,
     MAX_PREVIEW_BYTES,
+    MAX_REPLY_TEXT_BYTES,
     MAX_STREAM_ITEMS,
     MAX_THOUGHT_BYTES,
     MAX_TOOL_NAME_BYTES,
     STREAM_CARRY_BYTES,
+    TOKEN_ITEM_CHARS,
     Tail,
     clip,
+    clip_bytes,
     json_size,
     keep_within,
     preview_args,
 )
-from contract.names import EVENTS_TOPIC, OFFSET_QUERY
+from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC
 from contract.state import ConversationState, StreamSnapshot
 from rules.gate import Refusal
 from workflows.notifier import Notifier
@@ -51,6 +54,7 @@ class Narrator:
         prior, state.stream = stream_state(state.stream), None  # the stream holds it now; `carry`
         self.stream = WorkflowStream(prior_state=prior)  # gives it back
         self._events = self.stream.topic(EVENTS_TOPIC, type=StreamEvent)
+        self._tokens = self.stream.topic(TOKENS_TOPIC, type=StreamEvent)
         self._base = prior.base_offset if prior is not None else 0
         self._state = state
         self._audit = Tail(state.audit, MAX_AUDIT_RECORDS, audit_bytes)
@@ -70,6 +74,15 @@ class Narrator:
             kind=kind, turn=current.number if turn is None else turn,
             step=current.steps if step is None else step, **fields,
         ))
+
+    def tokens(self, step: int, text: str) -> None:
+        """A model's text that its call did not stream (it came whole in its first batch), on
+        the token topic as the call would have put it, within the bound of a reply's text."""
+        text = clip_bytes(text, MAX_REPLY_TEXT_BYTES, "reply text")
+        for i in range(0, len(text), TOKEN_ITEM_CHARS):
+            self._tokens.publish(StreamEvent(kind="token", turn=self._state.current.number,
+                                             step=step, attempt=1,
+                                             text=text[i:i + TOKEN_ITEM_CHARS]))
 
     def announce(self, result: list[Decision] | Refusal) -> None:
         """Put decisions (or a refused decision) on the live stream."""

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, TimeoutError
+from temporalio.exceptions import TimeoutError
 
 from contract import (
     AuditAction,
@@ -34,7 +34,7 @@ from rules.links import call_ticket
 from rules.questions import DECLINED, question_from_args
 from rules.stopping import CallRecord, call_record
 from workflows import telemetry
-from workflows.failures import failure_reason, raise_if_cancelled
+from workflows.failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
 from workflows.human_desk import HumanDesk
 from workflows.reporting import Narrator
 from workflows.subagents import Subagents
@@ -73,7 +73,7 @@ class ToolRound:
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
         narrator: Narrator, sync_status: Callable[[], None], pace: Pace = Pace(),
-        seams: bool = False,
+        seams: bool = False, local_reads: bool = False,
     ) -> None:
         self._input = inp
         self._pace = pace
@@ -82,6 +82,7 @@ class ToolRound:
         self._narrator = narrator
         self._sync_status = sync_status
         self._seams = seams
+        self._local_reads = local_reads  # tools their worker marks local run as local activities
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
 
     async def run(
@@ -275,29 +276,31 @@ class ToolRound:
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
             step=turn.steps, approval=approval, risk=tool.risk,
         )
+        options = dict(
+            result_type=ToolOutcome,
+            start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
+            retry_policy=RetryPolicy(
+                initial_interval=self._pace.first_retry,
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=attempts,
+            ),
+            summary=loop.describe_call(tool.name, args),
+        )
         try:
             with self._desk.awaiting_results():
+                if self._local_reads and tool.local and tool.risk == "safe" and tool.retry_safe:
+                    # in this workflow task, by its worker: no round trip through the server
+                    return await workflow.execute_local_activity(tool.name, invocation, **options)
                 return await workflow.execute_activity(
-                    tool.name,
-                    invocation,
-                    result_type=ToolOutcome,
-                    task_queue=self._state.tool_queue,
-                    start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
-                    heartbeat_timeout=self._pace.tool_heartbeat,
-                    retry_policy=RetryPolicy(
-                        initial_interval=self._pace.first_retry,
-                        backoff_coefficient=2.0,
-                        maximum_interval=timedelta(seconds=10),
-                        maximum_attempts=attempts,
-                    ),
-                    summary=loop.describe_call(tool.name, args),
-                )
-        except ActivityError as err:
+                    tool.name, invocation, task_queue=self._state.tool_queue,
+                    heartbeat_timeout=self._pace.tool_heartbeat, **options)
+        except ACTIVITY_FAILURES as err:
             raise_if_cancelled(err)
             reason = failure_reason(err)
             workflow.logger.warning("tool %s failed: %s", tool.name, reason)
             return ToolOutcome(
-                status="timed_out" if isinstance(err.cause, TimeoutError) else "error",
+                status="timed_out" if isinstance(cause_of(err), TimeoutError) else "error",
                 observation=loop.tool_failure_observation(tool, reason, attempts),
             )
 

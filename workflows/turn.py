@@ -48,7 +48,10 @@ class TurnLoop:
         The turn runs as a task that `end` cancels, with whatever it has in flight."""
         if text is not None:
             self._begin_turn(text)
-        if workflow.patched(END_INTERRUPTS_PATCH):
+        # A run with the latest patch asks none here: a patch first asked after a local activity
+        # in the same workflow task does not replay (the activity's marker comes first, and
+        # Temporal's core meets the patch's marker before the command that asks it).
+        if self._patches.has(END_INTERRUPTS_PATCH):
             self._turn_task = asyncio.ensure_future(self._think_and_act())
             try:
                 await self._turn_task
@@ -173,7 +176,8 @@ class TurnLoop:
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
             tool_round = ToolRound(self._input, state, self._desk, self._narrator,
-                                   self._sync_status, self._pace, self._seams)
+                                   self._sync_status, self._pace, self._seams,
+                                   self._local_reads)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)

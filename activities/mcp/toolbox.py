@@ -104,7 +104,8 @@ class McpToolbox:
             return _server_error(server, str(exc))
         except Exception as exc:
             if client is None:  # the deadline passed while the session was still opening
-                return _server_error(server, f"did not answer within {timeout:g} s")
+                return _server_error(server, f"tool {entry.tool} did not answer within "
+                                             f"{timeout:g} s (its server was still starting)")
             why, broken = _call_failure(exc, entry.tool, timeout)
             why = server.redact(why)
             bound.warning("mcp tool call failed", error=why, session_discarded=broken)

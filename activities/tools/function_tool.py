@@ -43,12 +43,13 @@ def tool(function: ToolFunction, /) -> FunctionTool: ...
 @overload
 def tool(*, name: str | None = None, risk: Risk = "safe", idempotent: bool = True,
          keyed: bool = False, timeout_s: float = 30.0, max_attempts: int = 3,
-         ) -> Callable[[ToolFunction], FunctionTool]: ...
+         local: bool | None = None) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
 def tool(function: ToolFunction | None = None, /, *, name: str | None = None, risk: Risk = "safe",
          idempotent: bool = True, keyed: bool = False, timeout_s: float = 30.0,
-         max_attempts: int = 3) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
+         max_attempts: int = 3, local: bool | None = None
+         ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Make a tool of a function, sync or async: `@tool` or `@tool(risk="sensitive", ...)`.
 
     - `name`: the function's name unless given.
@@ -57,6 +58,11 @@ def tool(function: ToolFunction | None = None, /, *, name: str | None = None, ri
     - `keyed`: it writes under `ctx.idempotency_key`, so a retry finds what it wrote; a tool that
       is neither idempotent nor keyed runs at most once.
     - `timeout_s`: how long one attempt may take; `max_attempts`: attempts of a retry-safe tool.
+    - `local`: run in the worker of the conversation's workflow task, as a Temporal local
+      activity, which saves a server round trip per step. Every safe tool does unless it says
+      `local=False`, as a long read should (queries wait while a local run goes on, and it
+      heartbeats no details); a tool that waits for approval, or that may not run again (neither
+      idempotent nor keyed), cannot.
 
     A parameter typed `ToolContext` receives the call's context and is not shown to the model.
     A tool whose only other parameter is a pydantic model takes the model's fields as its
@@ -64,13 +70,14 @@ def tool(function: ToolFunction | None = None, /, *, name: str | None = None, ri
 
     def make(fn: ToolFunction) -> FunctionTool:
         return function_tool(fn, name=name or fn.__name__, risk=risk, idempotent=idempotent,
-                             keyed=keyed, timeout_s=timeout_s, max_attempts=max_attempts)
+                             keyed=keyed, timeout_s=timeout_s, max_attempts=max_attempts,
+                             local=local)
 
     return make if function is None else make(function)
 
 
 def function_tool(fn: ToolFunction, *, name: str, risk: Risk, idempotent: bool, keyed: bool,
-                  timeout_s: float, max_attempts: int) -> FunctionTool:
+                  timeout_s: float, max_attempts: int, local: bool | None = None) -> FunctionTool:
     where = f"tool {name!r} ({fn.__module__}.{fn.__qualname__})"
     try:
         problem = name_problem(name)
@@ -81,6 +88,12 @@ def function_tool(fn: ToolFunction, *, name: str, risk: Risk, idempotent: bool, 
                                       f"not {risk!r}")
         if timeout_s <= 0 or max_attempts < 1:
             raise ToolDefinitionError("timeout_s must be positive and max_attempts at least 1")
+        if local and risk != "safe":
+            raise ToolDefinitionError(f"local=True is for safe tools: a {risk} call waits for "
+                                      "approval and runs as an activity of its own")
+        if local and not (idempotent or keyed):
+            raise ToolDefinitionError("local=True is for tools that may run again (idempotent "
+                                      "or keyed): a local run whose worker dies runs again")
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
         description = first_paragraph(doc)
         if not description:
@@ -90,7 +103,7 @@ def function_tool(fn: ToolFunction, *, name: str, risk: Risk, idempotent: bool, 
         spec = FunctionTool(
             name=name, description=description, args_model=args_model,
             handler=_handler(fn, ctx_param, whole), risk=risk, idempotent=idempotent, keyed=keyed,
-            timeout_s=timeout_s, max_attempts=max_attempts, function=fn,
+            timeout_s=timeout_s, max_attempts=max_attempts, local=local, function=fn,
         )
         spec.definition()  # the schema and the options, checked now rather than at first use
     except (ToolDefinitionError, PydanticUserError) as err:

@@ -92,8 +92,19 @@ class ToolSpec:
     keyed: bool = False  # writes under `ctx.idempotency_key`, so a retry cannot write twice
     timeout_s: float = 30.0
     max_attempts: int = 3  # for a tool a retry cannot harm (idempotent or keyed); others run once
+    # Runs as a local activity, in the worker that runs the conversation's workflow task: no
+    # server round trip of its own, so a step costs one workflow task instead of two. None: every
+    # safe tool that may run again does. A local run has no heartbeat (`ToolContext.heartbeat`
+    # keeps no details), queries wait while it runs, and after a worker dies it runs again once
+    # the workflow task times out: for quick reads, not for long ones.
+    local: bool | None = None
 
-    def definition(self) -> ToolDefinition:
+    @property
+    def runs_locally(self) -> bool:
+        may = self.risk == "safe" and (self.idempotent or self.keyed)
+        return may and self.local is not False
+
+    def definition(self, local: bool = True) -> ToolDefinition:
         return ToolDefinition(
             name=self.name,
             description=self.description,
@@ -103,6 +114,7 @@ class ToolSpec:
             keyed=self.keyed,
             timeout_s=self.timeout_s,
             max_attempts=self.max_attempts,
+            local=local and self.runs_locally,
         )
 
 
@@ -128,7 +140,8 @@ class ToolRegistry:
                 raise ValueError(f"tool {spec.name!r} is registered twice")
             self._specs[spec.name] = spec
         # Schemas are fixed per process; building them on every list_tools cost 2% of worker CPU.
-        self._definitions = [spec.definition() for spec in self._specs.values()]
+        self._definitions = {local: [spec.definition(local) for spec in self._specs.values()]
+                             for local in (True, False)}
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
@@ -136,5 +149,7 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._specs)
 
-    def definitions(self) -> list[ToolDefinition]:
-        return list(self._definitions)
+    def definitions(self, local: bool = True) -> list[ToolDefinition]:
+        """The tools' definitions; `local=False`: none runs as a local activity (the worker
+        does not run the tools itself, or is told not to)."""
+        return list(self._definitions[local])

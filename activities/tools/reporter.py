@@ -12,6 +12,7 @@ import structlog
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from activities.heartbeat import is_local
 from contract import StreamEvent
 from contract.bounds import MAX_EVENT_TEXT_BYTES, clip
 from contract.names import TOKENS_TOPIC
@@ -26,6 +27,7 @@ class CallReporter:
         self._event = StreamEvent(kind="tool_progress", turn=turn, step=step, call_id=call_id,
                                   tool=tool)
         self._loop = asyncio.get_running_loop()
+        self._local = is_local()  # a local activity has no heartbeat to carry details
         self._details: tuple[Any, ...] = ()
         # Opened at the first progress: most calls never report any.
         self._live: WorkflowStreamClient | None = None
@@ -36,7 +38,8 @@ class CallReporter:
 
     def beat(self) -> None:
         """The worker's own periodic heartbeat, which must not drop the tool's details."""
-        activity.heartbeat(*self._details)
+        if not self._local:
+            activity.heartbeat(*self._details)
 
     def progress(self, text: str) -> None:
         self._on_loop(self._publish, clip(str(text), MAX_EVENT_TEXT_BYTES))
@@ -52,6 +55,9 @@ class CallReporter:
             log.warning("tool progress not delivered", error=str(err))
 
     def _heartbeat(self, details: Any) -> None:
+        if self._local and details is not None and not self._details:
+            log.warning("a local run keeps no heartbeat details: declare the tool local=False "
+                        "to resume from them after a retry")
         if details is not None:
             self._details = (details,)
         self.beat()

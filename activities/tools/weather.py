@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Annotated
 
 import httpx
@@ -10,6 +11,8 @@ from pydantic import Field
 from activities.tools.function_tool import tool
 from activities.tools.registry import ToolContext, ToolError
 
+MAX_PLACES = 1024  # places a worker keeps found, the least recently asked for going first
+_PLACES: OrderedDict[tuple[str, str], dict] = OrderedDict()
 CURRENT_FIELDS = "temperature_2m,relative_humidity_2m,wind_speed_10m,weather_code"
 WMO_CODES = {
     0: "clear sky", 1: "mainly clear", 2: "partly cloudy", 3: "overcast", 45: "fog",
@@ -27,17 +30,7 @@ async def get_weather(location: Annotated[str, Field(min_length=1)], ctx: ToolCo
     Args:
         location: A city or place name, e.g. 'Paris'
     """
-    geo = await _get_json(
-        ctx.http, ctx.settings.geocoding_url,
-        {"name": location, "count": 1, "language": "en", "format": "json"},
-    )
-    results = geo.get("results") or []
-    if not results:
-        raise ToolError(
-            f"no place named {location!r} was found; check the spelling or name a larger "
-            "place nearby"
-        )
-    place = results[0]
+    place = await _place(ctx, location)
     forecast = await _get_json(
         ctx.http, ctx.settings.forecast_url,
         {"latitude": place["latitude"], "longitude": place["longitude"],
@@ -53,6 +46,29 @@ async def get_weather(location: Annotated[str, Field(min_length=1)], ctx: ToolCo
         f"wind {current.get('wind_speed_10m')} {units.get('wind_speed_10m', 'km/h')} "
         f"(observed {current.get('time')} local time)"
     )
+
+
+async def _place(ctx: ToolContext, location: str) -> dict:
+    """The place a name stands for, as the geocoding service found it; found once per worker
+    (places do not move): the forecast is the only call a repeated city costs."""
+    key = (ctx.settings.geocoding_url, location.strip().casefold())
+    if (place := _PLACES.get(key)) is not None:
+        _PLACES.move_to_end(key)
+        return place
+    geo = await _get_json(
+        ctx.http, ctx.settings.geocoding_url,
+        {"name": location, "count": 1, "language": "en", "format": "json"},
+    )
+    results = geo.get("results") or []
+    if not results:  # not kept: a name may be found later (a service that was catching up)
+        raise ToolError(
+            f"no place named {location!r} was found; check the spelling or name a larger "
+            "place nearby"
+        )
+    _PLACES[key] = place = results[0]
+    if len(_PLACES) > MAX_PLACES:
+        _PLACES.popitem(last=False)
+    return place
 
 
 async def _get_json(http: httpx.AsyncClient, url: str, params: dict) -> dict:
