@@ -64,8 +64,9 @@ async def eager_client(activity_settings: ActivitySettings) -> AsyncIterator[tup
         await env.shutdown()
 
 
-# A handover every few steps (a step of local reads adds 7 events; the first workflow task ~20)
-OFTEN = {"continue_as_new_after_events": 25}
+OFTEN = {"continue_as_new_after_events": 40}
+# Handovers every few steps (a step of local reads adds 7 events): a budget that no run reaches
+OFTENER = {"continue_as_new_after_events": 25}
 
 
 async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
@@ -153,14 +154,14 @@ async def test_the_token_budget_holds_across_handovers(
     tour = [ScriptedReply(tool_calls=[tool_call("get_weather", {"location": city})])
             for city in ["Paris", "Tokyo", "Berlin", "London"] * 3]
     free = script(model, unique("budget-ref"), *tour, ScriptedReply(content="toured"))
-    reference = await start(client, queue, free, max_steps=20, one_shot=True, **OFTEN)
+    reference = await start(client, queue, free, max_steps=20, one_shot=True, **OFTENER)
     assert (await asyncio.wait_for(reference.result(), timeout=60)).final_answer == "toured"
     calls = [n for run in tokens_per_run(await run_histories(client, reference)) for n in run]
     budget = sum(calls[:8])  # the same calls cost the same again (triggers of one length)
 
     budgeted = script(model, unique("budget-cap"), *tour, ScriptedReply(content="toured"))
     handle = await start(client, queue, budgeted, max_steps=20, one_shot=True,
-                         max_total_tokens=budget, **OFTEN)
+                         max_total_tokens=budget, **OFTENER)
     result = await asyncio.wait_for(handle.result(), timeout=60)
     assert (result.stop_reason, result.llm_calls) == ("budget_exceeded", 8), result
     assert f"token budget ({budget} tokens)" in result.error
