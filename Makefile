@@ -2,13 +2,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-real-model local-model bench docs install server worker api stop clean
+.PHONY: demo test test-long test-real-model local-model bench docs install server worker api stop clean
 
 demo:
 	@scripts/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# Also the stress-scale runs (the chaos run, 300 turns, more generated conversations): ~10 min.
+test-long: $(STAMP)
+	AGENT_TEST_LONG=1 $(PY) -m pytest -q -n 2
 
 # The demo's prompts against a real model (never in CI): any OpenAI-compatible endpoint, or the
 # small one `make local-model` serves on this CPU.

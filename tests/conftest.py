@@ -32,7 +32,7 @@ from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.console_support import VIEWPORT, Console
 from tests.devserver import TUNING_ARGS, free_port, temporal_cli
 from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
-from tests.helpers import unique
+from tests.helpers import LONG, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
 from tests.subagent_support import PROFILES
 from worker.app import build_worker
@@ -213,3 +213,14 @@ def http_ports() -> Iterator[dict[str, int]]:
         for process in processes:
             process.terminate()
             process.wait(timeout=10)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stress-scale runs (marked `long`) wait for `make test-long`, which keeps `make test` in
+    its minutes."""
+    if LONG:
+        return
+    skip = pytest.mark.skip(reason="a stress-scale run: make test-long (AGENT_TEST_LONG=1)")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)

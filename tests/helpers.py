@@ -42,6 +42,8 @@ from workflows.signal_guard import SignalGuard
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
+# `make test-long`: the stress-scale runs too (tests marked `long`, and bigger generated runs)
+LONG = os.environ.get("AGENT_TEST_LONG") == "1"
 _FAST = timedelta(milliseconds=20)
 REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
                     workflow_runner=workflow_runner(), interceptors=[SignalGuard()])

@@ -1,11 +1,14 @@
-"""The small CI version of `python -m tests.chaos`: 10 conversations under worker kills and a
-server restart, each of whose histories must replay with today's code."""
+"""The small version of `python -m tests.chaos`: six conversations under worker kills and a
+server restart, each of whose histories must replay with today's code (`make test-long`)."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.chaos import is_expected_answer, run_chaos
 
 
+@pytest.mark.long
 async def test_chaos_small():
     # A shorter model latency than the full run's, so that steps fit between kills on a busy CI
     # machine (the suite runs in two processes), and six conversations, in the time `make test`

@@ -9,7 +9,7 @@ each question. Whatever the model sent:
 - status, history and the live events serialize as valid UTF-8;
 - every command the CLI and the Temporal UI print is one shell command.
 
-`make test` runs 3 batches; AGENT_GENERATED_CONVERSATIONS sets how many for a long run."""
+`make test` runs one batch, `make test-long` three; AGENT_GENERATED_CONVERSATIONS sets how many."""
 
 from __future__ import annotations
 
@@ -47,11 +47,11 @@ from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import RISKY_TOOLS, one_command, printed_commands, replies
-from tests.helpers import FAST_LLM, REPLAYER, script, settled, start, unique
+from tests.helpers import FAST_LLM, LONG, REPLAYER, script, settled, start, unique
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 
-BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3"))
+BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3" if LONG else "1"))
 AT_ONCE = 6  # conversations a batch runs together
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
                       tools=["create_note", "get_weather", "ask_confirm"], max_steps=3)

@@ -38,6 +38,7 @@ def chat_bodies(model: ScriptedModelServer, trigger: str, kind: str = "chat") ->
     return [r.body for r in model.requests if r.trigger == trigger and r.kind == kind]
 
 
+@pytest.mark.long
 async def test_a_300_turn_chat_answers_every_turn_within_the_budget(
     client: Client, task_queue: str, model: ScriptedModelServer
 ):
