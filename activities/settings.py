@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
+from activities.memory import check_url, default_url
 from activities.models import Models
 from activities.pricing import Prices
 from activities.profiles import Profiles
 from activities.webhooks import DEFAULT_LINK_TTL_S, Webhooks
+from contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL, MAX_RECALLED
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
@@ -53,6 +55,13 @@ class ActivitySettings:
     # delivery is retried before it is given up (and recorded as failed)
     webhooks: Webhooks | None = None
     webhook_retry_s: float = 3600.0
+    # Memory across conversations: AGENT_MEMORY=off turns it off; AGENT_MEMORY_URL names the
+    # store (None: SQLite in the data dir); AGENT_MEMORY_RECALL, how many memories a turn
+    # recalls; AGENT_MEMORY_MAX, how many an owner keeps (past it the least-used go)
+    memory: bool = True
+    memory_url: str | None = field(default=None, repr=False)  # may hold a password
+    memory_recall: int = DEFAULT_RECALL
+    memory_max: int = DEFAULT_MAX_PER_OWNER
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -84,7 +93,19 @@ class ActivitySettings:
                                    seconds(env, "AGENT_LINK_TTL_S", DEFAULT_LINK_TTL_S))
             if env.get("AGENT_WEBHOOKS") else None,
             webhook_retry_s=float(seconds(env, "AGENT_WEBHOOK_RETRY_S", 3600)),
+            memory=on_or_off("AGENT_MEMORY", env.get("AGENT_MEMORY", ""), default=True),
+            memory_url=check_url(env["AGENT_MEMORY_URL"]) if env.get("AGENT_MEMORY_URL")
+            else None,
+            memory_recall=count(env, "AGENT_MEMORY_RECALL", DEFAULT_RECALL, low=0,
+                                high=MAX_RECALLED),
+            memory_max=count(env, "AGENT_MEMORY_MAX", DEFAULT_MAX_PER_OWNER, low=1,
+                             high=1_000_000),
         )
+
+    @property
+    def memory_store_url(self) -> str:
+        """Where memories are kept: AGENT_MEMORY_URL, else SQLite in the data dir."""
+        return self.memory_url or default_url(self.data_dir)
 
     def model_entries(self) -> Models:
         """The model entries: AGENT_MODELS's, or the one OPENAI_* describe."""
@@ -104,6 +125,16 @@ def seconds(env: Mapping[str, str], name: str, default: int) -> int:
         return default
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"{name} must be a whole number of seconds, not {raw!r}")
+    return int(raw)
+
+
+def count(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    """A whole number between `low` and `high` from the environment."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {raw!r}")
     return int(raw)
 
 

@@ -161,3 +161,11 @@ def model_call_measured(label: str, started: float, usage: Usage | None, error: 
     if usage.cost_usd:
         meter.create_histogram_float("agent_cost_usd", "dollars of a model call", "USD").record(
             usage.cost_usd, labels)
+
+
+def count_memories(action: str, n: int) -> None:
+    """Memories stored, recalled, evicted or forgotten (`agent_memories`, by action)."""
+    if n > 0 and activity.in_activity():
+        activity.metric_meter().create_counter(
+            "agent_memories", "memories stored, recalled, evicted and forgotten", "{memory}"
+        ).add(n, {"agent_memory_action": action})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -14,9 +15,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
 from activities.heartbeat import heartbeating
+from activities.memory import open_store
 from activities.models import model_routes
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from activities.tools.memory import recall
 from activities.tools.reporter import CallReporter
 from activities.windows import Windows
 from contract import (
@@ -28,7 +31,15 @@ from contract import (
     WorkerHandshake,
 )
 from contract.bounds import truncate_observation, valid_text
+from contract.memory import (
+    MAX_RECALLED_BYTES,
+    RECALL_ACTIVITY,
+    RECALL_TOOL,
+    Recalled,
+    RecallRequest,
+)
 from rules.gate import execution_refusal
+from rules.memory import within_bytes
 
 if TYPE_CHECKING:
     from activities.mcp import McpToolbox
@@ -55,6 +66,28 @@ class ToolActivities:
         # Quick safe reads run in the worker of the workflow task, unless this worker sends tool
         # runs elsewhere or is told not to (AGENT_LOCAL_TOOLS=off).
         self._local = settings.local_tools and not self._activity_queues
+        # Memory is on where the worker has it and its registry has the built-in memory tools
+        self._memory = settings.memory and registry.get(RECALL_TOOL) is recall
+
+    @activity.defn(name=RECALL_ACTIVITY)
+    async def recall_memories(self, request: RecallRequest) -> Recalled:
+        """Before a turn: the owner's memories most relevant to its first message, within the
+        worker's count (AGENT_MEMORY_RECALL) and the recalled block's byte bound."""
+        if not self._memory or self._settings.memory_recall == 0:
+            return Recalled()
+        store = open_store(self._settings.memory_store_url)
+        with telemetry.span("recall memories", {
+                "gen_ai.operation.name": "recall_memories",
+                "gen_ai.conversation.id": activity.info().workflow_id,
+                "agent.owner": request.owner}) as span:
+            found = await asyncio.to_thread(store.search, request.owner, request.query,
+                                            self._settings.memory_recall)
+            kept = within_bytes(found, MAX_RECALLED_BYTES)
+            telemetry.set_attributes(span, {"agent.memory.recalled": len(kept)})
+        telemetry.count_memories("recalled", len(kept))
+        log.info("memories recalled", recalled=[m.id for m in kept],
+                 left_out=len(found) - len(kept))
+        return Recalled(memories=kept)
 
     @activity.defn(name=LIST_TOOLS_ACTIVITY)
     async def list_tools(self, request: ToolListRequest | None = None) -> WorkerHandshake:
@@ -63,6 +96,7 @@ class ToolActivities:
         allowed, models = self._settings.auto_approvable, self._settings.model_entries()
         floor = None if allowed is None else sorted(allowed)
         rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes),
+                 "memory": self._memory,
                  "activity_queues": self._activity_queues,
                  "webhooks": self._settings.webhooks.refs() if self._settings.webhooks else [],
                  "webhook_retry_s": self._settings.webhook_retry_s,
@@ -134,6 +168,8 @@ class ToolActivities:
             http=self._http,
             call_id=invocation.call_id,
             idempotency_key=invocation.idempotency_key,
+            owner=invocation.owner,
+            conversation_id=activity.info().workflow_id,
             answer=invocation.answer,
             heartbeat_details=next(iter(activity.info().heartbeat_details), None),
             reporter=reporter,

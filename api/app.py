@@ -28,7 +28,7 @@ from api.errors import (
 )
 from api.guard import BodyLimit, Gate
 from api.links import link_routes
-from api.routes import console, conversations, inputs, streams
+from api.routes import console, conversations, inputs, memories, streams
 from api.settings import ApiSettings
 from client.connection import TemporalSettings, connect
 from client.session import Session
@@ -67,7 +67,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     # size, and CORS.
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["GET", "POST"],
+                           allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
                            expose_headers=["X-Request-ID"])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -77,7 +77,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     document_errors(app)
     document_discriminators(app)
 
-    for routes in (conversations, inputs, streams, console):
+    for routes in (conversations, inputs, streams, memories, console):
         app.include_router(routes.router)
     app.include_router(link_routes(
         settings.link_secret, settings.tokens,

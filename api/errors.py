@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from api.access import Forbidden
 from api.routes import every_route
-from client.checks import CliError, NotFound, NoWorker, Refused, UsageError
+from client.checks import CliError, NotFound, NoWorker, Refused, Unavailable, UsageError
 
 log = structlog.get_logger("api")
 REQUEST_ID = "X-Request-ID"
@@ -100,7 +100,8 @@ def unprocessable(errors: list[dict[str, Any]]) -> JSONResponse:
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    for error, code in ((NotFound, 404), (NoWorker, 503), (Refused, 409), (CliError, 409),
+    for error, code in ((NotFound, 404), (NoWorker, 503), (Unavailable, 503),
+                        (Refused, 409), (CliError, 409),
                         (Forbidden, 403)):
         app.add_exception_handler(error, _plain(code))
 
@@ -165,7 +166,8 @@ ERRORS: dict[int, dict[str, Any]] = {
     409: _documented("refused by the conversation: the reason; nothing changed"),
     413: _documented("the body is over AGENT_API_MAX_BODY_BYTES"),
     502: _documented("Temporal refused the request: the log has its reason, under request_id"),
-    503: _documented("no worker answered in time (AGENT_API_TIMEOUT_S)"),
+    503: _documented("no worker answered in time (AGENT_API_TIMEOUT_S), or the memory store "
+                     "cannot be reached"),
 }
 
 

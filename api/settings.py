@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.memory import url_from_env
 from api.access import TokenBook, TokenError
 
 DEFAULT_ADDRESS = "127.0.0.1:8000"
@@ -22,6 +23,13 @@ class SettingsError(ValueError):
     """An environment variable the API cannot start with."""
 
 
+def _memory_url(env: Mapping[str, str]) -> str | None:
+    try:
+        return url_from_env(env)
+    except ValueError as err:
+        raise SettingsError(str(err)) from None
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     host: str = "127.0.0.1"
@@ -33,6 +41,8 @@ class ApiSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S  # how long a request waits for a worker
     trace_url: str | None = None  # AGENT_TRACE_URL: a trace viewer's URL with {trace_id}
     link_secret: str | None = field(default=None, repr=False)  # AGENT_LINK_SECRET
+    # the workers' memory store (AGENT_MEMORY_URL, AGENT_DATA_DIR); None: AGENT_MEMORY=off
+    memory_url: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ApiSettings:
@@ -48,6 +58,7 @@ class ApiSettings:
             timeout_s=float(_positive_int(env, "AGENT_API_TIMEOUT_S", int(DEFAULT_TIMEOUT_S))),
             trace_url=trace_url(env.get("AGENT_TRACE_URL", "")),
             link_secret=env.get("AGENT_LINK_SECRET") or None,
+            memory_url=_memory_url(env),
         )
         settings.check_exposure()
         return settings

@@ -25,6 +25,10 @@ class NoWorker(CliError):
     """No worker answered within the deadline."""
 
 
+class Unavailable(CliError):
+    """A store the request needs cannot be reached (the memory store)."""
+
+
 class UsageError(Exception):
     """A request that cannot be sent as it is (the CLI exits 2)."""
 

@@ -27,6 +27,7 @@ from client.checks import (
     targets,
 )
 from client.connection import TemporalSettings, connect
+from client.memories import cmd_forget, cmd_memories
 from client.render import render_history, render_status
 from client.session import STATUSES, Session
 from client.watch import watch
@@ -308,6 +309,19 @@ def build_parser() -> argparse.ArgumentParser:
                                 "stop_reason=ended")
     _add_as(p, "who ends it")
     command("cancel", cmd_cancel, "cancel the conversation's workflow: stop_reason=cancelled")
+
+    # What the agent remembers of a person: the workers' store, no Temporal needed
+    p = command("memories", cmd_memories, "what the agent remembers of you (or of --as NAME)",
+                conversation=False, as_json=True)
+    p.add_argument("--query", help="words to look for: best match first (default: newest first)")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    _add_as(p, "whose memories")
+    p.set_defaults(offline=True)
+    p = command("forget", cmd_forget, "forget one of your memories (or of --as NAME)",
+                conversation=False, as_json=True)
+    p.add_argument("memory_id", metavar="MEMORY_ID", help="the memory's id, as `memories` shows it")
+    _add_as(p, "whose memory")
+    p.set_defaults(offline=True)
     return parser
 
 
@@ -348,6 +362,8 @@ async def run(argv: list[str]) -> int:
         for field in ("prompt", "message"):  # checked before anything is sent
             if hasattr(args, field):
                 setattr(args, field, message_text(getattr(args, field), max_message_bytes))
+        if getattr(args, "offline", False):
+            return args.func(args)
         settings = TemporalSettings.from_env()
         try:
             client = await connect(settings)

@@ -103,6 +103,10 @@ def render_history(records: list[AuditRecord]) -> str:
                          f"  context folded ({tokens})")
             lines.append(f"  summary: {shown(r.thought)}")
             continue
+        if r.kind == "recall":
+            lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "
+                         f"recalled memories: {shown(r.text)}")
+            continue
         if r.kind in INPUTS:
             said = f": {shown(r.text)}" if r.text else ""
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "

@@ -14,6 +14,7 @@ from contract.bounds import (
     valid_json,
     valid_text,
 )
+from contract.memory import RECALL_ACTIVITY
 
 # The activity types, declared once: the workers register them by these names, and the
 # conversation calls them by these names (recorded in every history: they never change).
@@ -23,7 +24,7 @@ SUMMARIZE_ACTIVITY = "summarize"
 LIST_TOOLS_ACTIVITY = "list_tools"
 NOTIFY_ACTIVITY = "notify"
 RUNTIME_ACTIVITIES = frozenset({LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY,
-                                LIST_TOOLS_ACTIVITY})  # the model's and the handshake's
+                                LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY})  # the runtime's own
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -211,6 +212,8 @@ class WorkerHandshake(BaseModel):
     webhooks: list[WebhookRef] = []  # AGENT_WEBHOOKS
     webhook_retry_s: float = 3600.0  # how long a delivery is retried before it is given up
     system_prompt: str | None = None  # a subagent's, from its profile
+    # Memory across conversations is on (AGENT_MEMORY): each turn recalls the owner's memories
+    memory: bool = False
 
 
 class WebhookRef(BaseModel):
@@ -331,6 +334,7 @@ class ToolInvocation(BaseModel):
     # conversation knew the tool by: the activity runs a non-safe tool only with both in order.
     approval: Decision | None = None
     risk: Risk = "safe"
+    owner: str | None = None  # whom the call acts for: the conversation's owner
 
 
 class Question(BaseModel):

@@ -148,6 +148,7 @@ class ConversationState(BaseModel):
     catalog: dict[str, ToolDefinition] = {}
     four_eyes: list[Risk] = []  # risks decided by someone other than the owner (the worker's)
     tool_queue: str | None = None  # where tool runs go, when workers split the roles
+    memory: bool = False  # each turn recalls the owner's memories (the worker has memory on)
     webhooks: list[WebhookRef] = []  # whom events are delivered to (the worker's AGENT_WEBHOOKS)
     webhook_retry_s: float = 3600.0
     outbox: list[NotifyRequest] = []  # deliveries not yet done (a handover re-sends them)

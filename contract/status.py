@@ -78,7 +78,9 @@ class AuditRecord(BaseModel):
     """One ReAct step: what the model thought, what it did, who allowed it, what came back.
     A `summary` record is the model folding older turns into the running summary before `step`.
     A `start`, `message`, `answer` or `end` record is a person's input (`by`: who, `text`: the
-    message or the answer), at the turn that answers it (or takes the answer)."""
+    message or the answer), at the turn that answers it (or takes the answer). A `recall`
+    record is what the turn recalled of its owner's memories (`text`: their ids), before its
+    first step."""
 
     at: datetime
     turn: int
@@ -87,7 +89,8 @@ class AuditRecord(BaseModel):
     actions: list[AuditAction] = []
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
-    kind: Literal["step", "summary", "start", "message", "answer", "end", "notify"] = "step"
+    kind: Literal["step", "summary", "start", "message", "answer", "end", "notify",
+                  "recall"] = "step"
     entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)

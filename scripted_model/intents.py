@@ -2,7 +2,8 @@
 
 When no scripted scenario matches, `make demo`, the CLI and the console still get a model that
 does what the message says, as far as an offline demo can: the weather for a city, then save,
-list or delete notes. Anything else gets a plain "I can't do that offline". No randomness and no
+list or delete notes; remember what "remember that ..." says, and answer from the memories a
+turn recalled. Anything else gets a plain "I can't do that offline". No randomness and no
 I/O: the plan is read again from the message on every request, and the number of assistant
 replies since that message says which of its steps comes next.
 """
@@ -17,8 +18,8 @@ from .replies import ScriptedReply, ScriptedToolCall, message_text
 
 HELP = (
     "I'm the offline demo model, so I only understand a few requests: the weather in a city, "
-    "and saving, listing or deleting notes. For example: \"Check the weather in Tokyo and save "
-    "it as a note titled 'Tokyo'.\" Set OPENAI_API_KEY (and OPENAI_BASE_URL and OPENAI_MODEL for "
+    "saving, listing or deleting notes, and \"remember that ...\". For example: \"Check the "
+    "weather in Tokyo and save it as a note titled 'Tokyo'.\" Set OPENAI_API_KEY (and OPENAI_BASE_URL and OPENAI_MODEL for "
     "another endpoint) to use a real model."
 )
 ASK_CITY = "Which city? (I'm the offline demo model: name it, as in \"the weather in Tokyo\".)"
@@ -46,6 +47,10 @@ DELETE = re.compile(r"\b(?:delete|remove|erase)\b", re.IGNORECASE)
 LIST = re.compile(r"\b(?:list|show|search|find|read|what|which)\b(?:\s+\S+){0,2}?\s+notes?\b",
                   re.IGNORECASE)
 NOTE = re.compile(r"\bnotes?\b", re.IGNORECASE)
+# "Remember that ...", "please remember: ...", at the start of a sentence ("do you remember" asks)
+REMEMBER = re.compile(r"(?:^|[.!?]\s+)(?:please\s+)?remember\s*(?:that\b|:)?\s*(?P<fact>[^\n]+)",
+                      re.IGNORECASE)
+RECALL_CALL_PREFIX = "recall-turn-"  # the runtime's own recall before a turn (`rules.memory`)
 
 KNOWN_CITY = re.compile(r"\b(?:" + "|".join(map(re.escape, CITY_NAMES)) + r")\b", re.IGNORECASE)
 CANONICAL = {name.lower(): name for name in CITY_NAMES}
@@ -72,9 +77,13 @@ def read_intent(messages: list[dict[str, Any]], tools_offered: bool = True) -> S
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     if not users:
         return ScriptedReply(content=HELP)
-    since = messages[users[-1] + 1:]
-    results = [message_text(m) for m in messages if m.get("role") == "tool"]
+    # The memories the runtime recalled for this turn are data for the answer, not a step
+    recalled = [message_text(m) for m in messages[users[-1] + 1:] if is_runtime_recall(m)]
+    since = [m for m in messages[users[-1] + 1:] if not is_runtime_recall(m)]
+    results = [message_text(m) for m in messages if m.get("role") == "tool" and not is_runtime_recall(m)]
     plan = plan_for(message_text(messages[users[-1]]), results[-1] if results else None)
+    if plan == HELP and recalled:
+        return ScriptedReply(content=from_memories(recalled[-1]))
     if isinstance(plan, str):
         return ScriptedReply(content=plan)
     done = sum(1 for m in since if m.get("role") == "assistant")
@@ -114,12 +123,34 @@ def read_request(request: str) -> Reading:
     return Reading(title, body, query, listing is not None, text)
 
 
+def is_runtime_recall(message: dict[str, Any]) -> bool:
+    """The runtime's recall before a turn: its call, or its result."""
+    if message.get("role") == "tool":
+        return str(message.get("tool_call_id") or "").startswith(RECALL_CALL_PREFIX)
+    calls = message.get("tool_calls") or []
+    return bool(calls) and all(isinstance(c, dict) and str(c.get("id") or "").startswith(
+        RECALL_CALL_PREFIX) for c in calls)
+
+
+def from_memories(recalled: str) -> str:
+    """An answer from recalled memories: the lines that hold them (after the runtime's header)."""
+    lines = [line for line in recalled.splitlines() if line.startswith("- [")]
+    return ("From what you asked me to remember (offline demo model):\n"
+            + "\n".join(lines)) if lines else HELP
+
+
 def plan_for(request: str, last_result: str | None) -> Plan:
     """The steps a request asks for: the weather first if asked, then one notes action.
 
     `last_result` (the latest tool result of the conversation) is the body of a note that has
     none of its own: after a weather step, that is the weather the step observed.
     """
+    remember = REMEMBER.search(request[:MAX_READ])
+    if remember is not None:
+        fact = remember["fact"].strip()
+        return [Step("I'll remember that.", ScriptedToolCall(name="remember",
+                                                              arguments={"text": fact}),
+                     "Noted (offline demo model): ")]
     reading = read_request(request)
     steps: list[Step] = []
     city = None

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from rules.prompts import SUMMARIZER_PROMPT
 
-from .intents import read_intent
+from .intents import is_runtime_recall, read_intent
 from .replies import ScriptedReply, ScriptedToolCall, message_text
 
 
@@ -122,7 +122,8 @@ def select_reply(script: Script, messages: list[dict[str, Any]], tools_offered: 
 def _select_step(script: Script, messages: list[dict[str, Any]], tools_offered: bool
                  ) -> Selection:
     first_user = _text_of(messages, "user", last=False)
-    step = sum(1 for m in messages if m.get("role") == "assistant") + _dropped_steps(messages)
+    step = sum(1 for m in messages if m.get("role") == "assistant" and not is_runtime_recall(m)) \
+        + _dropped_steps(messages)
     folded = next((found for msg in messages if msg.get("role") == "system"
                    and (found := _FIRST_REQUEST.search(message_text(msg)))), None)
     known = first_user + ("\n" + folded.group(1) if folded else "")  # a summary keeps the scenario

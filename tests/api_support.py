@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -59,7 +60,9 @@ class ApiProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address,
                     "AGENT_TASK_QUEUE": task_queue,
-                    "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}", **env}
+                    "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}",
+                    # the memory store it reads, unless a test names one: never the checkout's
+                    "AGENT_DATA_DIR": tempfile.mkdtemp(prefix="agent-api-data-"), **env}
         self.proc: subprocess.Popen | None = None
         self.tail: LogTail | None = None
 

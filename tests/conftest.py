@@ -34,6 +34,7 @@ from tests.devserver import TUNING_ARGS, free_port, temporal_cli
 from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
 from tests.helpers import LONG, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
+from tests.postgres_support import running_postgres
 from tests.subagent_support import PROFILES
 from worker.app import build_worker
 
@@ -133,6 +134,13 @@ async def agents_queue(client: Client, activity_settings) -> str:
     async with httpx.AsyncClient(timeout=10) as http:
         async with build_worker(client, queue, settings, http, registry_with_test_tools()):
             yield queue
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL of the test process's own (Debian's, installed if missing)."""
+    with running_postgres() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -168,3 +168,20 @@ async def test_conversations_begun_before_local_reads_would_break_without_their_
     for path in before:
         result = await replayer.replay_workflow(kept_history(path), raise_on_replay_failure=False)
         assert result.replay_failure is not None, path.name
+
+
+async def test_a_turn_that_recalls_needs_the_memory_patch(monkeypatch: pytest.MonkeyPatch):
+    """The recorded turns that recall memories (`histories/memory_recall_*`) replay (the replay
+    test's), and would not if a run begun with the memory patch were read as one begun before
+    it: the patch is what tells the two apart."""
+    def begun_before(self: patches.Patches) -> None:
+        self._held = STANDS_FOR[patches.LOCAL_READS_PATCH] | {patches.LOCAL_READS_PATCH}
+
+    monkeypatch.setattr(patches.Patches, "__init__", begun_before)
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+                        workflow_runner=UnsandboxedWorkflowRunner(), interceptors=[SignalGuard()])
+    recalled = sorted(HISTORIES.glob("memory_recall_*.json"))
+    assert recalled
+    for path in recalled:
+        result = await replayer.replay_workflow(kept_history(path), raise_on_replay_failure=False)
+        assert result.replay_failure is not None, path.name

@@ -114,6 +114,13 @@ async def test_every_route_against_every_role(as_: dict[str, httpx.AsyncClient],
         ("GET", "/conversations", ""): dict.fromkeys(PEOPLE, ok),
         ("GET", "/config", ""): dict.fromkeys(PEOPLE, ok),
         ("GET", f"/conversations/{unique('nobody')}", ""): dict.fromkeys(PEOPLE, hidden),
+        # Memories: each their own; another owner's, an admin alone; what is not one's own to
+        # forget is as absent as what never was, and a viewer forgets nothing
+        ("GET", "/memories", ""): dict.fromkeys(PEOPLE, ok),
+        ("GET", "/memories?owner=alice", ""):
+            {"alice": ok, "bob": forbidden, "carol": forbidden, "vic": forbidden, "root": ok},
+        ("DELETE", f"/memories/{unique('mem')}", ""):
+            {"alice": hidden, "bob": hidden, "carol": hidden, "vic": forbidden, "root": hidden},
     }
     bodies = {"message": {"text": "later"}, "confirm": {"call_ids": ["call_nope"]},
               "reject": {"call_ids": ["call_nope"]}, "answer": {"values": ["x"]}, "end": {}}

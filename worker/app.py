@@ -29,6 +29,7 @@ from activities.models import WORKER_ROLES, model_queue, role_queues
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
+from activities.tools.memory import MEMORY_TOOLS
 from activities.tools.loader import load_tools
 from activities.webhooks import WebhookActivities
 from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
@@ -117,8 +118,8 @@ def build_worker(
 
 def local_activities(tools: ToolActivities) -> list[Any]:
     """What a conversation's workflow task may run itself, as local activities: the handshake,
-    and the quick safe reads its handshake marked local."""
-    return [tools.list_tools, tools.run_tool]
+    the quick safe reads its handshake marked local, and a turn's recall of memories."""
+    return [tools.list_tools, tools.run_tool, tools.recall_memories]
 
 
 def interceptors(tracing: Tracing | None) -> list[Interceptor]:
@@ -208,10 +209,12 @@ def workflow_sandbox(value: str) -> bool:
 
 
 def tool_registry(settings: ActivitySettings) -> ToolRegistry:
-    """The built-in tools (unless `AGENT_BUILTIN_TOOLS=off`), and those of the modules in
-    `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one cannot be used)."""
-    return ToolRegistry(load_tools(settings.tool_modules,
-                                   BUILTIN_TOOLS if settings.builtin_tools else ()))
+    """The built-in tools (unless `AGENT_BUILTIN_TOOLS=off`), memory's (unless `AGENT_MEMORY=off`),
+    and those of the modules in `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one
+    cannot be used)."""
+    builtin = (*(BUILTIN_TOOLS if settings.builtin_tools else ()),
+               *(MEMORY_TOOLS if settings.memory else ()))
+    return ToolRegistry(load_tools(settings.tool_modules, builtin))
 
 
 def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:

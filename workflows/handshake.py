@@ -16,6 +16,7 @@ from contract import (
     WorkerHandshake,
 )
 from contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
+from contract.memory import RECALL_TOOL
 from contract.state import ConversationState, ModelRoutes
 from rules.gate import policy_refusal
 from rules.questions import ASK_TOOLS
@@ -61,6 +62,7 @@ async def shake_hands(state: ConversationState, limits: Limits,
                                shared=catalog.activity_queues.get("models"),
                                limits=catalog.model_limits)
     state.tool_queue = catalog.activity_queues.get("tools")
+    state.memory = catalog.memory and RECALL_TOOL in state.catalog
     state.webhooks, state.webhook_retry_s = list(catalog.webhooks), catalog.webhook_retry_s
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,

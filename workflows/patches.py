@@ -39,6 +39,9 @@ TRUSTED_SEAMS_PATCH = "trust-at-the-seams"
 # worker marks local (a quick safe read) as one too, inside the workflow task: a step costs one
 # workflow task and one activity. Runs begun before it run each as an activity of its own.
 LOCAL_READS_PATCH = "local-reads"
+# Runs with this marker recall the owner's memories before each turn (a local activity, and the
+# recalled memories in the context as the result of a `recall` call); runs begun before it don't.
+MEMORY_PATCH = "memory"
 # Also asked by `workflows.model_step` (a forced answer that calls tools is asked again).
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 
@@ -50,6 +53,10 @@ STANDS_FOR = MappingProxyType({
         BOUNDED_CONTEXT_PATCH, MESSAGE_BEATS_IDLE_TIMEOUT_PATCH, END_INTERRUPTS_PATCH,
         DELTA_CONTEXT_PATCH, GATE_SEAMS_PATCH, AUDIT_INPUTS_PATCH, REAL_MODELS_PATCH,
         TRUSTED_SEAMS_PATCH, FORCED_ANSWER_RETRY_PATCH}),
+    MEMORY_PATCH: frozenset({
+        BOUNDED_CONTEXT_PATCH, MESSAGE_BEATS_IDLE_TIMEOUT_PATCH, END_INTERRUPTS_PATCH,
+        DELTA_CONTEXT_PATCH, GATE_SEAMS_PATCH, AUDIT_INPUTS_PATCH, REAL_MODELS_PATCH,
+        TRUSTED_SEAMS_PATCH, FORCED_ANSWER_RETRY_PATCH, LOCAL_READS_PATCH}),
 })
 LATEST_PATCH = list(STANDS_FOR)[-1]  # the one patch a run begun now records
 
@@ -66,5 +73,10 @@ class Patches:
                 break
 
     def has(self, patch: str) -> bool:
-        """Whether the run does what `patch` marks."""
-        return patch in self._held or workflow.patched(patch)
+        """Whether the run does what `patch` marks. A patch that stands for others was asked at
+        the start of the run, and is never asked again: a run begun before it keeps to what it
+        did until it continues as new (asked mid-run, after a local activity of the same
+        workflow task, a new patch's marker would not replay)."""
+        if patch in self._held or patch in STANDS_FOR:
+            return patch in self._held
+        return workflow.patched(patch)

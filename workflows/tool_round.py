@@ -274,7 +274,7 @@ class ToolRound:
         invocation = ToolInvocation(
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
-            step=turn.steps, approval=approval, risk=tool.risk,
+            step=turn.steps, approval=approval, risk=tool.risk, owner=self._input.owner,
         )
         options = dict(
             result_type=ToolOutcome,

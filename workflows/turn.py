@@ -6,8 +6,10 @@ story: a conversation's life, its handlers and its queries."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from contract import (
@@ -26,13 +28,22 @@ from contract.bounds import (
     clip,
     keep_last,
 )
+from contract.memory import (
+    MAX_RECALL_QUERY_BYTES,
+    MAX_RECALLED,
+    MAX_RECALLED_BYTES,
+    RECALL_ACTIVITY,
+    Recalled,
+    RecallRequest,
+)
 from contract.state import TurnState
 from rules import context, loop, output, tracing
+from rules.memory import recall_messages, within_bytes
 from rules.stopping import is_looping, over_budget
 from workflows import telemetry
-from workflows.failures import raise_if_cancelled
+from workflows.failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
 from workflows.model_step import is_context_too_long
-from workflows.patches import END_INTERRUPTS_PATCH
+from workflows.patches import END_INTERRUPTS_PATCH, MEMORY_PATCH
 from workflows.tool_round import ToolRound
 
 ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
@@ -48,6 +59,8 @@ class TurnLoop:
         The turn runs as a task that `end` cancels, with whatever it has in flight."""
         if text is not None:
             self._begin_turn(text)
+            if self._patches.has(MEMORY_PATCH):
+                await self._recall(text)
         # A run with the latest patch asks none here: a patch first asked after a local activity
         # in the same workflow task does not replay (the activity's marker comes first, and
         # Temporal's core meets the patch's marker before the command that asks it).
@@ -132,6 +145,36 @@ class TurnLoop:
         self._state.context.messages.append(ChatMessage(role="user", content=text))
         self._narrator.emit("turn_started", text=text)
         self._set_phase("running")
+
+    async def _recall(self, text: str) -> None:
+        """The owner's memories most relevant to the turn's first message, put in the context
+        as the result of a `recall` call made before the turn's first step, and in the audit
+        trail. Nothing found, nothing added; a recall that fails is a notice, and the turn
+        goes on without memories. A subagent's turns recall nothing (its parent's did)."""
+        state, owner, turn = self._state, self._input.owner, self._state.current
+        if not state.memory or not owner or self._input.profile is not None:
+            return
+        query = clip(text, MAX_RECALL_QUERY_BYTES) or ""
+        try:
+            recalled = await workflow.execute_local_activity(
+                RECALL_ACTIVITY, RecallRequest(owner=owner, query=query), result_type=Recalled,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3, maximum_interval=timedelta(seconds=2)),
+                summary="recall memories")
+        except ACTIVITY_FAILURES as err:
+            raise_if_cancelled(err)
+            state.notice(f"memories not recalled for turn {turn.number}: {failure_reason(err)}")
+            workflow.logger.warning("recall failed: %s", state.notices[-1])
+            return
+        # the worker bounds them; bounded again here, as any outside data is
+        memories = within_bytes(recalled.memories[:MAX_RECALLED], MAX_RECALLED_BYTES)
+        if not memories:
+            return
+        state.context.messages.extend(recall_messages(turn.number, query, memories))
+        self._narrator.record(AuditRecord(
+            at=workflow.now(), turn=turn.number, step=0, thought=None, tokens=Usage(),
+            kind="recall", by="memory", text=", ".join(m.id for m in memories)))
+        workflow.logger.info("turn %d recalled %d memories", turn.number, len(memories))
 
     async def _think_and_act(self) -> None:
         state, turn = self._state, self._state.current

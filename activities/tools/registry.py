@@ -60,6 +60,10 @@ class ToolContext:
     http: httpx.AsyncClient
     call_id: str
     idempotency_key: str  # the same on every attempt of this call: write under it (`keyed`)
+    # Who the call acts for: the conversation's owner (a subagent's: its parent's), and the
+    # conversation it was made in (None outside a worker)
+    owner: str | None = None
+    conversation_id: str | None = None
     answer: str | None = None
     heartbeat_details: Any = None  # what the previous attempt last heartbeated, to resume from
     # Absent outside a worker (a tool's own unit tests): heartbeats and progress then go nowhere.

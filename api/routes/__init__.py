@@ -1,5 +1,5 @@
 """The API's routes, a module per resource: `conversations`, `inputs` (a person's input),
-`streams` and `console`; `api.links` holds the one-time links' pages."""
+`streams`, `memories` and `console`; `api.links` holds the one-time links' pages."""
 
 from __future__ import annotations
 

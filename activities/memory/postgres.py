@@ -1,0 +1,76 @@
+"""Memories in PostgreSQL (`AGENT_MEMORY_URL=postgresql://...`, a team's deployment), searched
+with a `tsvector` (English stemming) and ranked by `ts_rank`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from activities.memory.store import MemoryStore, MemoryUnavailable, redacted
+
+SCHEMA_LOCK = 0x6D656D  # an advisory lock: workers that start together create the schema once
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    conversation_id TEXT,
+    uses INTEGER NOT NULL DEFAULT 0,
+    words tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX IF NOT EXISTS memories_by_owner ON memories (owner, created_at);
+CREATE INDEX IF NOT EXISTS memories_by_words ON memories USING GIN (words);
+CREATE TABLE IF NOT EXISTS memory_log (
+    key TEXT UNIQUE,
+    action TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    conversation_id TEXT,
+    by_whom TEXT NOT NULL,
+    cause TEXT,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
+"""
+
+
+class PostgresMemories(MemoryStore):
+    placeholder = "%s"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._ready = False
+
+    def _connect(self) -> Any:
+        import psycopg  # only a deployment that names PostgreSQL needs it loaded
+
+        try:
+            conn = psycopg.connect(self.url, connect_timeout=10)
+        except psycopg.OperationalError as err:
+            raise MemoryUnavailable(f"the memory store {redacted(self.url)} cannot be reached: "
+                                    f"{str(err).replace(self.url, redacted(self.url))}") from None
+        if not self._ready:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEMA_LOCK])
+                conn.execute(SCHEMA)
+            self._ready = True
+        return conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        conn = self._connect()
+        try:
+            with conn.transaction():
+                yield conn
+        finally:
+            conn.close()
+
+    def _ranked_sql(self, terms: list[str]) -> tuple[str, list[Any]]:
+        # Each term a quoted lexeme, so no word of the query is read as tsquery syntax.
+        query = " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms)
+        return ("SELECT id, -ts_rank(words, q) AS rank FROM memories, "
+                "to_tsquery('english', %s) q WHERE words @@ q", [query])

@@ -1,0 +1,206 @@
+"""The memory store: what owners asked the agent to remember, searched by full-text rank.
+
+One implementation over SQL for both databases (`SqliteMemories`, `PostgresMemories`): they
+differ in how they connect, their schema and their text search (SQLite's FTS5 with BM25,
+PostgreSQL's `tsvector` with `ts_rank`). Every write is keyed: `add` under the tool call's
+idempotency key (a retry finds the memory it stored), `forget` under its own key (a retry
+answers what it forgot), so a crash mid-write never stores or forgets twice. Forgets and
+evictions are kept in `memory_log`, the store's audit of removals.
+
+Calls block: callers run them in a thread (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
+
+from contract.memory import Memory
+from rules.memory import memory_text_problem, search_terms
+
+COLUMNS = "id, owner, text, created_at, conversation_id"
+MAX_LISTED = 1000
+
+
+class MemoryRefused(ValueError):
+    """Input the store will not take (bad text, a bad id): the message says why."""
+
+
+class MemoryUnavailable(RuntimeError):
+    """The store cannot be reached or opened: the message says which and why (no password)."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What `add` did: the memory, whether this call stored it (not a retry's earlier call), and
+    the memories it pushed out to keep the owner within their bound."""
+
+    memory: Memory
+    new: bool
+    evicted: list[Memory] = field(default_factory=list)
+
+
+def memory_id(owner: str, key: str) -> str:
+    """A memory's id, from its owner and the idempotency key it was stored under: the same on
+    every attempt of a call."""
+    return "mem-" + hashlib.sha256(f"{owner}\x00{key}".encode()).hexdigest()[:16]
+
+
+def redacted(url: str) -> str:
+    """`url` without its password, for logs and errors."""
+    password = urlsplit(url).password
+    return url if password is None else url.replace(f":{password}@", ":***@", 1)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+class MemoryStore(ABC):
+    """The memories of every owner, in one database."""
+
+    placeholder = "?"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    # ----- what each database does its own way -----
+
+    @abstractmethod
+    def _connect(self) -> Any:
+        """A connection, with the schema in place."""
+
+    @contextmanager
+    @abstractmethod
+    def _transaction(self) -> Iterator[Any]:
+        """A connection in a transaction, committed when the block ends without an error."""
+
+    @abstractmethod
+    def _ranked_sql(self, terms: list[str]) -> tuple[str, list[Any]]:
+        """SQL (and its parameters) for the ids of memories that match any of `terms`, best
+        first, as a subquery `ranked(id, rank)`: lower rank is better."""
+
+    # ----- the store -----
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    def _rows(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Memory]:
+        rows = conn.execute(self._sql(sql), list(params)).fetchall()
+        return [Memory(id=r[0], owner=r[1], text=r[2], created_at=r[3], conversation_id=r[4])
+                for r in rows]
+
+    def add(self, owner: str, text: str, key: str, conversation_id: str | None = None,
+            max_per_owner: int = 500) -> Stored:
+        """Store `text` for `owner` under `key`; a second call with the key returns the first's
+        memory (and what it pushed out). Past `max_per_owner`, the owner's least-used memories go,
+        the oldest first, and are logged as evicted."""
+        problem = memory_text_problem(text)
+        if problem is not None:
+            raise MemoryRefused(problem)
+        mid = memory_id(owner, key)
+        with self._transaction() as conn:
+            found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?", [mid])
+            if found:
+                evicted = self._rows(conn, "SELECT memory_id, owner, text, created_at, "
+                                     "conversation_id FROM memory_log WHERE cause = ? "
+                                     "ORDER BY at", [mid])
+                return Stored(found[0], new=False, evicted=evicted)
+            memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
+                            conversation_id=conversation_id)
+            conn.execute(self._sql("INSERT INTO memories (id, owner, text, created_at, "
+                                   "conversation_id, uses) VALUES (?, ?, ?, ?, ?, 0)"),
+                         [mid, owner, text, memory.created_at, conversation_id])
+            (count,) = conn.execute(self._sql("SELECT count(*) FROM memories WHERE owner = ?"),
+                                    [owner]).fetchone()
+            evicted = []
+            if count > max_per_owner:
+                evicted = self._rows(
+                    conn, f"SELECT {COLUMNS} FROM memories WHERE owner = ? AND id <> ? "
+                    "ORDER BY uses, created_at LIMIT ?", [owner, mid, count - max_per_owner])
+                for gone in evicted:
+                    self._remove(conn, gone, action="evicted", by="memory bound", cause=mid)
+        return Stored(memory, new=True, evicted=evicted)
+
+    def search(self, owner: str, query: str, limit: int) -> list[Memory]:
+        """The owner's memories that share words with `query`, best first; each found counts
+        as a use (the least-used go first when the owner's bound is reached)."""
+        terms = search_terms(query)
+        if not terms or limit < 1:
+            return []
+        ranked, params = self._ranked_sql(terms)
+        with self._transaction() as conn:
+            found = self._rows(
+                conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
+                f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id "
+                "WHERE m.owner = ? ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
+                [*params, owner, limit])
+            for memory in found:
+                conn.execute(self._sql("UPDATE memories SET uses = uses + 1 WHERE id = ?"),
+                             [memory.id])
+        return found
+
+    def list(self, owner: str | None, query: str | None = None,
+             limit: int = MAX_LISTED) -> list[Memory]:
+        """The memories of `owner` (None: every owner's), newest first, or those matching
+        `query`, best first."""
+        limit = max(0, min(limit, MAX_LISTED))
+        where, params = ("WHERE m.owner = ?", [owner]) if owner is not None else ("", [])
+        with self._transaction() as conn:
+            if not query:
+                return self._rows(conn, f"SELECT {COLUMNS} FROM memories m {where} "
+                                  "ORDER BY created_at DESC, id LIMIT ?", [*params, limit])
+            terms = search_terms(query)
+            if not terms:
+                return []
+            ranked, ranked_params = self._ranked_sql(terms)
+            return self._rows(
+                conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
+                f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id {where} "
+                "ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
+                [*ranked_params, *params, limit])
+
+    def get(self, memory_id: str) -> Memory | None:
+        with self._transaction() as conn:
+            found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?", [memory_id])
+        return found[0] if found else None
+
+    def forget(self, memory_id: str, owner: str | None, key: str, by: str) -> Memory | None:
+        """Remove the memory `memory_id` of `owner` (None: of anyone, for an admin), logged with
+        who asked; None if there is none such. A second call with `key` answers as the first."""
+        with self._transaction() as conn:
+            done = self._rows(conn, "SELECT memory_id, owner, text, created_at, conversation_id "
+                              "FROM memory_log WHERE key = ?", [key])
+            if done:
+                return done[0]
+            found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?",
+                               [memory_id])
+            if not found or (owner is not None and found[0].owner != owner):
+                return None  # another owner's is as absent as one that never was
+            self._remove(conn, found[0], action="forgotten", by=by, key=key)
+        return found[0]
+
+    def log(self, owner: str | None = None) -> list[dict[str, Any]]:
+        """The removals: forgotten (by whom) and evicted memories, oldest first."""
+        where, params = ("WHERE owner = ?", [owner]) if owner is not None else ("", [])
+        with self._transaction() as conn:
+            rows = conn.execute(self._sql(
+                f"SELECT action, memory_id, owner, by_whom, at FROM memory_log {where} "
+                "ORDER BY at"), params).fetchall()
+        return [dict(zip(("action", "memory_id", "owner", "by", "at"), r, strict=True))
+                for r in rows]
+
+    def _remove(self, conn: Any, memory: Memory, action: str, by: str,
+                key: str | None = None, cause: str | None = None) -> None:
+        conn.execute(self._sql("DELETE FROM memories WHERE id = ?"), [memory.id])
+        conn.execute(self._sql(
+            "INSERT INTO memory_log (key, action, memory_id, owner, text, created_at, "
+            "conversation_id, by_whom, cause, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            [key, action, memory.id, memory.owner, memory.text, memory.created_at,
+             memory.conversation_id, by, cause, now()])

@@ -1,0 +1,96 @@
+"""Memory across conversations, as tools: `remember` (sensitive: a write, approved as any;
+keyed, so a retry never stores twice), `recall` (safe) and `forget` (sensitive). Each acts for
+the conversation's owner alone (a subagent's: its parent's owner)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import structlog
+from pydantic import Field
+
+from activities import telemetry
+from activities.memory import MemoryRefused, open_store
+from activities.tools.function_tool import tool
+from activities.tools.registry import ToolContext, ToolError
+from contract.memory import Memory
+from rules.memory import recalled_text
+
+log = structlog.get_logger()
+
+
+def _owner(ctx: ToolContext) -> str:
+    if not ctx.owner:
+        raise ToolError("this conversation has no owner to remember for (it was started without "
+                        "one), so memory is off for it")
+    return ctx.owner
+
+
+def describe(memory: Memory) -> str:
+    return f"[{memory.id}] {memory.text!r}"
+
+
+@tool(risk="sensitive", idempotent=False, keyed=True, timeout_s=15)
+async def remember(ctx: ToolContext, text: str) -> str:
+    """Remember something about the user for their later conversations (theirs alone). Use it
+    when they ask you to remember something.
+
+    Args:
+        text: What to remember, as one self-contained sentence
+    """
+    owner, settings = _owner(ctx), ctx.settings
+    store = open_store(settings.memory_store_url)
+    try:
+        stored = await asyncio.to_thread(store.add, owner, text, ctx.idempotency_key,
+                                         ctx.conversation_id, settings.memory_max)
+    except MemoryRefused as err:
+        raise ToolError(f"nothing was stored: {err}") from None
+    if stored.new:
+        telemetry.count_memories("stored", 1)
+        telemetry.count_memories("evicted", len(stored.evicted))
+    log.info("memory stored", memory_id=stored.memory.id, new=stored.new,
+             evicted=[m.id for m in stored.evicted])
+    said = f"Remembered {describe(stored.memory)}."
+    if stored.evicted:
+        said += (f" You keep at most {settings.memory_max} memories, so the least used, oldest "
+                 f"first, were forgotten to make room: "
+                 + "; ".join(describe(m) for m in stored.evicted) + ". Tell the user.")
+    return said
+
+
+@tool(timeout_s=10)
+async def recall(ctx: ToolContext, query: str,
+                 limit: Annotated[int, Field(ge=1, le=50)] = 5) -> str:
+    """Search what the user asked you to remember in earlier conversations, best match first.
+
+    Args:
+        query: Words to look for in the memories
+        limit: At most this many memories
+    """
+    store = open_store(ctx.settings.memory_store_url)
+    found = await asyncio.to_thread(store.search, _owner(ctx), query, limit)
+    telemetry.count_memories("recalled", len(found))
+    if not found:
+        return f"No memory matches {query!r}."
+    return recalled_text(found)
+
+
+@tool(risk="sensitive", idempotent=False, keyed=True, timeout_s=15)
+async def forget(ctx: ToolContext, memory_id: Annotated[str, Field(max_length=64)]) -> str:
+    """Forget one of the user's memories, by its id.
+
+    Args:
+        memory_id: The id of the memory, as recall shows it (mem-...)
+    """
+    store = open_store(ctx.settings.memory_store_url)
+    gone = await asyncio.to_thread(store.forget, memory_id, _owner(ctx), ctx.idempotency_key,
+                                   ctx.owner or "")
+    if gone is None:
+        raise ToolError(f"the user has no memory {memory_id!r}")
+    telemetry.count_memories("forgotten", 1)
+    log.info("memory forgotten", memory_id=gone.id, by=ctx.owner)
+    return f"Forgot {describe(gone)}."
+
+
+MEMORY_TOOLS = [remember, recall, forget]

@@ -1,0 +1,305 @@
+"""Memory across conversations: what an owner asked the agent to remember is stored on approval,
+recalled for their later conversations alone, seen and removed by them; both stores (SQLite with
+FTS5, and a real PostgreSQL) pass the same tests; text from outside is stored exactly or refused;
+a worker killed while a `remember` waits stores it once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from temporalio.client import Client
+
+from activities.memory import MemoryRefused, MemoryStore, open_store
+from activities.memory.sqlite import SqliteMemories
+from activities.memory.store import memory_id
+from activities.settings import ActivitySettings
+from activities.tools import BUILTIN_TOOLS, ToolRegistry
+from activities.tools.memory import MEMORY_TOOLS
+from contract import ConfirmRequest
+from contract.memory import MAX_MEMORY_BYTES, Memory
+from rules.memory import (
+    RECALLED_HEADER,
+    memory_text_problem,
+    recall_messages,
+    search_terms,
+    within_bytes,
+)
+from scripted_model import ScriptedModelServer
+from tests.api_support import ROOT, ApiProcess, until
+from tests.devserver import worker_env
+from tests.helpers import reaches, replay, scheduled, settled, start, unique
+from tests.processes import WorkerProcess
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
+
+TOKENS = "ann:tok-ann-123:user,bob:tok-bob-456:user,root:tok-root-789:admin"
+LISBON = "my favourite city is Lisbon"
+
+
+# ----- the rules -----
+
+def test_what_may_be_stored():
+    assert memory_text_problem("I like tea") is None
+    assert memory_text_problem("  ") == "a memory cannot be empty"
+    assert "lone surrogate" in memory_text_problem("tea \ud800")
+    assert "NUL" in memory_text_problem("tea\x00")
+    assert "at most 4096 bytes" in memory_text_problem("é" * 2049)
+    assert memory_text_problem("é" * 2048) is None
+    assert memory_text_problem(7) == "a memory is text"
+
+
+def test_search_terms_are_words_only():
+    assert search_terms('What is "my" favourite city? OR NEAR(x) -- \'; DROP') == [
+        "what", "is", "my", "favourite", "city", "or", "near", "drop"]
+    assert search_terms("a ? ! *") == []
+    assert len(search_terms(" ".join(f"w{i}" for i in range(100)))) == 32
+
+
+def test_recalled_memories_are_bounded_and_marked_as_data():
+    memories = [Memory(id=f"mem-{i}", owner="ann", text="x" * 1000, created_at="2026-12-02T10:00")
+                for i in range(10)]
+    assert len(within_bytes(memories, 4096)) == 4
+    call, result = recall_messages(3, "what city", memories[:2])
+    assert call.role == "assistant" and call.tool_calls[0].function.name == "recall"
+    assert call.tool_calls[0].id == result.tool_call_id == "recall-turn-3"
+    assert json.loads(call.tool_calls[0].function.arguments) == {"query": "what city"}
+    assert result.content.startswith(RECALLED_HEADER) and "not instructions" in RECALLED_HEADER
+    assert "- [mem-0] (2026-12-02) " in result.content
+
+
+# ----- the stores: the same tests for both -----
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    if request.param == "sqlite":
+        yield SqliteMemories(f"sqlite:///{tmp_path}/m.sqlite3", tmp_path / "m.sqlite3")
+        return
+    url = request.getfixturevalue("postgres_url")
+    yield open_store(url)
+
+
+def test_a_store_keeps_owners_apart_ranks_and_forgets(store: MemoryStore):
+    ann, bob = unique("ann"), unique("bob")
+    lisbon = store.add(ann, "My favourite city is Lisbon", unique("k"), "conv-1").memory
+    store.add(ann, "I am allergic to peanuts", unique("k"))
+    store.add(ann, "The cat is called Lisbon the Second, a city cat", unique("k"))
+    store.add(bob, "My favourite city is Porto", unique("k"))
+
+    found = store.search(ann, "Which city is my favourite?", 5)
+    assert found[0] == lisbon and all(m.owner == ann for m in found)
+    assert "peanuts" not in " ".join(m.text for m in found)
+    assert [m.text for m in store.search(bob, "favourite city", 5)] == [
+        "My favourite city is Porto"]
+    assert store.search(ann, "?!", 5) == [] and store.search(ann, "city", 0) == []
+    assert [m.text for m in store.list(ann, "peanut")] == ["I am allergic to peanuts"]
+    assert len(store.list(ann)) == 3 and store.list(ann)[-1] == lisbon  # newest first
+    assert {m.owner for m in store.list(None)} >= {ann, bob}
+    assert lisbon.conversation_id == "conv-1" and store.get(lisbon.id) == lisbon
+
+    assert store.forget(lisbon.id, bob, unique("f"), bob) is None  # not bob's: as if absent
+    key = unique("f")
+    assert store.forget(lisbon.id, ann, key, ann) == lisbon
+    assert store.forget(lisbon.id, ann, key, ann) == lisbon  # a retry answers the same
+    assert store.forget(lisbon.id, ann, unique("f"), ann) is None
+    assert lisbon not in store.search(ann, "favourite city Lisbon", 5)
+    [logged] = [e for e in store.log(ann) if e["memory_id"] == lisbon.id]
+    assert (logged["action"], logged["by"]) == ("forgotten", ann)
+
+
+def test_a_retry_stores_once_and_the_bound_evicts_the_least_used(store: MemoryStore):
+    owner, key = unique("eve"), unique("k")
+    first = store.add(owner, "fact zero", key)
+    again = store.add(owner, "fact zero", key)
+    assert first.new and not again.new and again.memory == first.memory
+    assert first.memory.id == memory_id(owner, key)
+    for n in (1, 2):
+        store.add(owner, f"fact {n}", unique("k"), max_per_owner=3)
+    store.search(owner, "zero", 5)  # used: kept over the others
+    key4 = unique("k")
+    full = store.add(owner, "fact four", key4, max_per_owner=3)
+    assert [m.text for m in full.evicted] == ["fact 1"]
+    assert store.add(owner, "fact four", key4, max_per_owner=3).evicted == full.evicted
+    assert sorted(m.text for m in store.list(owner)) == ["fact 2", "fact four", "fact zero"]
+    assert [e["action"] for e in store.log(owner)] == ["evicted"]
+
+
+def test_bad_text_stores_nothing(store: MemoryStore):
+    owner = unique("mal")
+    for text in ["", "bad \udc80 half", "nul\x00", "x" * (MAX_MEMORY_BYTES + 1)]:
+        with pytest.raises(MemoryRefused):
+            store.add(owner, text, unique("k"))
+    assert store.list(owner) == []
+
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(st.text(), st.text(st.characters(codec=None, categories=None)),
+                      st.text(min_size=4000, max_size=4200)),
+       query=st.text(max_size=300))
+def test_any_text_is_stored_exactly_or_refused_and_any_query_is_safe(
+        store: MemoryStore, text: str, query: str):
+    owner = unique("gen")
+    try:
+        stored = store.add(owner, text, unique("k"))
+    except MemoryRefused as err:
+        assert memory_text_problem(text) == str(err)
+        assert store.list(owner) == []
+    else:
+        assert memory_text_problem(text) is None
+        assert store.list(owner) == [stored.memory] and stored.memory.text == text
+    assert all(m.owner == owner for m in store.search(owner, query, 5))
+    store.list(owner, query)
+
+
+# ----- conversations: remembered on approval, recalled for the owner alone -----
+
+def memory_registry() -> ToolRegistry:
+    return ToolRegistry([*BUILTIN_TOOLS, *MEMORY_TOOLS])
+
+
+@pytest_asyncio.fixture(params=["sqlite", "postgresql"])
+async def memory_deployment(request: pytest.FixtureRequest, client: Client, temporal_address: str,
+                            activity_settings: ActivitySettings, tmp_path: Path
+                            ) -> AsyncIterator[tuple[ApiProcess, str, MemoryStore]]:
+    """A worker with memory on (the built-in tools), and an API with tokens reading its store."""
+    url = (f"sqlite:///{tmp_path}/memory.sqlite3" if request.param == "sqlite"
+           else request.getfixturevalue("postgres_url"))
+    queue = unique("memory")
+    settings = dataclasses.replace(activity_settings, memory_url=url)
+    api = ApiProcess(temporal_address, queue, AGENT_API_TOKENS=TOKENS, AGENT_MEMORY_URL=url)
+    async with httpx.AsyncClient() as http, build_worker(client, queue, settings, http,
+                                                         memory_registry()):
+        api.start()
+        try:
+            yield api, queue, open_store(url)
+        finally:
+            api.stop()
+
+
+def as_user(api: ApiProcess, name: str) -> httpx.AsyncClient:
+    token = dict((e.split(":")[0], e.split(":")[1]) for e in TOKENS.split(","))[name]
+    return httpx.AsyncClient(base_url=api.url, timeout=30,
+                             headers={"Authorization": f"Bearer {token}"})
+
+
+async def ask(http: httpx.AsyncClient, prompt: str) -> dict:
+    cid = unique("mem")
+    started = await http.post("/conversations", json={"prompt": prompt, "id": cid,
+                                                      "one_shot": True})
+    assert started.status_code == 201, started.text
+    return await until(http, cid, "completed", "waiting_for_confirmation", timeout_s=60)
+
+
+def sent_to_model(model: ScriptedModelServer, marker: str) -> str:
+    """Every chat request of the conversation whose first message holds `marker`, as JSON."""
+    return "\n".join(json.dumps(r.body) for r in model.requests
+                     if r.kind == "chat" and marker in json.dumps(r.body["messages"][1:2]))
+
+
+async def test_a_memory_is_stored_on_approval_and_recalled_for_its_owner_alone(
+        memory_deployment: tuple[ApiProcess, str, MemoryStore], model: ScriptedModelServer,
+        client: Client):
+    api, _, store = memory_deployment
+    async with as_user(api, "ann") as ann, as_user(api, "bob") as bob, \
+            as_user(api, "root") as root:
+        waiting = await ask(ann, f"Remember that {LISBON}.")
+        [call] = waiting["pending_confirmations"]
+        assert (call["tool"], call["risk"], call["args"]) == (
+            "remember", "sensitive", {"text": f"{LISBON}."})
+        assert store.list("ann") == [], "stored before anyone approved it"
+        taken = await ann.post(f"/conversations/{waiting['workflow_id']}/confirm",
+                               json={"call_ids": [call["call_id"]]})
+        assert taken.status_code == 200, taken.text
+        done = await until(ann, waiting["workflow_id"], "completed", timeout_s=60)
+        assert done["final_answer"].startswith("Noted (offline demo model): Remembered [mem-")
+        [memory] = (await ann.get("/memories")).json()
+        assert (memory["owner"], memory["text"], memory["conversation_id"]) == (
+            "ann", f"{LISBON}.", waiting["workflow_id"])
+
+        # A later conversation of ann's sends it to the model, as data, and the audit says so
+        question = f"Which city is my favourite? {unique('q')}"
+        later = await ask(ann, question)
+        assert memory["id"] in later["final_answer"] and "Lisbon" in later["final_answer"]
+        assert "Lisbon" in sent_to_model(model, question)
+        audit = (await ann.get(f"/conversations/{later['workflow_id']}/history")).json()
+        assert [(r["kind"], r["text"]) for r in audit if r["kind"] == "recall"] == [
+            ("recall", memory["id"])]
+        # Bob's does not; he sees none, cannot read or forget ann's
+        bobs = f"Which city is my favourite? {unique('q')}"
+        assert "Lisbon" not in (await ask(bob, bobs))["final_answer"]
+        assert sent_to_model(model, bobs) and "Lisbon" not in sent_to_model(model, bobs)
+        assert (await bob.get("/memories")).json() == []
+        assert (await bob.get("/memories", params={"owner": "ann"})).status_code == 403
+        assert (await bob.delete(f"/memories/{memory['id']}")).status_code == 404
+        assert [m["id"] for m in (await root.get("/memories", params={"owner": "ann"})).json()] \
+            == [memory["id"]]
+        assert memory["id"] in [m["id"] for m in (await root.get("/memories")).json()]
+
+        # Forgotten, it never reaches the model again
+        forgot = await ann.delete(f"/memories/{memory['id']}")
+        assert forgot.status_code == 200 and forgot.json()["id"] == memory["id"]
+        assert (await ann.delete(f"/memories/{memory['id']}")).status_code == 404
+        after = f"Which city is my favourite? {unique('q')}"
+        assert "Lisbon" not in (await ask(ann, after))["final_answer"]
+        assert "Lisbon" not in sent_to_model(model, after)
+        assert (await ann.get("/memories")).json() == []
+    [logged] = [e for e in store.log("ann") if e["memory_id"] == memory["id"]]
+    assert (logged["action"], logged["by"]) == ("forgotten", "ann")
+    kind = "sqlite" if store.url.startswith("sqlite") else "postgresql"
+    await replay(client.get_workflow_handle(waiting["workflow_id"]), f"memory_remember_{kind}")
+    await replay(client.get_workflow_handle(later["workflow_id"]), f"memory_recall_{kind}")
+
+
+async def test_a_remember_approved_after_its_worker_was_killed_is_stored_once(
+        client: Client, temporal_address: str, model: ScriptedModelServer, tmp_path: Path):
+    """`python -m worker` (memory on by default, SQLite in its data dir) is SIGKILLed while a
+    `remember` waits for approval; approved, a new worker stores it exactly once. The CLI then
+    shows the memory and forgets it."""
+    queue, data = unique("memory-kill"), tmp_path / "data"
+    env = worker_env(temporal_address, queue, model.base_url, data)
+    worker = WorkerProcess(env, tmp_path)
+    worker.start()
+    try:
+        handle = await start(client, queue, "Remember that I take the 8:15 train.", owner="ann",
+                             one_shot=True)
+        [pending] = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)
+                     ).pending_confirmations
+        assert pending.tool == "remember"
+        worker.kill()
+        worker.start()
+        await handle.signal(ConversationWorkflow.confirm,
+                            ConfirmRequest(call_ids=[pending.call_id], approver="ann"))
+        status = await settled(handle, timeout_s=90)
+    finally:
+        worker.stop()
+    assert status.final_answer.startswith("Noted (offline demo model): Remembered"), status
+    store = open_store(f"sqlite:///{data.absolute() / 'memory.sqlite3'}")
+    [memory] = store.list("ann")
+    assert memory.text == "I take the 8:15 train." and memory.conversation_id == handle.id
+    history = await handle.fetch_history()
+    completed = [e for e in history.events if e.HasField("activity_task_completed_event_attributes")]
+    assert scheduled(history).count("remember") == 1 and len(completed) == 3  # 2 model calls
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    shown = cli("memories", "--as", "ann", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [m["id"] for m in json.loads(shown.stdout)] == [memory.id]
+    assert cli("memories", "--as", "bob").stdout.strip() == "no memories of bob"
+    refused = cli("forget", memory.id, "--as", "bob")
+    assert refused.returncode == 1 and f"bob has no memory {memory.id}" in refused.stderr
+    forgot = cli("forget", memory.id, "--as", "ann")
+    assert forgot.returncode == 0 and "8:15 train" in forgot.stdout
+    assert store.list("ann") == []
