@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -14,8 +15,10 @@ from activities.settings import (
     DEFAULT_GEOCODING_URL,
     ActivitySettings,
 )
+from activities.memory import url_from_env
 from api.settings import ApiSettings, SettingsError
 from client.connection import TemporalSettings
+from contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
 from worker.app import workflow_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,8 +34,9 @@ def default_of(value: str) -> str:
 
 
 def test_the_stack_has_its_services_with_pinned_images():
-    assert set(SERVICES) == {"postgresql", "temporal", "temporal-ui", "worker", "api"}
-    for name in ("postgresql", "temporal", "temporal-ui"):
+    assert set(SERVICES) == {"postgresql", "memory-postgresql", "temporal", "temporal-ui",
+                             "worker", "api"}
+    for name in ("postgresql", "memory-postgresql", "temporal", "temporal-ui"):
         image = SERVICES[name]["image"]
         assert re.match(r"^[\w./-]+:\d+(\.\d+)+$", image), f"{name} image not pinned: {image}"
     assert SERVICES["temporal"]["image"].startswith("temporalio/auto-setup:")
@@ -106,6 +110,27 @@ def test_the_api_is_built_here_and_needs_tokens_off_loopback():
                                  "AGENT_API_TOKENS": "alice:t"}).tokens.find("t").name == "alice"
     assert "AGENT_API_TOKENS_FILE" in env and "AGENT_TRACE_URL" in env
     assert "AGENT_LINK_SECRET" in env
+
+
+def test_memory_runs_on_a_postgresql_of_its_own_read_by_the_workers_and_the_api():
+    memory = SERVICES["memory-postgresql"]
+    assert memory["image"].startswith("postgres:") and memory is not SERVICES["postgresql"]
+    assert any(v.startswith("memory-data:") for v in memory["volumes"]) and "ports" not in memory
+    urls = set()
+    for name in ("worker", "api"):
+        env = {k: default_of(v) for k, v in SERVICES[name]["environment"].items()}
+        assert "memory-postgresql" in SERVICES[name]["depends_on"]
+        assert url_from_env(env) == env["AGENT_MEMORY_URL"]
+        urls.add(env["AGENT_MEMORY_URL"].replace("${MEMORY_POSTGRES_PASSWORD:-memory}", "memory"))
+    [url] = urls
+    parts = urlsplit(url)
+    assert (parts.scheme, parts.hostname, parts.port, parts.path) == (
+        "postgresql", "memory-postgresql", 5432, "/" + memory["environment"]["POSTGRES_DB"])
+    assert parts.username == memory["environment"]["POSTGRES_USER"]
+    assert default_of(memory["environment"]["POSTGRES_PASSWORD"]) == parts.password
+    worker = {k: default_of(v) for k, v in SERVICES["worker"]["environment"].items()}
+    assert (worker["AGENT_MEMORY"], int(worker["AGENT_MEMORY_RECALL"]),
+            int(worker["AGENT_MEMORY_MAX"])) == ("on", DEFAULT_RECALL, DEFAULT_MAX_PER_OWNER)
 
 
 def test_an_installed_project_has_every_package_and_every_file_of_the_console():

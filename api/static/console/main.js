@@ -5,13 +5,15 @@ import { api } from './api.js';
 import { ConversationView } from './conversation.js';
 import { $, fill, h, show } from './dom.js';
 import { HomeView } from './home.js';
+import { MemoryView } from './memory.js';
 import { list, refreshList, renderList, scheduleList, setupNewConversation } from './inbox.js';
 import { showPrincipal } from './roles.js';
 import { validate } from './schema.js';
 import { NARROW, state } from './state.js';
 import { setupToken } from './token.js';
 
-/** The view the address names: a conversation (#/c/<id>), or the home view. */
+/** The view the address names: a conversation (#/c/<id>), the memory (#/memories), or the
+ *  home view. */
 function route() {
   const main = $('[data-testid="main"]');
   const match = /^#\/c\/(.+)$/.exec(location.hash);
@@ -24,10 +26,12 @@ function route() {
   if (state.home) state.home.destroy();
   state.current = null;
   state.home = null;
-  // Which pane a narrow screen shows: the conversation, or the inbox and the list.
-  $('.layout').dataset.view = cid ? 'conversation' : 'home';
+  const memories = !cid && location.hash === '#/memories';
+  // Which pane a narrow screen shows: the conversation (or the memory), or the inbox and the list.
+  $('.layout').dataset.view = cid || memories ? 'conversation' : 'home';
   if (NARROW.matches) window.scrollTo(0, 0);
   if (cid) state.current = new ConversationView(main, cid);
+  else if (memories) state.home = new MemoryView(main);
   else state.home = new HomeView(main);
   list.key = '';
   renderList();
