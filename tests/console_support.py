@@ -49,6 +49,15 @@ class Console:
         return unquote(self.page.url.split("#/c/", 1)[1])
 
 
+async def sign_in(page: Page, url: str, token: str) -> None:
+    """Open the console of an API with tokens, and give it `token` through its token box."""
+    await page.goto(f"{url}/")
+    await expect(page.get_by_test_id("token-box")).to_be_visible()
+    await page.get_by_test_id("token-input").fill(token)
+    await page.get_by_test_id("token-save").click()
+    await expect(page.get_by_test_id("token-box")).to_be_hidden()
+
+
 async def call(method: str, url: str, **kwargs) -> httpx.Response:
     """The API, asynchronously: the tests' worker runs on this event loop, so a blocking call
     would keep it from answering the API's queries."""

@@ -17,13 +17,13 @@ import re
 from urllib.parse import quote
 
 import httpx
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
 from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
-from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, status_of
+from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, sign_in, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique
 from tests.subagent_support import delegating
 
@@ -323,15 +323,6 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
         assert console.errors == []
     finally:
         await asyncio.to_thread(own.stop)
-
-
-async def sign_in(page: Page, url: str, token: str) -> None:
-    """Open the console of an API with tokens, and give it `token` through its token box."""
-    await page.goto(f"{url}/")
-    await expect(page.get_by_test_id("token-box")).to_be_visible()
-    await page.get_by_test_id("token-input").fill(token)
-    await page.get_by_test_id("token-save").click()
-    await expect(page.get_by_test_id("token-box")).to_be_hidden()
 
 
 async def started_by(api_url: str, token: str, prompt: str) -> str:

@@ -233,7 +233,8 @@ def test_installed_with_pip_the_pack_brings_its_tools_without_agent_tools(instal
     assert found["tools"] == [
         ["get_weather", "safe", False], ["list_notes", "safe", False],
         ["create_note", "sensitive", True], ["delete_note", "destructive", True],
-        ["list_tickets", "safe", False], ["create_ticket", "sensitive", True],
+        ["remember", "sensitive", True], ["recall", "safe", False],
+        ["forget", "sensitive", True], ["list_tickets", "safe", False], ["create_ticket", "sensitive", True],
         ["update_ticket", "sensitive", True], ["delete_ticket", "destructive", True]]
 
 

@@ -42,7 +42,7 @@ from rules.memory import (
 )
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess, until
-from tests.console_support import Console
+from tests.console_support import Console, sign_in
 from tests.devserver import free_port, worker_env
 from tests.helpers import (
     reaches,
@@ -55,7 +55,6 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from tests.test_console import sign_in
 from worker.app import build_worker
 from worker.telemetry import Tracing
 from workflows.conversation import ConversationWorkflow

@@ -32,6 +32,7 @@ from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
 from activities.tools.function_tool import ToolDefinitionError
+from activities.tools.memory import MEMORY_TOOLS
 from activities.tools.loader import ToolLoadError, load_tools
 from client.session import follow
 from contract import (
@@ -51,7 +52,8 @@ from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_TOOLS = Path(__file__).parent / "user_tools"
-BUILTIN_NAMES = [spec.name for spec in BUILTIN_TOOLS]
+# what `python -m worker` has before any module's: the built-in tools, then memory's
+BUILTIN_NAMES = [spec.name for spec in (*BUILTIN_TOOLS, *MEMORY_TOOLS)]
 
 
 class Color(Enum):
@@ -325,7 +327,10 @@ def test_agent_tools_modules_give_the_worker_their_tools(monkeypatch, tmp_path: 
     names = [*BUILTIN_NAMES, "convert_distance", "send_sms"]
     assert tool_registry(settings).names() == names
     assert tool_registry(settings).names() == names  # loaded again: the same, nothing leaks
-    monkeypatch.setenv("AGENT_BUILTIN_TOOLS", "off")
+    monkeypatch.setenv("AGENT_BUILTIN_TOOLS", "off")  # memory's stay: AGENT_MEMORY says
+    assert tool_registry(ActivitySettings.from_env()).names() == [
+        "remember", "recall", "forget", "convert_distance", "send_sms"]
+    monkeypatch.setenv("AGENT_MEMORY", "off")
     assert tool_registry(ActivitySettings.from_env()).names() == ["convert_distance", "send_sms"]
     monkeypatch.setenv("AGENT_BUILTIN_TOOLS", "maybe")
     with pytest.raises(ValueError, match="AGENT_BUILTIN_TOOLS must be on or off, not 'maybe'"):
