@@ -62,11 +62,14 @@ class ActivitySettings:
     memory_url: str | None = field(default=None, repr=False)  # may hold a password
     memory_recall: int = DEFAULT_RECALL
     memory_max: int = DEFAULT_MAX_PER_OWNER
+    # AGENT_MEMORY_EMBEDDINGS: the model entry whose /v1/embeddings ranks memories beside the
+    # full-text rank (None: the text rank alone)
+    memory_embeddings: str | None = None
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
         env = os.environ
-        return cls(
+        settings = cls(
             openai_api_key=env.get("OPENAI_API_KEY") or None,
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
             openai_model=env.get("OPENAI_MODEL") or cls.openai_model,
@@ -100,7 +103,13 @@ class ActivitySettings:
                                 high=MAX_RECALLED),
             memory_max=count(env, "AGENT_MEMORY_MAX", DEFAULT_MAX_PER_OWNER, low=1,
                              high=1_000_000),
+            memory_embeddings=env.get("AGENT_MEMORY_EMBEDDINGS", "").strip() or None,
         )
+        entries = settings.model_entries().entries
+        if settings.memory_embeddings is not None and settings.memory_embeddings not in entries:
+            raise ValueError(f"AGENT_MEMORY_EMBEDDINGS names {settings.memory_embeddings!r}, "
+                             f"which is no model entry (the entries: {', '.join(entries)})")
+        return settings
 
     @property
     def memory_store_url(self) -> str:

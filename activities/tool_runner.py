@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from activities import telemetry
 from activities.heartbeat import heartbeating
 from activities.memory import open_store
+from activities.memory.embeddings import embedding_of
 from activities.models import model_routes
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
@@ -80,8 +81,9 @@ class ToolActivities:
                 "gen_ai.operation.name": "recall_memories",
                 "gen_ai.conversation.id": activity.info().workflow_id,
                 "agent.owner": request.owner}) as span:
+            embedding = await embedding_of(self._settings, request.query)
             found = await asyncio.to_thread(store.search, request.owner, request.query,
-                                            self._settings.memory_recall)
+                                            self._settings.memory_recall, embedding)
             kept = within_bytes(found, MAX_RECALLED_BYTES)
             telemetry.set_attributes(span, {"agent.memory.recalled": len(kept)})
         telemetry.count_memories("recalled", len(kept))

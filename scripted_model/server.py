@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import open_meteo
+from . import embeddings, open_meteo
 from .replies import RawReply, ScriptedReply, message_text
 from .script import Script, Selection, select_reply, tool_call_payloads, usage
 
@@ -126,12 +126,35 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, _error_body(404, f"no route for GET {url.path}"))
 
+    def _embeddings(self, raw: bytes) -> None:
+        """OpenAI's `/v1/embeddings`, from `scripted_model.embeddings`."""
+        try:
+            body = json.loads(raw)
+            given = body["input"]
+            texts = [given] if isinstance(given, str) else list(given)
+            if not texts or not all(isinstance(t, str) for t in texts):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            self._send_json(400, _error_body(400, "body must be JSON with an 'input' text or "
+                                                  "list of texts"))
+            return
+        self.server.owner._count_call("embeddings")
+        tokens = sum(len(t.split()) for t in texts)
+        self._send_json(200, {
+            "object": "list", "model": body.get("model") or MODEL_ID,
+            "data": [{"object": "embedding", "index": i, "embedding": embeddings.embed(t)}
+                     for i, t in enumerate(texts)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     def _route_post(self) -> None:
         path = urlsplit(self.path).path
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if path == "/api/show" and "ollama" in self.server.owner.windows:
             self._send_json(200, {"parameters": f"num_ctx {self.server.owner.windows['ollama']}",
                                   "model_info": {"qwen2.context_length": 32768}})
+            return
+        if path == "/v1/embeddings":
+            self._embeddings(raw)
             return
         if path != "/v1/chat/completions":
             self._send_json(404, _error_body(404, f"no route for POST {path}"))
@@ -283,7 +306,7 @@ class ScriptedModelServer:
         self._arrived = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
         self._hits: dict[str, int] = {}
-        self._calls = {"geocoding": 0, "forecast": 0, "connections": 0}
+        self._calls = {"geocoding": 0, "forecast": 0, "connections": 0, "embeddings": 0}
         self._release_event = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -382,6 +405,11 @@ class ScriptedModelServer:
     def forecast_calls(self) -> int:
         with self._lock:
             return self._calls["forecast"]
+
+    @property
+    def embedding_calls(self) -> int:
+        with self._lock:
+            return self._calls["embeddings"]
 
     @property
     def connections(self) -> int:

@@ -41,6 +41,7 @@ from rules.memory import (
     within_bytes,
 )
 from scripted_model import ScriptedModelServer, ScriptedReply
+from scripted_model.embeddings import embed
 from tests.api_support import ROOT, ApiProcess, until
 from tests.console_support import Console, sign_in
 from tests.devserver import free_port, worker_env
@@ -176,6 +177,23 @@ def test_any_text_is_stored_exactly_or_refused_and_any_query_is_safe(
         assert store.list(owner) == [stored.memory] and stored.memory.text == text
     assert all(m.owner == owner for m in store.search(owner, query, 5))
     store.list(owner, query)
+
+
+def test_embeddings_find_by_meaning_beside_the_words(store: MemoryStore):
+    """With vectors (the scripted model's: a few synonyms), a question that shares no word with
+    a memory finds it; the fused rank keeps a word match; an unrelated memory, or a vector of
+    other dimensions (a model changed since), is not found."""
+    owner = unique("vec")
+    sushi = store.add(owner, "I could eat sushi every day", unique("k"),
+                      embedding=embed("I could eat sushi every day")).memory
+    store.add(owner, "I am allergic to peanuts", unique("k"),
+              embedding=embed("I am allergic to peanuts"))
+    store.add(owner, "Dinner plans are at the office", unique("k"), embedding=[1.0, 0.0])
+    question = "What food do I enjoy?"
+    assert store.search(owner, question, 5) == []  # no word in common
+    assert store.search(owner, question, 5, embed(question)) == [sushi]
+    both = store.search(owner, "peanuts, or food I enjoy", 5, embed("peanuts, or food I enjoy"))
+    assert {m.text for m in both} == {"I am allergic to peanuts", "I could eat sushi every day"}
 
 
 # ----- conversations: remembered on approval, recalled for the owner alone -----
@@ -433,3 +451,35 @@ async def test_the_console_shows_ones_own_memories_and_forgets_one(
         assert console.errors == []
     finally:
         api.stop()
+
+
+
+async def test_a_worker_with_embeddings_recalls_by_meaning(
+        client: Client, activity_settings: ActivitySettings, model: ScriptedModelServer,
+        tmp_path: Path):
+    """AGENT_MEMORY_EMBEDDINGS names a model entry: `remember` stores the text's vector, and a
+    turn's recall finds a memory by meaning, which the text rank alone does not."""
+    url = f"sqlite:///{tmp_path}/memory.sqlite3"
+    plain = dataclasses.replace(activity_settings, memory_url=url)
+    embedded = dataclasses.replace(plain, memory_embeddings="default")
+    question = "What food do I enjoy?"
+    calls = model.embedding_calls
+    async with httpx.AsyncClient() as http:
+        async with build_worker(client, (queue := unique("memory-vec")), embedded, http,
+                                memory_registry()):
+            handle = await start(client, queue, "Remember that I could eat sushi every day.",
+                                 owner="ann", one_shot=True)
+            [pending] = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
+            await handle.signal(ConversationWorkflow.confirm,
+                                ConfirmRequest(call_ids=[pending.call_id], approver="ann"))
+            await settled(handle)
+            found = await settled(await start(client, queue, question, owner="ann",
+                                              one_shot=True))
+        async with build_worker(client, (other := unique("memory-text")), plain, http,
+                                memory_registry()):
+            unfound = await settled(await start(client, other, question, owner="ann",
+                                                one_shot=True))
+    assert "sushi" in found.final_answer
+    assert "sushi" not in unfound.final_answer
+    # with embeddings: the first turn's recall, the remembered text, the second turn's recall
+    assert model.embedding_calls - calls == 3

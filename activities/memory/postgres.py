@@ -18,8 +18,10 @@ CREATE TABLE IF NOT EXISTS memories (
     created_at TEXT NOT NULL,
     conversation_id TEXT,
     uses INTEGER NOT NULL DEFAULT 0,
+    embedding TEXT,  -- a unit vector as JSON (AGENT_MEMORY_EMBEDDINGS), or NULL
     words tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
 );
+ALTER TABLE memories ADD COLUMN IF NOT EXISTS embedding TEXT;  -- a store made before embeddings
 CREATE INDEX IF NOT EXISTS memories_by_owner ON memories (owner, created_at);
 CREATE INDEX IF NOT EXISTS memories_by_words ON memories USING GIN (words);
 CREATE TABLE IF NOT EXISTS memory_log (

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS memories (
     text TEXT NOT NULL,
     created_at TEXT NOT NULL,
     conversation_id TEXT,
-    uses INTEGER NOT NULL DEFAULT 0
+    uses INTEGER NOT NULL DEFAULT 0,
+    embedding TEXT  -- a unit vector as JSON (AGENT_MEMORY_EMBEDDINGS), or NULL
 );
 CREATE INDEX IF NOT EXISTS memories_by_owner ON memories (owner, created_at);
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_text USING fts5(
@@ -58,6 +59,9 @@ class SqliteMemories(MemoryStore):
             if not self._ready:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(SCHEMA)
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+                if "embedding" not in columns:  # a store made before embeddings
+                    conn.execute("ALTER TABLE memories ADD COLUMN embedding TEXT")
                 self._ready = True
         except (OSError, sqlite3.Error) as err:
             raise MemoryUnavailable(f"the memory store {self.path} cannot be opened: {err}") from err

@@ -13,6 +13,7 @@ Calls block: callers run them in a thread (`asyncio.to_thread`).
 from __future__ import annotations
 
 import hashlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +27,11 @@ from rules.memory import memory_text_problem, search_terms
 
 COLUMNS = "id, owner, text, created_at, conversation_id"
 MAX_LISTED = 1000
+# With embeddings: how near a memory must be to count (cosine of unit vectors), how many of the
+# owner's newest are compared, and the constant of the reciprocal-rank fusion of both ranks
+MIN_SIMILARITY = 0.3
+MAX_COMPARED = 2000
+FUSION_K = 60
 
 
 class MemoryRefused(ValueError):
@@ -50,6 +56,17 @@ def memory_id(owner: str, key: str) -> str:
     """A memory's id, from its owner and the idempotency key it was stored under: the same on
     every attempt of a call."""
     return "mem-" + hashlib.sha256(f"{owner}\x00{key}".encode()).hexdigest()[:16]
+
+
+def fused(rankings: list[list[Memory]]) -> list[Memory]:
+    """Rankings fused by reciprocal rank: a memory high in either, or fair in both, comes first."""
+    score: dict[str, float] = {}
+    found: dict[str, Memory] = {}
+    for ranking in rankings:
+        for place, memory in enumerate(ranking):
+            score[memory.id] = score.get(memory.id, 0.0) + 1 / (FUSION_K + place)
+            found[memory.id] = memory
+    return sorted(found.values(), key=lambda m: -score[m.id])
 
 
 def redacted(url: str) -> str:
@@ -97,10 +114,10 @@ class MemoryStore(ABC):
                 for r in rows]
 
     def add(self, owner: str, text: str, key: str, conversation_id: str | None = None,
-            max_per_owner: int = 500) -> Stored:
-        """Store `text` for `owner` under `key`; a second call with the key returns the first's
-        memory (and what it pushed out). Past `max_per_owner`, the owner's least-used memories go,
-        the oldest first, and are logged as evicted."""
+            max_per_owner: int = 500, embedding: list[float] | None = None) -> Stored:
+        """Store `text` for `owner` under `key` (with its unit `embedding`, if any); a second call
+        with the key returns the first's memory (and what it pushed out). Past `max_per_owner`,
+        the owner's least-used memories go, the oldest first, and are logged as evicted."""
         problem = memory_text_problem(text)
         if problem is not None:
             raise MemoryRefused(problem)
@@ -115,8 +132,9 @@ class MemoryStore(ABC):
             memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
                             conversation_id=conversation_id)
             conn.execute(self._sql("INSERT INTO memories (id, owner, text, created_at, "
-                                   "conversation_id, uses) VALUES (?, ?, ?, ?, ?, 0)"),
-                         [mid, owner, text, memory.created_at, conversation_id])
+                                   "conversation_id, uses, embedding) VALUES (?, ?, ?, ?, ?, 0, ?)"),
+                         [mid, owner, text, memory.created_at, conversation_id,
+                          None if embedding is None else json.dumps(embedding)])
             (count,) = conn.execute(self._sql("SELECT count(*) FROM memories WHERE owner = ?"),
                                     [owner]).fetchone()
             evicted = []
@@ -128,23 +146,48 @@ class MemoryStore(ABC):
                     self._remove(conn, gone, action="evicted", by="memory bound", cause=mid)
         return Stored(memory, new=True, evicted=evicted)
 
-    def search(self, owner: str, query: str, limit: int) -> list[Memory]:
-        """The owner's memories that share words with `query`, best first; each found counts
-        as a use (the least-used go first when the owner's bound is reached)."""
+    def search(self, owner: str, query: str, limit: int,
+               embedding: list[float] | None = None) -> list[Memory]:
+        """The owner's memories that share words with `query`, best first; with the query's
+        unit `embedding`, also those near it, both ranks fused. Each found counts as a use (the
+        least-used go first when the owner's bound is reached)."""
         terms = search_terms(query)
-        if not terms or limit < 1:
+        if limit < 1 or (not terms and embedding is None):
             return []
-        ranked, params = self._ranked_sql(terms)
         with self._transaction() as conn:
-            found = self._rows(
-                conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
-                f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id "
-                "WHERE m.owner = ? ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
-                [*params, owner, limit])
+            ranked = self._text_ranked(conn, owner, terms, limit * 4) if terms else []
+            if embedding is not None:
+                ranked = fused([ranked, self._nearest(conn, owner, embedding, limit * 4)])
+            found = ranked[:limit]
             for memory in found:
                 conn.execute(self._sql("UPDATE memories SET uses = uses + 1 WHERE id = ?"),
                              [memory.id])
         return found
+
+    def _text_ranked(self, conn: Any, owner: str, terms: list[str], n: int) -> list[Memory]:
+        ranked, params = self._ranked_sql(terms)
+        return self._rows(
+            conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
+            f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id "
+            "WHERE m.owner = ? ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
+            [*params, owner, n])
+
+    def _nearest(self, conn: Any, owner: str, query: list[float], n: int) -> list[Memory]:
+        """The owner's memories whose vectors are nearest `query` (of those of its dimensions,
+        among the newest compared), at least `MIN_SIMILARITY` near."""
+        rows = conn.execute(self._sql(
+            f"SELECT {COLUMNS}, embedding FROM memories WHERE owner = ? AND embedding IS NOT NULL "
+            "ORDER BY created_at DESC LIMIT ?"), [owner, MAX_COMPARED]).fetchall()
+        scored = []
+        for row in rows:
+            vector = json.loads(row[5])
+            if len(vector) == len(query):
+                near = sum(a * b for a, b in zip(vector, query, strict=True))
+                if near >= MIN_SIMILARITY:
+                    scored.append((near, Memory(id=row[0], owner=row[1], text=row[2],
+                                                created_at=row[3], conversation_id=row[4])))
+        scored.sort(key=lambda pair: -pair[0])
+        return [memory for _, memory in scored[:n]]
 
     def list(self, owner: str | None, query: str | None = None,
              limit: int = MAX_LISTED) -> list[Memory]:

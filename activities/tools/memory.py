@@ -12,10 +12,11 @@ from pydantic import Field
 
 from activities import telemetry
 from activities.memory import MemoryRefused, open_store
+from activities.memory.embeddings import embedding_of
 from activities.tools.function_tool import tool
 from activities.tools.registry import ToolContext, ToolError
 from contract.memory import Memory
-from rules.memory import recalled_text
+from rules.memory import memory_text_problem, recalled_text
 
 log = structlog.get_logger()
 
@@ -40,10 +41,14 @@ async def remember(ctx: ToolContext, text: str) -> str:
         text: What to remember, as one self-contained sentence
     """
     owner, settings = _owner(ctx), ctx.settings
+    problem = memory_text_problem(text)
+    if problem is not None:
+        raise ToolError(f"nothing was stored: {problem}")
     store = open_store(settings.memory_store_url)
+    embedding = await embedding_of(settings, text)
     try:
         stored = await asyncio.to_thread(store.add, owner, text, ctx.idempotency_key,
-                                         ctx.conversation_id, settings.memory_max)
+                                         ctx.conversation_id, settings.memory_max, embedding)
     except MemoryRefused as err:
         raise ToolError(f"nothing was stored: {err}") from None
     if stored.new:
@@ -68,8 +73,9 @@ async def recall(ctx: ToolContext, query: str,
         query: Words to look for in the memories
         limit: At most this many memories
     """
-    store = open_store(ctx.settings.memory_store_url)
-    found = await asyncio.to_thread(store.search, _owner(ctx), query, limit)
+    owner, store = _owner(ctx), open_store(ctx.settings.memory_store_url)
+    embedding = await embedding_of(ctx.settings, query)
+    found = await asyncio.to_thread(store.search, owner, query, limit, embedding)
     telemetry.count_memories("recalled", len(found))
     if not found:
         return f"No memory matches {query!r}."
