@@ -29,8 +29,8 @@ from activities.memory import MemoryRefused, MemoryStore, open_store
 from activities.memory.sqlite import SqliteMemories
 from activities.memory.store import memory_id
 from activities.settings import ActivitySettings
-from activities.tools import BUILTIN_TOOLS, ToolRegistry
-from activities.tools.memory import MEMORY_TOOLS
+from activities.tools import BUILTIN_TOOLS, ToolContext, ToolError, ToolRegistry
+from activities.tools.memory import MEMORY_TOOLS, forget, recall, remember
 from contract import ConfirmRequest, RejectRequest
 from contract.memory import MAX_MEMORY_BYTES, Memory
 from rules.memory import (
@@ -194,6 +194,30 @@ def test_embeddings_find_by_meaning_beside_the_words(store: MemoryStore):
     assert store.search(owner, question, 5, embed(question)) == [sushi]
     both = store.search(owner, "peanuts, or food I enjoy", 5, embed("peanuts, or food I enjoy"))
     assert {m.text for m in both} == {"I am allergic to peanuts", "I could eat sushi every day"}
+
+
+async def test_the_tools_tell_the_owner_what_the_bound_pushed_out_and_need_an_owner(
+        activity_settings: ActivitySettings, tmp_path: Path):
+    settings = dataclasses.replace(activity_settings, memory_max=1,
+                                   memory_url=f"sqlite:///{tmp_path}/memory.sqlite3")
+    async with httpx.AsyncClient() as http:
+        def ctx(owner: str | None) -> ToolContext:
+            return ToolContext(settings=settings, http=http, call_id="c", owner=owner,
+                               idempotency_key=unique("k"), conversation_id="conv-t")
+
+        first = await remember(ctx("ann"), text="I live in Lisbon")
+        assert first.startswith("Remembered [mem-") and "forgotten" not in first
+        second = await remember(ctx("ann"), text="I live in Porto now")
+        assert "at most 1 memories" in second and "'I live in Lisbon'" in second
+        assert "Tell the user" in second
+        assert (await recall(ctx("ann"), query="where do I live")).endswith("I live in Porto now")
+        assert await recall(ctx("bob"), query="live") == "No memory matches 'live'."
+        with pytest.raises(ToolError, match="no memory 'mem-0'"):
+            await forget(ctx("ann"), memory_id="mem-0")
+        with pytest.raises(ToolError, match="no owner"):
+            await remember(ctx(None), text="x")
+        with pytest.raises(ToolError, match="nothing was stored: a memory must be valid Unicode"):
+            await remember(ctx("ann"), text="\ud800")
 
 
 # ----- conversations: remembered on approval, recalled for the owner alone -----
