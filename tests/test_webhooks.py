@@ -187,6 +187,7 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
         await settled(handle, timeout_s=60)
         await slow.until("turn_finished")  # the delivery is in flight, held by the receiver
         worker.kill()
+        slow.hold_s = 0  # what comes after the kill is answered at once
         worker.start()
         deliveries = await slow.until("turn_finished", count=2, timeout_s=60)  # retried
         await handle.signal(ConversationWorkflow.say, SayRequest(text="more", request_id="m2"))
