@@ -10,6 +10,7 @@ The desktop layout stays two panes. The tests write docs/screenshots/phone-*.png
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -55,9 +56,13 @@ async def fits_sideways(page: Page) -> None:
 async def on_screen(page: Page, control: Locator) -> None:
     """The control is brought into view, lies wholly within the screen, is not covered by
     anything at its centre (a tap there reaches it), and is big enough for a finger."""
-    await expect(control).to_be_visible()
-    await control.scroll_into_view_if_needed()
-    box = await control.bounding_box()
+    for _ in range(20):  # a view that re-renders (the audit trail, on a stream event) may
+        await expect(control).to_be_visible()  # replace the element between two looks at it
+        await control.scroll_into_view_if_needed()
+        box = await control.bounding_box()
+        if box is not None:
+            break
+        await asyncio.sleep(0.1)
     assert box is not None
     size = page.viewport_size
     assert box["x"] >= 0 and box["x"] + box["width"] <= size["width"] + 0.5, box
