@@ -4,6 +4,7 @@ does (not collected: no `test_` prefix). The `console` fixture is in conftest.py
 from __future__ import annotations
 
 import json
+import os
 import re
 from urllib.parse import quote, unquote
 
@@ -13,6 +14,8 @@ from playwright.async_api import Page, Request, expect
 from tests.api_support import ROOT
 
 SCREENSHOTS = ROOT / "docs" / "screenshots"
+# The docs' screenshots are written again only when asked: a test run leaves the tree as it was.
+UPDATE_SCREENSHOTS = os.environ.get("UPDATE_SCREENSHOTS") == "1"
 VIEWPORT = {"width": 1280, "height": 800}
 WAIT_MS = 30_000
 
@@ -56,6 +59,12 @@ async def sign_in(page: Page, url: str, token: str) -> None:
     await page.get_by_test_id("token-input").fill(token)
     await page.get_by_test_id("token-save").click()
     await expect(page.get_by_test_id("token-box")).to_be_hidden()
+
+
+async def screenshot(page: Page, name: str) -> None:
+    """The page as docs/screenshots/`name` shows it, with UPDATE_SCREENSHOTS=1."""
+    if UPDATE_SCREENSHOTS:
+        await page.screenshot(path=SCREENSHOTS / name)
 
 
 async def call(method: str, url: str, **kwargs) -> httpx.Response:

@@ -23,7 +23,7 @@ from temporalio.client import Client
 from rules.gate import args_hash
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
-from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, sign_in, status_of
+from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique
 from tests.subagent_support import delegating
 
@@ -76,8 +76,7 @@ async def test_console_streams_edits_validates_and_approves(
     config = (await call("GET", f"{api.url}/config")).json()
     await expect(page.get_by_test_id("temporal-link")).to_have_attribute(
         "href", f"{config['temporal_ui']}/namespaces/{config['namespace']}/workflows/{quote(cid)}")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=SCREENSHOTS / "approval.png")
+    await screenshot(page, "approval.png")
 
     # The "Needs you" inbox lists it while it waits; it opens the conversation again.
     await page.get_by_test_id("home").click()
@@ -86,7 +85,7 @@ async def test_console_streams_edits_validates_and_approves(
     await expect(waiting).to_contain_text("waits for approval")
     await expect(page.get_by_test_id("home-inbox").locator(f'[data-id="{cid}"]')).to_contain_text(
         "create_note")
-    await page.screenshot(path=SCREENSHOTS / "inbox.png")
+    await screenshot(page, "inbox.png")
     await waiting.click()
     await expect(page.get_by_test_id("conversation")).to_have_attribute("data-id", cid)
     card = page.get_by_test_id("approval-card")

@@ -21,7 +21,7 @@ from playwright.async_api import Browser, Locator, Page, expect
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
-from tests.console_support import SCREENSHOTS, VIEWPORT, Console, call, status_of
+from tests.console_support import VIEWPORT, Console, call, screenshot, status_of
 from tests.helpers import note_rows, script, tool_call, unique
 
 
@@ -162,9 +162,8 @@ async def test_phone_inbox_and_an_approval_with_edited_args(
     await the_list(page)
     await on_screen(page, waiting)
     await shown_whole(page, waiting.locator(".conv-id"))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await page.evaluate("window.scrollTo(0, 0)")
-    await page.screenshot(path=SCREENSHOTS / "phone-inbox.png")
+    await screenshot(page, "phone-inbox.png")
     await waiting.tap()
     await one_conversation(page, cid)
 
@@ -188,7 +187,7 @@ async def test_phone_inbox_and_an_approval_with_edited_args(
     await expect(card.get_by_test_id("args-error")).to_be_hidden()
     await card.evaluate("(el) => el.scrollIntoView({block: 'end'})")
     await fits_sideways(page)
-    await page.screenshot(path=SCREENSHOTS / "phone-approval.png")
+    await screenshot(page, "phone-approval.png")
     await card.get_by_test_id("approve").tap()
 
     # The edited call ran: the answer says so, the note holds it, the audit trail records it.
@@ -254,7 +253,7 @@ async def test_phone_answers_a_choice_question(
     await expect(form.get_by_label("sage green")).to_be_checked()
     await form.evaluate("(el) => el.scrollIntoView({block: 'end'})")
     await fits_sideways(page)
-    await page.screenshot(path=SCREENSHOTS / "phone-question.png")
+    await screenshot(page, "phone-question.png")
     await form.get_by_test_id("answer-submit").tap()
 
     chat = page.get_by_test_id("chat")

@@ -43,7 +43,7 @@ from rules.memory import (
 from scripted_model import ScriptedModelServer, ScriptedReply
 from scripted_model.embeddings import embed
 from tests.api_support import ROOT, ApiProcess, until
-from tests.console_support import Console, sign_in
+from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
 from tests.helpers import (
     reaches,
@@ -465,6 +465,7 @@ async def test_the_console_shows_ones_own_memories_and_forgets_one(
         await page.get_by_test_id("memory-query").fill("favourite city")
         await page.get_by_test_id("memory-query").press("Enter")
         await expect(texts).to_have_text([f"{LISBON}."])
+        await screenshot(page, "memory.png")
         page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
         await page.get_by_test_id("memory-forget").click()
         await expect(page.get_by_test_id("memory-empty")).to_have_text("No memory matches.")

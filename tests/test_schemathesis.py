@@ -32,7 +32,7 @@ from tests.helpers import unique
 
 TOKEN = "tok-schemathesis-123"
 SEED = 20
-BOUNDED = hypothesis.settings(max_examples=10, deadline=None, derandomize=True,
+BOUNDED = hypothesis.settings(max_examples=8, deadline=None, derandomize=True,
                               suppress_health_check=list(hypothesis.HealthCheck))
 # The event stream of a live conversation stays open until the conversation completes, so a
 # request/response checker would wait on it for as long as the conversation lives. The chains
