@@ -149,6 +149,10 @@ def test_a_retry_stores_once_and_the_bound_evicts_the_least_used(store: MemorySt
     assert store.add(owner, "fact four", key4, max_per_owner=3).evicted == full.evicted
     assert sorted(m.text for m in store.list(owner)) == ["fact 2", "fact four", "fact zero"]
     assert [e["action"] for e in store.log(owner)] == ["evicted"]
+    # a late retry of a call whose memory was forgotten since does not bring it back
+    store.forget(first.memory.id, owner, unique("f"), owner)
+    assert not store.add(owner, "fact zero", key).new
+    assert first.memory not in store.list(owner)
 
 
 def test_bad_text_stores_nothing(store: MemoryStore):

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS memory_log (
     at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
+CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
 """
 
 

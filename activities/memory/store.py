@@ -129,6 +129,10 @@ class MemoryStore(ABC):
                                      "conversation_id FROM memory_log WHERE cause = ? "
                                      "ORDER BY at", [mid])
                 return Stored(found[0], new=False, evicted=evicted)
+            removed = self._rows(conn, "SELECT memory_id, owner, text, created_at, "
+                                 "conversation_id FROM memory_log WHERE memory_id = ?", [mid])
+            if removed:  # stored by an earlier attempt, and forgotten since: not stored again
+                return Stored(removed[0], new=False)
             memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
                             conversation_id=conversation_id)
             conn.execute(self._sql("INSERT INTO memories (id, owner, text, created_at, "
