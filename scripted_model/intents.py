@@ -19,8 +19,8 @@ from .replies import ScriptedReply, ScriptedToolCall, message_text
 HELP = (
     "I'm the offline demo model, so I only understand a few requests: the weather in a city, "
     "saving, listing or deleting notes, and \"remember that ...\". For example: \"Check the "
-    "weather in Tokyo and save it as a note titled 'Tokyo'.\" Set OPENAI_API_KEY (and OPENAI_BASE_URL and OPENAI_MODEL for "
-    "another endpoint) to use a real model."
+    "weather in Tokyo and save it as a note titled 'Tokyo'.\" Set OPENAI_API_KEY (and "
+    "OPENAI_BASE_URL and OPENAI_MODEL for another endpoint) to use a real model."
 )
 ASK_CITY = "Which city? (I'm the offline demo model: name it, as in \"the weather in Tokyo\".)"
 ASK_BODY = ("What should the note say? (I'm the offline demo model: write, for example, "
@@ -48,8 +48,9 @@ LIST = re.compile(r"\b(?:list|show|search|find|read|what|which)\b(?:\s+\S+){0,2}
                   re.IGNORECASE)
 NOTE = re.compile(r"\bnotes?\b", re.IGNORECASE)
 # "Remember that ...", "please remember: ...", at the start of a sentence ("do you remember" asks)
-REMEMBER = re.compile(r"(?:^|[.!?]\s+)(?:please\s+)?remember\s*(?:that\b|:)?\s*(?P<fact>[^\n]+)",
-                      re.IGNORECASE)
+# One run of blanks between the parts, so that no two quantifiers share a character to backtrack on
+REMEMBER = re.compile(r"(?:^|[.!?][ \t]+)(?:please[ \t]+)?remember\b(?:[ \t]+that\b|[ \t]*:)?"
+                      r"[ \t]*(?P<fact>\S[^\n]*)", re.IGNORECASE)
 RECALL_CALL_PREFIX = "recall-turn-"  # the runtime's own recall before a turn (`rules.memory`)
 
 KNOWN_CITY = re.compile(r"\b(?:" + "|".join(map(re.escape, CITY_NAMES)) + r")\b", re.IGNORECASE)
@@ -80,7 +81,8 @@ def read_intent(messages: list[dict[str, Any]], tools_offered: bool = True) -> S
     # The memories the runtime recalled for this turn are data for the answer, not a step
     recalled = [message_text(m) for m in messages[users[-1] + 1:] if is_runtime_recall(m)]
     since = [m for m in messages[users[-1] + 1:] if not is_runtime_recall(m)]
-    results = [message_text(m) for m in messages if m.get("role") == "tool" and not is_runtime_recall(m)]
+    results = [message_text(m) for m in messages
+               if m.get("role") == "tool" and not is_runtime_recall(m)]
     plan = plan_for(message_text(messages[users[-1]]), results[-1] if results else None)
     if plan == HELP and recalled:
         return ScriptedReply(content=from_memories(recalled[-1]))
