@@ -173,12 +173,8 @@ class LLMActivities:
                                    type="LLMModelUnavailable", non_retryable=True)
         key = (spec.base_url, spec.api_key_env)
         if key not in self._endpoints:
-            # OPENAI_API_KEY was read with the settings; another entry's key is read here, in the
-            # worker, from the variable it names
-            key_value = (self._settings.openai_api_key or "unset"
-                         if spec.api_key_env == "OPENAI_API_KEY" else self._models.api_key(spec))
             self._endpoints[key] = self._endpoint(openai.AsyncOpenAI(
-                api_key=key_value, base_url=spec.base_url,
+                api_key=self._settings.api_key(spec), base_url=spec.base_url,
                 max_retries=0))  # Temporal's retry policy owns retries
         client, server = self._endpoints[key]
         prices = self._settings.prices.for_entry(spec.base_url, spec.free, spec.price)

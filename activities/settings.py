@@ -9,7 +9,7 @@ from pathlib import Path
 
 from activities.context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
 from activities.memory import check_url, default_url
-from activities.models import Models
+from activities.models import ModelEntry, Models
 from activities.pricing import Prices
 from activities.profiles import Profiles
 from activities.webhooks import DEFAULT_LINK_TTL_S, Webhooks
@@ -115,6 +115,13 @@ class ActivitySettings:
     def memory_store_url(self) -> str:
         """Where memories are kept: AGENT_MEMORY_URL, else SQLite in the data dir."""
         return self.memory_url or default_url(self.data_dir)
+
+    def api_key(self, entry: ModelEntry) -> str:
+        """A model entry's key: OPENAI_API_KEY as read with the settings; another entry's from
+        the variable it names, read here, in the worker (local endpoints need none)."""
+        if entry.api_key_env == "OPENAI_API_KEY":
+            return self.openai_api_key or "unset"
+        return self.model_entries().api_key(entry)
 
     def model_entries(self) -> Models:
         """The model entries: AGENT_MODELS's, or the one OPENAI_* describe."""

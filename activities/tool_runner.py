@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -15,8 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
 from activities.heartbeat import heartbeating
-from activities.memory import open_store
-from activities.memory.embeddings import embedding_of
+from activities.memory.search import search
 from activities.models import model_routes
 from activities.settings import ActivitySettings
 from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
@@ -76,14 +74,12 @@ class ToolActivities:
         worker's count (AGENT_MEMORY_RECALL) and the recalled block's byte bound."""
         if not self._memory or self._settings.memory_recall == 0:
             return Recalled()
-        store = open_store(self._settings.memory_store_url)
         with telemetry.span("recall memories", {
                 "gen_ai.operation.name": "recall_memories",
                 "gen_ai.conversation.id": activity.info().workflow_id,
                 "agent.owner": request.owner}) as span:
-            embedding = await embedding_of(self._settings, request.query)
-            found = await asyncio.to_thread(store.search, request.owner, request.query,
-                                            self._settings.memory_recall, embedding)
+            found = await search(self._settings, request.owner, request.query,
+                                 self._settings.memory_recall)
             kept = within_bytes(found, MAX_RECALLED_BYTES)
             telemetry.set_attributes(span, {"agent.memory.recalled": len(kept)})
         telemetry.count_memories("recalled", len(kept))

@@ -54,6 +54,10 @@ class Principal:
     roles: frozenset[Role]
 
     @property
+    def is_admin(self) -> bool:
+        return "admin" in self.roles
+
+    @property
     def may_start(self) -> bool:
         return bool(self.roles & {"user", "approver", "admin"})
 
@@ -70,7 +74,7 @@ class Principal:
     def may(self, action: Action, owner: str | None) -> Verdict:
         """What this principal may do to a conversation `owner` started (None: started before
         owners were recorded, which only those who see all may read)."""
-        if "admin" in self.roles:
+        if self.is_admin:
             return Verdict.ALLOWED
         own = owner is not None and owner == self.name
         if own and self.roles & {"user", "approver"}:

@@ -57,5 +57,5 @@ def open_store(url: str) -> MemoryStore:
 
 
 
-__all__ = ["MemoryRefused", "MemoryStore", "MemoryUnavailable", "Stored", "check_url", "default_url", "open_store",
-           "redacted", "url_from_env"]
+__all__ = ["MemoryRefused", "MemoryStore", "MemoryUnavailable", "Stored", "check_url",
+           "default_url", "open_store", "redacted", "url_from_env"]

@@ -23,12 +23,9 @@ class Embedder:
     """One model entry's embeddings endpoint."""
 
     def __init__(self, settings: ActivitySettings, entry_name: str) -> None:
-        models = settings.model_entries()
-        entry = models.entries[entry_name]
-        key = (settings.openai_api_key or "unset" if entry.api_key_env == "OPENAI_API_KEY"
-               else models.api_key(entry))
+        entry = settings.model_entries().entries[entry_name]
         self.model = entry.model
-        self._client = openai.AsyncOpenAI(api_key=key, base_url=entry.base_url,
+        self._client = openai.AsyncOpenAI(api_key=settings.api_key(entry), base_url=entry.base_url,
                                           timeout=TIMEOUT_S, max_retries=1)
 
     async def vector(self, text: str) -> list[float] | None:

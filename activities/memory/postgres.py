@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from activities.memory.store import MemoryStore, MemoryUnavailable, redacted
+from activities.memory.store import LOG_SCHEMA, MemoryStore, MemoryUnavailable, redacted
 
 SCHEMA_LOCK = 0x6D656D  # an advisory lock: workers that start together create the schema once
 SCHEMA = """
@@ -24,21 +24,7 @@ CREATE TABLE IF NOT EXISTS memories (
 ALTER TABLE memories ADD COLUMN IF NOT EXISTS embedding TEXT;  -- a store made before embeddings
 CREATE INDEX IF NOT EXISTS memories_by_owner ON memories (owner, created_at);
 CREATE INDEX IF NOT EXISTS memories_by_words ON memories USING GIN (words);
-CREATE TABLE IF NOT EXISTS memory_log (
-    key TEXT UNIQUE,
-    action TEXT NOT NULL,
-    memory_id TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    text TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    conversation_id TEXT,
-    by_whom TEXT NOT NULL,
-    cause TEXT,
-    at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
-CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
-"""
+""" + LOG_SCHEMA
 
 
 class PostgresMemories(MemoryStore):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from activities.memory.store import MemoryStore, MemoryUnavailable
+from activities.memory.store import LOG_SCHEMA, MemoryStore, MemoryUnavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -30,21 +30,7 @@ END;
 CREATE TRIGGER IF NOT EXISTS memories_removed AFTER DELETE ON memories BEGIN
     INSERT INTO memories_text (memories_text, rowid, text) VALUES ('delete', old.rowid, old.text);
 END;
-CREATE TABLE IF NOT EXISTS memory_log (
-    key TEXT UNIQUE,
-    action TEXT NOT NULL,
-    memory_id TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    text TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    conversation_id TEXT,
-    by_whom TEXT NOT NULL,
-    cause TEXT,
-    at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
-CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
-"""
+""" + LOG_SCHEMA
 
 
 class SqliteMemories(MemoryStore):
@@ -65,7 +51,8 @@ class SqliteMemories(MemoryStore):
                     conn.execute("ALTER TABLE memories ADD COLUMN embedding TEXT")
                 self._ready = True
         except (OSError, sqlite3.Error) as err:
-            raise MemoryUnavailable(f"the memory store {self.path} cannot be opened: {err}") from err
+            raise MemoryUnavailable(
+                f"the memory store {self.path} cannot be opened: {err}") from err
         return conn
 
     @contextmanager

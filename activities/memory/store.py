@@ -26,6 +26,7 @@ from contract.memory import Memory
 from rules.memory import memory_text_problem, search_terms
 
 COLUMNS = "id, owner, text, created_at, conversation_id"
+LOGGED = "memory_id, owner, text, created_at, conversation_id"  # a removed memory, in the log
 MAX_LISTED = 1000
 # With embeddings: how near a memory must be to count (cosine of unit vectors), how many of the
 # owner's newest are compared, and the constant of the reciprocal-rank fusion of both ranks
@@ -56,6 +57,25 @@ def memory_id(owner: str, key: str) -> str:
     """A memory's id, from its owner and the idempotency key it was stored under: the same on
     every attempt of a call."""
     return "mem-" + hashlib.sha256(f"{owner}\x00{key}".encode()).hexdigest()[:16]
+
+
+# The log of removals, the same in both databases
+LOG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_log (
+    key TEXT UNIQUE,
+    action TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    conversation_id TEXT,
+    by_whom TEXT NOT NULL,
+    cause TEXT,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
+CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
+"""
 
 
 def fused(rankings: list[list[Memory]]) -> list[Memory]:
@@ -125,18 +145,17 @@ class MemoryStore(ABC):
         with self._transaction() as conn:
             found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?", [mid])
             if found:
-                evicted = self._rows(conn, "SELECT memory_id, owner, text, created_at, "
-                                     "conversation_id FROM memory_log WHERE cause = ? "
+                evicted = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE cause = ? "
                                      "ORDER BY at", [mid])
                 return Stored(found[0], new=False, evicted=evicted)
-            removed = self._rows(conn, "SELECT memory_id, owner, text, created_at, "
-                                 "conversation_id FROM memory_log WHERE memory_id = ?", [mid])
+            removed = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE memory_id = ?",
+                                 [mid])
             if removed:  # stored by an earlier attempt, and forgotten since: not stored again
                 return Stored(removed[0], new=False)
             memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
                             conversation_id=conversation_id)
-            conn.execute(self._sql("INSERT INTO memories (id, owner, text, created_at, "
-                                   "conversation_id, uses, embedding) VALUES (?, ?, ?, ?, ?, 0, ?)"),
+            conn.execute(self._sql(f"INSERT INTO memories ({COLUMNS}, uses, embedding) "
+                                   "VALUES (?, ?, ?, ?, ?, 0, ?)"),
                          [mid, owner, text, memory.created_at, conversation_id,
                           None if embedding is None else json.dumps(embedding)])
             (count,) = conn.execute(self._sql("SELECT count(*) FROM memories WHERE owner = ?"),
@@ -168,13 +187,15 @@ class MemoryStore(ABC):
                              [memory.id])
         return found
 
-    def _text_ranked(self, conn: Any, owner: str, terms: list[str], n: int) -> list[Memory]:
+    def _text_ranked(self, conn: Any, owner: str | None, terms: list[str], n: int
+                     ) -> list[Memory]:
+        """The memories of `owner` (None: every owner's) that share any of `terms`, best first."""
         ranked, params = self._ranked_sql(terms)
+        where, whose = ("WHERE m.owner = ?", [owner]) if owner is not None else ("", [])
         return self._rows(
             conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
-            f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id "
-            "WHERE m.owner = ? ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
-            [*params, owner, n])
+            f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id {where} "
+            "ORDER BY ranked.rank, m.created_at DESC LIMIT ?", [*params, *whose, n])
 
     def _nearest(self, conn: Any, owner: str, query: list[float], n: int) -> list[Memory]:
         """The owner's memories whose vectors are nearest `query` (of those of its dimensions,
@@ -198,20 +219,13 @@ class MemoryStore(ABC):
         """The memories of `owner` (None: every owner's), newest first, or those matching
         `query`, best first."""
         limit = max(0, min(limit, MAX_LISTED))
-        where, params = ("WHERE m.owner = ?", [owner]) if owner is not None else ("", [])
         with self._transaction() as conn:
-            if not query:
-                return self._rows(conn, f"SELECT {COLUMNS} FROM memories m {where} "
-                                  "ORDER BY created_at DESC, id LIMIT ?", [*params, limit])
-            terms = search_terms(query)
-            if not terms:
-                return []
-            ranked, ranked_params = self._ranked_sql(terms)
-            return self._rows(
-                conn, f"SELECT m.id, m.owner, m.text, m.created_at, m.conversation_id "
-                f"FROM ({ranked}) ranked JOIN memories m ON m.id = ranked.id {where} "
-                "ORDER BY ranked.rank, m.created_at DESC LIMIT ?",
-                [*ranked_params, *params, limit])
+            if query:
+                terms = search_terms(query)
+                return self._text_ranked(conn, owner, terms, limit) if terms else []
+            where, whose = ("WHERE owner = ?", [owner]) if owner is not None else ("", [])
+            return self._rows(conn, f"SELECT {COLUMNS} FROM memories {where} "
+                              "ORDER BY created_at DESC, id LIMIT ?", [*whose, limit])
 
     def get(self, memory_id: str) -> Memory | None:
         with self._transaction() as conn:
@@ -222,8 +236,7 @@ class MemoryStore(ABC):
         """Remove the memory `memory_id` of `owner` (None: of anyone, for an admin), logged with
         who asked; None if there is none such. A second call with `key` answers as the first."""
         with self._transaction() as conn:
-            done = self._rows(conn, "SELECT memory_id, owner, text, created_at, conversation_id "
-                              "FROM memory_log WHERE key = ?", [key])
+            done = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE key = ?", [key])
             if done:
                 return done[0]
             found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?",
@@ -247,7 +260,7 @@ class MemoryStore(ABC):
                 key: str | None = None, cause: str | None = None) -> None:
         conn.execute(self._sql("DELETE FROM memories WHERE id = ?"), [memory.id])
         conn.execute(self._sql(
-            "INSERT INTO memory_log (key, action, memory_id, owner, text, created_at, "
-            "conversation_id, by_whom, cause, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            f"INSERT INTO memory_log (key, action, {LOGGED}, by_whom, cause, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             [key, action, memory.id, memory.owner, memory.text, memory.created_at,
              memory.conversation_id, by, cause, now()])

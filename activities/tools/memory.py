@@ -13,6 +13,7 @@ from pydantic import Field
 from activities import telemetry
 from activities.memory import MemoryRefused, open_store
 from activities.memory.embeddings import embedding_of
+from activities.memory.search import search
 from activities.tools.function_tool import tool
 from activities.tools.registry import ToolContext, ToolError
 from contract.memory import Memory
@@ -73,9 +74,7 @@ async def recall(ctx: ToolContext, query: str,
         query: Words to look for in the memories
         limit: At most this many memories
     """
-    owner, store = _owner(ctx), open_store(ctx.settings.memory_store_url)
-    embedding = await embedding_of(ctx.settings, query)
-    found = await asyncio.to_thread(store.search, owner, query, limit, embedding)
+    found = await search(ctx.settings, _owner(ctx), query, limit)
     telemetry.count_memories("recalled", len(found))
     if not found:
         return f"No memory matches {query!r}."

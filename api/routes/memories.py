@@ -12,7 +12,7 @@ import structlog
 from fastapi import APIRouter, Path, Query, Request
 
 from activities.memory import MemoryUnavailable, open_store
-from api.access import Forbidden, Principal
+from api.access import Forbidden
 from api.bodies import StrictJsonRoute
 from api.deps import RequestId, Who
 from api.errors import errors
@@ -36,10 +36,6 @@ async def in_store(request: Request, method: str, *args: Any) -> Any:
         raise Unavailable("the memory store cannot be reached") from None
 
 
-def is_admin(who: Principal) -> bool:
-    return "admin" in who.roles
-
-
 @router.get("/memories", response_model=list[Memory], responses=errors(404, 503))
 async def memories(
     request: Request, who: Who,
@@ -51,9 +47,9 @@ async def memories(
 ) -> Any:
     """Memories, newest first (or the best match for `query` first): a user's own; an
     admin's, every owner's, or `owner`'s."""
-    if owner is not None and owner != who.name and not is_admin(who):
+    if owner is not None and owner != who.name and not who.is_admin:
         raise Forbidden(f"{who.describe()} sees their own memories only")
-    whose = owner if owner is not None else (None if is_admin(who) else who.name)
+    whose = owner if owner is not None else (None if who.is_admin else who.name)
     return await in_store(request, "list", whose, query, limit)
 
 
@@ -63,7 +59,7 @@ async def forget(request: Request, memory_id: MemoryId, who: Who, rid: RequestId
     The store's log keeps who forgot it and when; a later recall never finds it."""
     if not who.may_write:
         raise Forbidden(f"{who.describe()} may not forget memories")
-    gone = await in_store(request, "forget", memory_id, None if is_admin(who) else who.name,
+    gone = await in_store(request, "forget", memory_id, None if who.is_admin else who.name,
                           f"api:{rid}", who.name)
     if gone is None:
         raise NotFound(f"no such memory: {memory_id}")
