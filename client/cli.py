@@ -27,6 +27,8 @@ from client.checks import (
     targets,
 )
 from client.connection import TemporalSettings, connect
+from client.cases import export, fork
+from client.evals import add_eval_command
 from client.memories import cmd_forget, cmd_memories
 from client.render import render_history, render_status
 from client.session import STATUSES, Session
@@ -204,6 +206,25 @@ async def cmd_history(s: Session, a: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_export(s: Session, a: argparse.Namespace) -> int:
+    text = (await export(s, a.id)).dump()
+    if a.out is None:
+        print(text, end="")
+    else:
+        Path(a.out).write_text(text)
+        print(f"wrote the case of {a.id} to {a.out}")
+    return 0
+
+
+async def cmd_fork(s: Session, a: argparse.Namespace) -> int:
+    new_id = a.new_id or new_conversation_id()
+    await fork(s, a.id, a.at_step, new_id, a.who, model=a.model, system_prompt=a.system_prompt)
+    if a.json:
+        return print_status(await s.status(new_id), True)
+    print(new_id)
+    return 0
+
+
 async def cmd_list(s: Session, a: argparse.Namespace) -> int:
     rows = [row.model_dump() for row in await s.conversations(a.status, a.limit)]
     if a.json:
@@ -299,6 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
     command("history", cmd_history, "the audit trail, a record per step", as_json=True)
     command("status", cmd_status, "the current state of a conversation (exit 1 if it failed)",
             as_json=True)
+
+    p = command("export", cmd_export, "write a conversation as a case (JSON): its messages, "
+                "tool calls and results, decisions and answers")
+    p.add_argument("--out", metavar="FILE", help="write it here (default: standard output)")
+    p = command("fork", cmd_fork, "start a new conversation from a conversation's messages "
+                "before one of its steps", as_json=True)
+    p.add_argument("--at-step", type=int, required=True, metavar="N",
+                   help="the step to go on from (1 for the first, as `export` numbers them)")
+    p.add_argument("--id", dest="new_id", help="the fork's id; default: a fresh one")
+    p.add_argument("--model", help="the fork's model (default: the original's)")
+    p.add_argument("--system-prompt", help="the fork's system prompt (default: the original's)")
+    _add_as(p, "who starts the fork, its owner")
+    add_eval_command(command)
 
     p = command("list", cmd_list, "conversations, optionally by status", conversation=False,
                 as_json=True)

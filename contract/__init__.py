@@ -14,6 +14,7 @@ from __future__ import annotations
 from contract.conversation import (
     ApprovalPolicy,
     ConversationInput,
+    ForkPoint,
     LLMOptions,
 )
 from contract.inputs import (
@@ -91,6 +92,7 @@ __all__ = [
     "ConfirmRequest",
     "ContextUse",
     "ConversationInput",
+    "ForkPoint",
     "ConversationStatus",
     "Decision",
     "EndRequest",

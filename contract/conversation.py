@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from contract.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
-from contract.models import Risk
+from contract.models import ChatMessage, Risk
 from contract.state import CarriedState, ConversationState
 
 
@@ -25,6 +25,16 @@ class ApprovalPolicy(BaseModel):
 
     require_approval_for: list[Risk] = ["sensitive", "destructive"]
     auto_approve: list[str] = []  # tool names that never wait
+
+
+class ForkPoint(BaseModel):
+    """Where a fork starts (`python -m client fork`): the messages the original's model was shown
+    before the step, which the fork's first model call is shown (its own system prompt first)."""
+
+    conversation_id: str  # the original
+    at_step: int = Field(ge=1)  # as the original's case numbers steps (`contract.case`)
+    turn: int = Field(default=1, ge=1)  # the original's turn of that step: the fork goes on with it
+    messages: list[ChatMessage] = []
 
 
 class ConversationInput(BaseModel):
@@ -60,5 +70,6 @@ class ConversationInput(BaseModel):
     # the span the first turn's trace continues (W3C traceparent): a parent conversation's call
     # of this subagent, or the API request that started it
     trace_parent: str | None = None
+    fork: ForkPoint | None = None  # a fork: it begins mid-turn, from the original's messages
     state: ConversationState | None = None  # set by continue-as-new only
     carry: CarriedState | None = None  # what continue-as-new carried before `state`; still read

@@ -176,6 +176,8 @@ class ConversationStatus(BaseModel):
     children: list[ChildRef] = []  # subagents of the current turn
     owner: str | None = None  # who started it (None: started before owners were recorded)
     trace_id: str | None = None  # the current (or last) turn's trace (`workflows.telemetry`)
+    forked_from: str | None = None  # a fork's original conversation
+    at_step: int | None = None  # the original's step the fork began at
 
 
 # The conversation's own state builds on the models above.

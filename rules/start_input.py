@@ -19,7 +19,7 @@ from contract.bounds import (
     keep_within,
     text_size,
 )
-from contract.state import ContextState, ConversationState
+from contract.state import ContextState, ConversationState, TurnState
 from rules.prompts import DEFAULT_SYSTEM_PROMPT
 
 
@@ -53,6 +53,8 @@ def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> C
         return inp.state
     if inp.carry is not None:
         return inp.carry.to_state(DEFAULT_SYSTEM_PROMPT)
+    if inp.fork is not None:
+        return forked_state(inp, notices)
     state = ConversationState(
         context=ContextState(system_prompt=inp.system_prompt or DEFAULT_SYSTEM_PROMPT))
     for notice in notices:
@@ -62,6 +64,22 @@ def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> C
         state.inbox.append(inp.prompt)
     else:
         state.notice(f"the first message was refused: {refusal}")
+    return state
+
+
+def forked_state(inp: ConversationInput, notices: list[str]) -> ConversationState:
+    """A fork's first state: the original's messages before the step (its system prompt replaced
+    by the fork's, if it has one), and the original's turn under way, to be thought on."""
+    assert inp.fork is not None
+    messages = list(inp.fork.messages)
+    system = DEFAULT_SYSTEM_PROMPT
+    if messages and messages[0].role == "system":
+        system = messages.pop(0).content or system
+    state = ConversationState(
+        context=ContextState(system_prompt=inp.system_prompt or system, messages=messages),
+        current=TurnState(number=inp.fork.turn, in_progress=True))
+    for notice in notices:
+        state.notice(notice)
     return state
 
 

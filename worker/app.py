@@ -83,6 +83,7 @@ def build_worker(
     workflows: bool = True,
     activities: bool = True,
     tracing: Tracing | None = None,
+    tools: ToolActivities | None = None,
     **options: Any,
 ) -> Worker:
     """The agent's worker; `options` go to Temporal's `Worker` as they are.
@@ -95,9 +96,9 @@ def build_worker(
     refusal fails the workflow task just as a non-determinism error does. `workflows` and
     `activities` say which of the two it serves (both by default; a worker of workflows alone
     runs their local activities, and no other); `tracing`, when on, traces them
-    (`worker.telemetry`)."""
+    (`worker.telemetry`); `tools`: its tool activities (an eval's answer from cases)."""
     llm = llm or LLMActivities(settings, temporal=client)
-    tools = ToolActivities(registry or default_registry(), settings, http, mcp)
+    tools = tools or ToolActivities(registry or default_registry(), settings, http, mcp)
     hooks = WebhookActivities(settings.webhooks, http)
     if activities:
         served = [*model_activities(llm), *local_activities(tools), hooks.notify]

@@ -109,7 +109,11 @@ class ConversationWorkflow(TurnLoop, Standing):
         try:
             self._sync_status()
             if inp.state is None and inp.carry is None:
-                if self._state.inbox:  # the first message, unless it was refused
+                fork = self._input.fork
+                if fork is not None:  # it goes on with the original's turn, from its messages
+                    self._audit_input("start", fork.turn, self._input.owner,
+                                      f"forked from {fork.conversation_id} at step {fork.at_step}")
+                elif self._state.inbox:  # the first message, unless it was refused
                     self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
             else:

@@ -34,7 +34,7 @@ class Standing:
     """The conversation's standing, as `ConversationWorkflow` shows it."""
 
     def _standing(self) -> ConversationStatus:
-        state, turn = self._state, self._state.current
+        state, turn, fork = self._state, self._state.current, self._input.fork
         return ConversationStatus(
             workflow_id=workflow.info().workflow_id, status=self._current_status(),
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
@@ -49,6 +49,8 @@ class Standing:
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
             owner=self._input.owner, trace_id=tracing.trace_id_of(turn.trace),
+            forked_from=fork.conversation_id if fork else None,
+            at_step=fork.at_step if fork else None,
         )
 
     def _pending_confirmations(self) -> list[PendingConfirmation]:

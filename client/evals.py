@@ -1,0 +1,323 @@
+"""`python -m client eval CASE_OR_DIR...`: run recorded conversations again and score them.
+
+Each case runs as a real conversation on Temporal, on the eval's own task queue (its worker runs
+in this process: `worker.evals`), several at once. Tool calls are answered from the case; the
+people's decisions and answers are sent as the case recorded them, through the same signals a
+person sends, so the gate is the real one. Then the run is exported like any conversation and
+scored against the case (`rules.scores`): a table on the terminal with a progress line, JSON
+with every difference, JUnit XML for CI, and an exit code for `--min-pass`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from client.cases import recording
+from client.checks import CliError, UsageError
+from client.session import Session
+from contract import AnswerRequest, ConfirmRequest, ConversationInput, RejectRequest, SayRequest
+from contract.case import Case, CaseError, load_case
+from rules.cases import ASK_PREFIX, RecordedTools, build_case
+from rules.scores import ANSWER_MODES, CALLS_MODES, Score, score
+
+EVAL_OWNER = "eval"  # who starts, decides and answers in an eval, in its audit trail
+NO_DECISION = "the case being evaluated recorded no decision for this call"
+CASE_TURN_TIMEOUT_S = 300.0
+
+
+@dataclass
+class Outcome:
+    """One case's run: its score, or why it could not run."""
+
+    case: Case
+    path: Path
+    conversation_id: str
+    score: Score | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.score is not None and self.score.passed
+
+
+@dataclass
+class Options:
+    model: str | None = None
+    system_prompt: str | None = None
+    concurrency: int = 4
+    calls: str = "order"
+    answer: str = "auto"
+    live_safe: bool = False
+    turn_timeout_s: float = CASE_TURN_TIMEOUT_S
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def load_cases(paths: list[str]) -> list[tuple[Path, Case]]:
+    """Every case of the files and folders given (a folder's `*.json`, sorted); `UsageError`
+    naming the first file that is not a readable case."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            files += sorted(path.glob("*.json"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UsageError(f"no such case file or folder: {given}")
+    if not files:
+        raise UsageError(f"no cases (*.json) in {', '.join(paths)}")
+    cases = []
+    for path in files:
+        try:
+            cases.append((path, load_case(path.read_text(), str(path))))
+        except (CaseError, UnicodeDecodeError) as err:
+            raise UsageError(str(err)) from None
+    return cases
+
+
+def missing_tools(cases: list[tuple[Path, Case]], have: set[str]) -> list[str]:
+    """`path: tool, ...` for each case that calls a tool the eval's worker does not have."""
+    return [f"{path}: {', '.join(sorted(lacking))}" for path, case in cases
+            if (lacking := {c.tool for c in case.calls()} - have)]
+
+
+def conversation_id(run: str, name: str, n: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.:@+=-]+", "-", name).strip("-")[:120] or "case"
+    return f"eval-{run}-{n}-{slug}"
+
+
+class Runner:
+    """Runs the cases, at most `concurrency` at once, and keeps their outcomes."""
+
+    def __init__(self, session: Session, options: Options, books: dict[str, RecordedTools]):
+        self._session = session
+        self._options = options
+        self._books = books
+        self._done = 0
+
+    async def run_all(self, cases: list[tuple[Path, Case]], run: str) -> list[Outcome]:
+        gate = asyncio.Semaphore(max(1, self._options.concurrency))
+        total = len(cases)
+
+        async def one(n: int, path: Path, case: Case) -> Outcome:
+            async with gate:
+                outcome = await self.run_case(path, case, conversation_id(run, case.name, n))
+            self._done += 1
+            progress(self._done, total, outcome)
+            return outcome
+
+        progress(0, total, None)
+        return list(await asyncio.gather(*(one(n, p, c) for n, (p, c) in enumerate(cases, 1))))
+
+    async def run_case(self, path: Path, case: Case, cid: str) -> Outcome:
+        outcome, began = Outcome(case, path, cid), time.monotonic()
+        try:
+            got = await self._converse(case, cid)
+            outcome.score = score(case, got, self._options.calls, self._options.answer)
+        except (CliError, UsageError, TimeoutError) as err:
+            outcome.error = str(err)
+        outcome.seconds = time.monotonic() - began
+        return outcome
+
+    async def _converse(self, case: Case, cid: str) -> Case:
+        """Run the case's turns as a conversation, deciding and answering as it recorded, and
+        the run as a case."""
+        turns = [t for t in case.turns if t.message]
+        if not turns:
+            raise UsageError(f"case {case.name} has no message to start from")
+        book = self._books[cid] = RecordedTools(case)
+        o, s = self._options, self._session
+        inp = ConversationInput(
+            prompt=turns[0].message or "", model=o.model or case.model,
+            system_prompt=o.system_prompt or case.system_prompt, output_schema=case.output_schema,
+            owner=EVAL_OWNER, max_steps=max([10, *(st.step + 5 for st in case.steps)]))
+        await s.start(inp, cid, source=f"an eval of {case.name}")
+        for n, turn in enumerate(turns):
+            if n:
+                taken = await s.send(cid, "say", SayRequest(
+                    text=turn.message or "", request_id=uuid.uuid4().hex, sender=EVAL_OWNER))
+                if not taken.accepted:
+                    raise CliError(f"turn {n + 1}'s message was refused: {taken.reason}")
+            await self._settle(cid, n + 1, book, case)
+        await s.end(cid, uuid.uuid4().hex, sender=EVAL_OWNER)
+        return build_case(await recording(s, cid), case.name)
+
+    async def _settle(self, cid: str, turn: int, book: RecordedTools, case: Case) -> None:
+        """Wait for the turn, deciding its calls and answering its questions as recorded."""
+        s = self._session
+        while True:
+            status = await s.wait_settled(cid, turn, self._options.turn_timeout_s)
+            if status.pending_confirmations:
+                for p in status.pending_confirmations:
+                    decision = book.decision(p.tool, p.args)
+                    if decision is not None and decision.approved:
+                        request: Any = ConfirmRequest(
+                            request_id=uuid.uuid4().hex, call_ids=[p.ref or p.call_id],
+                            args=decision.edited_args, approver=EVAL_OWNER)
+                    else:
+                        request = RejectRequest(
+                            request_id=uuid.uuid4().hex, call_ids=[p.ref or p.call_id],
+                            reason=decision.reason or "" if decision else NO_DECISION,
+                            approver=EVAL_OWNER)
+                    await s.decide(cid, request, by_update=False)
+            elif status.pending_question is not None:
+                q = status.pending_question
+                answer = recorded_answer(case, q.message)
+                await s.decide(cid, AnswerRequest(
+                    request_id=uuid.uuid4().hex, values=[answer] if answer else [],
+                    declined=answer is None, call_id=q.ref or q.call_id, sender=EVAL_OWNER),
+                    by_update=False)
+            else:
+                return
+
+
+def recorded_answer(case: Case, message: str) -> str | None:
+    """The answer the case recorded to a question with this message (None: it has none)."""
+    return next((c.answer for c in case.calls() if c.tool.startswith(ASK_PREFIX)
+                 and isinstance(c.args, dict) and c.args.get("message") == message
+                 and c.answer is not None), None)
+
+
+def progress(done: int, total: int, last: Outcome | None) -> None:
+    width = 24
+    filled = width * done // total
+    tail = f"  {last.case.name}: {'pass' if last.passed else 'FAIL'}" if last else ""
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} case(s){tail}\033[K",
+          end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+
+# ----- the reports -----
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("case", "calls", "answer", "steps", "tokens", "cost $", "time s", "result")]
+    for o in outcomes:
+        checks = {c.name: c for c in (o.score.checks if o.score else [])}
+        m = o.score.measures if o.score else {}
+
+        def mark(name: str) -> str:
+            c = checks.get(name)
+            return "-" if c is None else ("ok" if c.passed else "DIFF")
+
+        def pair(key: str, digits: int = 0) -> str:
+            if key not in m:
+                return "-"
+            rec, now = m[key].recorded, m[key].now
+            fmt = (lambda v: "?" if v is None else f"{v:.{digits}f}")
+            return f"{fmt(now)}/{fmt(rec)}"
+
+        rows.append((o.case.name, mark("tool calls"), mark("final answer"), pair("steps"),
+                     pair("tokens"), pair("cost_usd", 4),
+                     f"{o.seconds:.1f}", "pass" if o.passed else "FAIL"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for o in outcomes:
+        for c in (o.score.checks if o.score else []):
+            if not c.passed:
+                lines.append(f"{o.case.name}: {c.name}: {c.detail}")
+        if o.error:
+            lines.append(f"{o.case.name}: error: {o.error}")
+    return "\n".join(lines)
+
+
+def report_json(outcomes: list[Outcome], options: Options, min_pass: float) -> dict[str, Any]:
+    passed = sum(o.passed for o in outcomes)
+    return {
+        "model": options.model, "calls": options.calls, "answer": options.answer,
+        "cases": len(outcomes), "passed": passed, "failed": len(outcomes) - passed,
+        "pass_rate": passed / len(outcomes) if outcomes else 0.0, "min_pass": min_pass,
+        "results": [{"case": o.case.name, "file": str(o.path), "conversation_id": o.conversation_id,
+                     "passed": o.passed, "error": o.error, "seconds": round(o.seconds, 3),
+                     **(o.score.as_json() if o.score else {})} for o in outcomes],
+    }
+
+
+def junit(outcomes: list[Outcome]) -> str:
+    suite = ET.Element("testsuite", name="agent-evals", tests=str(len(outcomes)),
+                       failures=str(sum(o.error is None and not o.passed for o in outcomes)),
+                       errors=str(sum(o.error is not None for o in outcomes)),
+                       time=f"{sum(o.seconds for o in outcomes):.3f}")
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname=o.path.stem, name=o.case.name,
+                             time=f"{o.seconds:.3f}")
+        if o.error is not None:
+            ET.SubElement(case, "error", message=o.error).text = o.error
+        elif not o.passed and o.score is not None:
+            failed = [c for c in o.score.checks if not c.passed]
+            failure = ET.SubElement(case, "failure", message=f"{failed[0].name}: {failed[0].detail}")
+            failure.text = "\n".join(f"{c.name}: {c.detail}\n  expected: {c.expected}\n  got: "
+                                     f"{c.got}" for c in failed)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ----- the command -----
+
+async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
+    from activities.settings import ActivitySettings  # noqa: PLC0415 (the worker's side)
+    from worker.evals import eval_worker, tool_names  # noqa: PLC0415
+
+    if not 0 <= a.min_pass <= 1:
+        raise UsageError("--min-pass must be between 0 and 1")
+    if a.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    cases = load_cases(a.cases)
+    settings = ActivitySettings.from_env()
+    lacking = missing_tools(cases, tool_names(settings))
+    if lacking:
+        raise UsageError("the worker does not have the tools these cases call (nothing was "
+                         "started): " + "; ".join(lacking))
+    options = Options(model=a.model, system_prompt=a.system_prompt, concurrency=a.concurrency,
+                      calls=a.calls, answer=a.answer, live_safe=a.live_safe)
+    run = uuid.uuid4().hex[:8]
+    queue = f"{s.settings.task_queue}-eval-{run}"
+    session = Session(s.client, dataclasses.replace(s.settings, task_queue=queue), s.timeout_s,
+                      s.max_message_bytes)
+    books: dict[str, RecordedTools] = {}
+    print(f"eval {run}: {len(cases)} case(s) on task queue {queue}", file=sys.stderr)
+    async with eval_worker(s.client, queue, settings, books, live_safe=a.live_safe):
+        outcomes = await Runner(session, options, books).run_all(cases, run)
+    print(table(outcomes))
+    if a.report:
+        Path(a.report).write_text(json.dumps(report_json(outcomes, options, a.min_pass),
+                                             indent=2, ensure_ascii=False, default=str) + "\n")
+    if a.junit:
+        Path(a.junit).write_text(junit(outcomes))
+    rate = sum(o.passed for o in outcomes) / len(outcomes)
+    print(f"passed {sum(o.passed for o in outcomes)}/{len(outcomes)} ({rate:.0%}); "
+          f"--min-pass {a.min_pass:.0%}")
+    return 0 if rate >= a.min_pass else 1
+
+
+def add_eval_command(command: Any) -> None:
+    p = command("eval", cmd_eval, "run recorded cases again as conversations, and score them",
+                conversation=False)
+    p.add_argument("cases", nargs="+", metavar="CASE_OR_DIR",
+                   help="case files (from `export`), or folders of them")
+    p.add_argument("--model", help="the model to evaluate (default: each case's)")
+    p.add_argument("--system-prompt", help="the system prompt to evaluate (default: each case's)")
+    p.add_argument("--concurrency", type=int, default=4, metavar="K",
+                   help="cases run at once (default 4)")
+    p.add_argument("--report", metavar="FILE.json", help="write every score and difference here")
+    p.add_argument("--junit", metavar="FILE.xml", help="write a JUnit XML report here")
+    p.add_argument("--min-pass", type=float, default=1.0, metavar="R",
+                   help="the pass rate (0-1) below which it exits 1 (default 1.0)")
+    p.add_argument("--calls", choices=CALLS_MODES, default="order",
+                   help="tool calls must match in order (default), as a set, or not at all")
+    p.add_argument("--answer", choices=ANSWER_MODES, default="auto",
+                   help="the final answer must be the same (exact), contain the recorded one, "
+                        "be JSON-equal, or not be compared; auto: JSON for a typed output, "
+                        "else exact")
+    p.add_argument("--live-safe", action="store_true",
+                   help="run a safe tool live when the case has no result for the call "
+                        "(default: the model is told it was not run)")

@@ -1,0 +1,111 @@
+"""A case: a recorded conversation as a JSON document (`python -m client export`), what a fork
+starts from and what an eval runs again (`docs/evals.md`). Version 1 of the schema; a reader
+refuses any other version with a clear error rather than guess."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from contract.models import Usage
+
+CASE_SCHEMA = "durable-react-agent/case"
+CASE_VERSION = 1
+
+
+class CaseDecision(BaseModel):
+    """A person's (or the system's) verdict on a call that waited for one."""
+
+    approved: bool
+    by: str
+    reason: str | None = None
+    edited_args: dict[str, Any] | None = None  # the args that ran, when they were edited
+
+
+class CaseCall(BaseModel):
+    """A tool call of the model, with what came of it."""
+
+    id: str
+    tool: str
+    args: dict[str, Any] | str  # as the model wrote them (the raw text when not a JSON object)
+    result: str | None = None  # the observation the model was shown (None: it never saw one)
+    status: str | None = None  # ok, error, rejected, timed_out (from the audit trail)
+    decision: CaseDecision | None = None
+    answer: str | None = None  # a person's answer to the question this call asked (ask_*)
+
+
+class CaseStep(BaseModel):
+    """One model step: its place, its reply (calls, or the answer), its usage and latency."""
+
+    index: int  # 1-based across the whole conversation: what `fork --at-step` takes
+    turn: int
+    step: int  # within its turn, as `history` numbers it
+    text: str | None = None  # the reply's text: the thought beside calls, or the answer
+    calls: list[CaseCall] = []
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""  # the model the endpoint said answered
+    ms: int | None = None  # from the call's scheduling to its result
+
+
+class CaseTurn(BaseModel):
+    turn: int
+    message: str | None = None  # the person's message that began it
+    by: str | None = None
+    final_answer: str | None = None
+    stop_reason: str | None = None
+
+
+class Case(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_: str = Field(default=CASE_SCHEMA, alias="schema")
+    version: int = CASE_VERSION
+    name: str
+    conversation_id: str
+    exported_at: datetime | None = None
+    model: str | None = None  # the model the conversation was started with (None: the worker's)
+    system_prompt: str | None = None  # None: the worker's default
+    output_schema: dict[str, Any] | None = None
+    tools: list[str] = []  # the tools it was offered
+    turns: list[CaseTurn] = []
+    steps: list[CaseStep] = []
+    final_answer: str | None = None
+    final_output: Any = None
+    usage: Usage = Field(default_factory=Usage)
+    ms: int | None = None  # from the first message to the last answer
+    forked_from: str | None = None
+    at_step: int | None = None
+
+    def dump(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2, exclude_none=True) + "\n"
+
+    def calls(self) -> list[CaseCall]:
+        return [c for s in self.steps for c in s.calls]
+
+
+class CaseError(ValueError):
+    """A case file that cannot be read: not JSON, cut short, another schema or version."""
+
+
+def load_case(text: str, source: str = "the case") -> Case:
+    """A case from its JSON, or a `CaseError` that says what is wrong with it."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        cut = " (the file looks cut short)" if err.pos >= len(text.rstrip()) - 1 else ""
+        raise CaseError(f"{source} is not valid JSON{cut}: {err.msg} at line {err.lineno}"
+                        ) from None
+    if not isinstance(raw, dict) or raw.get("schema") != CASE_SCHEMA:
+        raise CaseError(f"{source} is not a case: its \"schema\" must be {CASE_SCHEMA!r}")
+    if raw.get("version") != CASE_VERSION:
+        raise CaseError(f"{source} has case schema version {raw.get('version')!r}; this version "
+                        f"reads version {CASE_VERSION}")
+    try:
+        return Case.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CaseError(f"{source} is not a valid case: {where}: {first['msg']}") from None

@@ -1,0 +1,190 @@
+"""Forks and evals over recorded conversations: a conversation exports to a case, a fork goes on
+from the original's messages before a step and runs none of them again, and an eval runs a
+case again as a real conversation, answered from its recording: green against the model that
+recorded it (no tool run, no Open-Meteo reached), red with the differing call named against one
+that behaves differently."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from contract import ConfirmRequest
+from contract.case import Case, load_case
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ROOT
+from tests.helpers import (
+    note_rows,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
+from workflows.conversation import ConversationWorkflow
+
+UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that must not reach it
+EVALS = ROOT / "evals"
+
+
+def eval_env(temporal_address: str, task_queue: str, model: ScriptedModelServer,
+             data_dir: Path) -> dict[str, str]:
+    """The eval worker's settings: the scripted model, and no Open-Meteo to reach."""
+    return {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue,
+            "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-eval",
+            "OPENAI_MODEL": "scripted", "OPEN_METEO_GEOCODING_URL": UNREACHABLE,
+            "OPEN_METEO_FORECAST_URL": UNREACHABLE, "AGENT_DATA_DIR": str(data_dir),
+            "AGENT_MEMORY": "off"}
+
+
+async def run_client(env: dict[str, str], *args: str, timeout: float = 180
+                     ) -> subprocess.CompletedProcess:
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=timeout)
+
+
+async def weather_note(client, task_queue: str, tag: str) -> str:
+    """The offline model's weather-and-note conversation, its write approved by alice."""
+    handle = await start(client, task_queue, f"Check the weather in Paris and save it as a "
+                         f"note titled '{tag}'", owner="alice")
+    waiting = await settled(handle)
+    assert waiting.status == "waiting_for_confirmation", waiting
+    await handle.signal(ConversationWorkflow.confirm,
+                        ConfirmRequest(request_id="r1", all=True, approver="alice"))
+    done = await settled(handle, turn=1)
+    for _ in range(100):
+        if done.status == "idle":
+            break
+        await asyncio.sleep(0.1)
+        done = await settled(handle, turn=1)
+    assert done.status == "idle" and done.final_answer, done
+    return handle.id
+
+
+async def test_a_conversation_exports_then_evals_green_without_tools_and_red_when_it_differs(
+        client, task_queue, temporal_address, model, cli, tmp_path):
+    tag = unique("weather")
+    cid = await weather_note(client, task_queue, tag)
+    path = tmp_path / "case.json"
+    exported = await cli("export", cid, "--out", str(path))
+    assert exported.returncode == 0, exported.stderr
+    case = load_case(path.read_text())
+    assert [c.tool for c in case.calls()] == ["get_weather", "create_note"]
+    weather, note = case.calls()
+    assert "Paris" in json.dumps(weather.args) and "°C" in (weather.result or "")
+    assert note.decision is not None and note.decision.approved and note.decision.by == "alice"
+    assert note.result and "Created note" in note.result
+    assert [s.index for s in case.steps] == [1, 2, 3] and case.turns[0].message.endswith(f"'{tag}'")
+    assert case.final_answer and "Saved" in case.final_answer and case.usage.total_tokens > 0
+    assert "sk-" not in path.read_text()
+
+    data = tmp_path / "eval-data"
+    env = eval_env(temporal_address, task_queue, model, data)
+    geocoded = model.geocoding_calls
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    green = await run_client(env, "eval", str(path), "--report", str(report),
+                             "--junit", str(junit))
+    assert green.returncode == 0, green.stdout + green.stderr
+    result = json.loads(report.read_text())
+    assert result["passed"] == 1 and result["results"][0]["passed"]
+    assert note_rows(data) == [] and model.geocoding_calls == geocoded  # nothing ran, nothing reached
+    assert ET.parse(junit).getroot().get("failures") == "0"
+
+    # The same case against a model that checks Lyon's weather instead: red, the call named
+    script(model, tag, ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Lyon"})]),
+           ScriptedReply(content="Lyon is fine."))
+    red = await run_client(env, "eval", str(path), "--report", str(report),
+                           "--junit", str(junit))
+    assert red.returncode == 1, red.stdout + red.stderr
+    assert 'call 1: expected get_weather({"location":"Paris"' in red.stdout
+    assert 'got get_weather({"location":"Lyon"})' in red.stdout
+    failed = json.loads(report.read_text())["results"][0]
+    assert not failed["passed"] and any(not c["passed"] for c in failed["checks"])
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    assert note_rows(data) == []
+    # it says so when the pass rate is allowed lower
+    lenient = await run_client(env, "eval", str(path), "--min-pass", "0")
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+
+
+async def test_a_fork_sends_the_original_prefix_to_its_model_and_reruns_nothing(
+        client, task_queue, model, cli):
+    tag = unique("fork")
+    handle = await start(client, task_queue, f"How warm is it? {tag}", owner="alice")
+    script(model, tag,
+           ScriptedReply(content="Let me look.",
+                         tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
+           ScriptedReply(content="It is mild in Paris."))
+    done = await settled(handle)
+    assert done.final_answer == "It is mild in Paris.", done
+    original = [r for r in model.requests if r.trigger == tag]
+    assert len(original) == 2
+    geocoded = model.geocoding_calls
+
+    forked = await cli("fork", handle.id, "--at-step", "2", "--id", f"{tag}-b",
+                       "--system-prompt", "You are terse.", "--as", "bob", "--json")
+    assert forked.returncode == 0, forked.stderr
+    fork = client.get_workflow_handle(f"{tag}-b")
+    status = await settled(fork)
+    # the scripted model answers by the prompt's steps: the fork's prompt is the original's
+    assert status.final_answer == "It is mild in Paris.", status
+    assert (status.forked_from, status.at_step, status.owner) == (handle.id, 2, "bob")
+    asked = [r for r in model.requests if r.trigger == tag][2:]
+    assert len(asked) == 1  # one model call, the fork's, and no tool run again
+    sent, before = asked[0].body["messages"], original[1].body["messages"]
+    assert sent[0] == {"role": "system", "content": "You are terse."}
+    assert sent[1:] == before[1:]  # the original's prefix, the weather's observation in it
+    assert model.geocoding_calls == geocoded
+    history = await fork.fetch_history()
+    assert not [e for e in history.events if e.activity_task_scheduled_event_attributes
+                .activity_type.name == "get_weather"]
+    await replay(fork, "fork")
+
+
+async def test_bad_cases_and_forks_are_refused_with_nothing_started(
+        client, task_queue, temporal_address, model, cli, tmp_path):
+    tag = unique("bad")
+    handle = await start(client, task_queue, f"Just answer. {tag}")
+    script(model, tag, ScriptedReply(content="Answered."))
+    await settled(handle)
+    past = await cli("fork", handle.id, "--at-step", "2")
+    assert past.returncode == 2 and "has 1 step(s)" in past.stderr
+    unknown = await cli("fork", f"no-such-{tag}", "--at-step", "1")
+    assert unknown.returncode == 1 and "no such conversation" in unknown.stderr
+
+    env = eval_env(temporal_address, task_queue, model, tmp_path)
+    since = datetime.now(UTC).isoformat()
+    good = json.loads((await cli("export", handle.id)).stdout)
+    files = {
+        "future.json": json.dumps({**good, "version": 99}),
+        "cut.json": json.dumps(good)[:200],
+        "alien.json": json.dumps({**good, "steps": [{**good["steps"][0], "calls": [
+            {"id": "c1", "tool": "launch_rockets", "args": {}}]}]}),
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        refused = await run_client(env, "eval", str(tmp_path / name))
+        assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
+    assert "version 99" in (await run_client(env, "eval", str(tmp_path / "future.json"))).stderr
+    assert "cut short" in (await run_client(env, "eval", str(tmp_path / "cut.json"))).stderr
+    assert "launch_rockets" in (await run_client(env, "eval", str(tmp_path / "alien.json"))).stderr
+    listed = [w async for w in client.list_workflows(
+        f'TaskQueue STARTS_WITH "{task_queue}-eval" AND StartTime > "{since}"')]
+    assert listed == []  # nothing was started
+
+
+def test_a_case_of_another_schema_is_refused_clearly():
+    with pytest.raises(Exception, match="not a case"):
+        load_case('{"schema": "something-else", "version": 1}')
+    case = Case(name="n", conversation_id="c")
+    assert load_case(case.dump()) == case

@@ -1,0 +1,89 @@
+"""The worker of an eval (`python -m client eval`): the conversation workflow and the model calls
+as every worker runs them, on the eval's own task queue, with tool runs answered from the cases.
+
+A call whose tool and arguments the case recorded gets the recorded observation; any other call
+gets an observation saying it was not run, or, with `live_safe`, runs for real if its tool is
+safe. No tool that is not safe ever runs in an eval. Memory recall, webhooks and four eyes are
+off: a case is answered from itself, and the eval decides as the case's people did."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import structlog
+from temporalio import activity
+from temporalio.client import Client
+
+from activities.llm import LLMActivities
+from activities.settings import ActivitySettings
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry
+from contract import LIST_TOOLS_ACTIVITY, ToolInvocation, ToolListRequest, ToolOutcome, WorkerHandshake
+from rules.cases import RecordedTools
+from worker.app import build_worker, tool_registry
+
+log = structlog.get_logger()
+
+
+class CaseTools(ToolActivities):
+    """Tool runs answered from the case of the conversation that makes them (by its id)."""
+
+    def __init__(self, books: dict[str, RecordedTools], live_safe: bool, registry: ToolRegistry,
+                 settings: ActivitySettings, http: httpx.AsyncClient) -> None:
+        super().__init__(registry, settings, http)
+        self._books = books
+        self._live_safe = live_safe
+
+    @activity.defn(name=LIST_TOOLS_ACTIVITY)
+    async def list_tools(self, request: ToolListRequest | None = None) -> WorkerHandshake:
+        """The worker's tools, each answered as a recorded one: a subagent's call too (its
+        result is what the parent saw)."""
+        handshake = await super().list_tools(request)
+        tools = [t.model_copy(update={"agent": None}) for t in handshake.tools]
+        return handshake.model_copy(update={"tools": tools, "webhooks": [], "memory": False})
+
+    async def _run(self, name: str, invocation: ToolInvocation) -> ToolOutcome:
+        book = self._books.get(activity.info().workflow_id)
+        recorded = book.result(name, invocation.arguments) if book is not None else None
+        if recorded is not None:
+            log.info("tool answered from the case", tool=name)
+            return ToolOutcome(observation=recorded)
+        spec = self._registry.get(name)
+        if self._live_safe and spec is not None and spec.risk == "safe":
+            log.info("tool not in the case: run live (safe)", tool=name)
+            return await super()._run(name, invocation)
+        args = json.dumps(invocation.arguments, ensure_ascii=False, sort_keys=True)
+        log.info("tool not in the case: not run", tool=name)
+        return ToolOutcome(status="error", observation=(
+            f"Error: {name} was not run: the case being evaluated recorded no call of it with "
+            f"these arguments ({args}), and an eval runs no tool it did not record."))
+
+
+def eval_settings(settings: ActivitySettings) -> ActivitySettings:
+    """The worker's settings for an eval: no memory recall, no webhooks, no four eyes."""
+    return dataclasses.replace(settings, memory=False, webhooks=None, four_eyes=())
+
+
+def tool_names(settings: ActivitySettings) -> set[str]:
+    """The tools an eval's worker has (those `python -m worker` would load, MCP's aside)."""
+    return set(tool_registry(settings).names())
+
+
+@asynccontextmanager
+async def eval_worker(client: Client, task_queue: str, settings: ActivitySettings,
+                      books: dict[str, RecordedTools], live_safe: bool = False
+                      ) -> AsyncIterator[None]:
+    """Run an eval's worker on its own task queue while the block runs."""
+    registry = tool_registry(settings)
+    quiet = eval_settings(settings)
+    async with httpx.AsyncClient(timeout=30) as http:
+        tools = CaseTools(books, live_safe, registry, quiet, http)
+        worker = build_worker(client, task_queue, quiet, http, registry,
+                              llm=LLMActivities(quiet, temporal=client), sandboxed=False,
+                              tools=tools)
+        async with worker:
+            yield
