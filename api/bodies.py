@@ -232,3 +232,18 @@ class StrictJsonRoute(APIRoute):
             return await handler(StrictJsonRequest(request.scope, request.receive))
 
         return strict
+
+
+class ForkBody(Body):
+    at_step: WholeNumber = Field(ge=1, description="the original's step to go on from: 1 for the "
+                                                   "first, as its export numbers them; with "
+                                                   "`turn`, as the audit trail numbers the "
+                                                   "steps of that turn")
+    turn: WholeNumber | None = Field(default=None, ge=1,
+                                     description="the turn `at_step` counts in (default: the "
+                                                 "whole conversation)")
+    id: str | None = Field(default=None, pattern=CONVERSATION_ID_PATTERN,
+                           description="the fork's id (default: a fresh one)")
+    model: str | None = Field(default=None, description="default: the original's")
+    system_prompt: str | None = Field(default=None, max_length=MESSAGE_CHARS,
+                                      description="default: the original's")

@@ -170,25 +170,27 @@ async def export(session: Session, workflow_id: str, name: str | None = None) ->
 
 
 async def fork(session: Session, workflow_id: str, at_step: int, new_id: str, owner: str | None,
-               model: str | None = None, system_prompt: str | None = None) -> ConversationInput:
-    """Start a fork of a conversation at one of its steps: the original's messages before it,
-    its own id and owner, and the given model or system prompt. Nothing of the prefix runs
-    again. `UsageError` for a step the conversation does not have."""
+               model: str | None = None, system_prompt: str | None = None,
+               turn: int | None = None) -> ConversationInput:
+    """Start a fork of a conversation at one of its steps (with `turn`, a step of that turn):
+    the original's messages before it, its own id and owner, and the given model or system
+    prompt. Nothing of the prefix runs again. `UsageError` for a step it does not have."""
     rec = await recording(session, workflow_id, audit=False)
     try:
-        turn, messages = prompt_at(rec, at_step)
+        at, turn_of, messages = prompt_at(rec, at_step, turn)
     except IndexError:
-        steps = len({(c.turn, c.step) for c in rec.calls if c.reply is not None})
-        raise UsageError(f"{workflow_id} has {steps} step(s): --at-step must be from 1 to "
-                         f"{steps}" if steps else f"{workflow_id} has no steps to fork from"
-                         ) from None
+        steps = len({(c.turn, c.step) for c in rec.calls
+                     if c.reply is not None and turn in (None, c.turn)})
+        where = f"{workflow_id}" + (f"'s turn {turn}" if turn is not None else "")
+        raise UsageError(f"{where} has {steps} step(s): the step must be from 1 to {steps}"
+                         if steps else f"{where} has no steps to fork from") from None
     said = next((m.content for m in reversed(messages) if m.role == "user" and m.content), "")
     inp = rec.start.model_copy(update={
-        "prompt": clip(f"fork of {workflow_id} at step {at_step}: {said}", FORK_LABEL_CHARS),
+        "prompt": clip(f"fork of {workflow_id} at step {at}: {said}", FORK_LABEL_CHARS),
         "model": model or rec.start.model, "system_prompt": system_prompt,
         "owner": owner, "request_id": None, "trace_parent": None, "state": None, "carry": None,
         "one_shot": False,
-        "fork": ForkPoint(conversation_id=workflow_id, at_step=at_step, turn=turn,
+        "fork": ForkPoint(conversation_id=workflow_id, at_step=at, turn=turn_of,
                           messages=messages)})
     await session.start(inp, new_id, source=f"a fork of {workflow_id}")
     return inp

@@ -200,7 +200,8 @@ def progress(done: int, total: int, last: Outcome | None) -> None:
 # ----- the reports -----
 
 def table(outcomes: list[Outcome]) -> str:
-    rows = [("case", "calls", "answer", "steps", "tokens", "cost $", "time s", "result")]
+    rows = [("case", "calls", "answer", "steps now/rec", "tokens now/rec", "$ now/rec",
+             "time s", "result")]
     for o in outcomes:
         checks = {c.name: c for c in (o.score.checks if o.score else [])}
         m = o.score.measures if o.score else {}

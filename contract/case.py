@@ -80,7 +80,7 @@ class Case(BaseModel):
     at_step: int | None = None
 
     def dump(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2, exclude_none=True) + "\n"
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
 
     def calls(self) -> list[CaseCall]:
         return [c for s in self.steps for c in s.calls]
@@ -95,7 +95,8 @@ def load_case(text: str, source: str = "the case") -> Case:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        cut = " (the file looks cut short)" if err.pos >= len(text.rstrip()) - 1 else ""
+        ended = text.rstrip().endswith(("}", "]"))
+        cut = "" if ended else " (the file looks cut short)"
         raise CaseError(f"{source} is not valid JSON{cut}: {err.msg} at line {err.lineno}"
                         ) from None
     if not isinstance(raw, dict) or raw.get("schema") != CASE_SCHEMA:

@@ -132,14 +132,18 @@ def _case_call(call: ToolCall, result: str | None, action: AuditAction | None) -
                     answer=result if asked and action.status == "ok" else None)
 
 
-def prompt_at(rec: Recording, index: int) -> tuple[int, list[ChatMessage]]:
-    """The turn of step `index` (1-based, as the case numbers steps) and the messages the model
-    was shown before it; `IndexError` past the last step."""
-    pairs = _steps(rec.calls)
+def prompt_at(rec: Recording, index: int, turn: int | None = None
+              ) -> tuple[int, int, list[ChatMessage]]:
+    """Step `index` (1-based, as the case numbers steps; with `turn`, as the audit trail numbers
+    that turn's steps): its index in the case, its turn, and the messages the model was shown
+    before it. `IndexError` for a step the recording does not have."""
+    pairs = list(enumerate(_steps(rec.calls), start=1))
+    if turn is not None:
+        pairs = [p for p in pairs if p[1][0].turn == turn]
     if not 1 <= index <= len(pairs):
         raise IndexError(index)
-    first, _ = pairs[index - 1]
-    return first.turn, [ChatMessage.model_validate(m) for m in first.prompt]
+    at, (first, _) = pairs[index - 1]
+    return at, first.turn, [ChatMessage.model_validate(m) for m in first.prompt]
 
 
 class RecordedTools:

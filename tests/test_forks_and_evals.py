@@ -16,11 +16,17 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
+from playwright.async_api import expect
 
-from contract import ConfirmRequest
+from activities.tools import default_registry
+from client.cases import export
+from client.connection import TemporalSettings
+from client.session import Session
+from contract import ConfirmRequest, RejectRequest
 from contract.case import Case, load_case
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
+from tests.console_support import call, screenshot
 from tests.helpers import (
     note_rows,
     replay,
@@ -158,7 +164,7 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
     script(model, tag, ScriptedReply(content="Answered."))
     await settled(handle)
     past = await cli("fork", handle.id, "--at-step", "2")
-    assert past.returncode == 2 and "has 1 step(s)" in past.stderr
+    assert past.returncode == 2 and "has 1 step(s)" in past.stderr, past.stderr
     unknown = await cli("fork", f"no-such-{tag}", "--at-step", "1")
     assert unknown.returncode == 1 and "no such conversation" in unknown.stderr
 
@@ -188,3 +194,90 @@ def test_a_case_of_another_schema_is_refused_clearly():
         load_case('{"schema": "something-else", "version": 1}')
     case = Case(name="n", conversation_id="c")
     assert load_case(case.dump()) == case
+
+
+async def test_the_console_exports_a_case_and_forks_from_a_step_of_the_audit(
+        api, model: ScriptedModelServer, console):
+    """In a real browser: the audit trail offers "Fork from here" on each step and "Export as a
+    case"; the fork opens, says where it came from, and answers from the original's prefix."""
+    tag = unique("console-fork")
+    script(model, tag,
+           ScriptedReply(content="Looking.",
+                         tool_calls=[tool_call("get_weather", {"location": "Oslo"})]),
+           ScriptedReply(content="Oslo is cold."))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Weather please ({tag}).")
+    await expect(page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(
+        "Oslo is cold.")
+    await page.get_by_test_id("tab-audit").click()
+    forks = page.get_by_test_id("audit").get_by_test_id("fork-here")
+    await expect(forks).to_have_count(2)
+    async with page.expect_download() as download:
+        await page.get_by_test_id("export-case").click()
+    case = load_case(Path(await (await download.value).path()).read_text())
+    assert case.conversation_id == cid and [c.tool for c in case.calls()] == ["get_weather"]
+
+    await forks.nth(1).click()  # turn 1, step 2: after the weather came back
+    await expect(page.get_by_test_id("conversation")).not_to_have_attribute("data-id", cid)
+    await expect(page.get_by_test_id("facts")).to_contain_text(
+        f"forked from {cid} at step 2")
+    await expect(page.get_by_test_id("chat").get_by_test_id("final-answer")).to_have_text(
+        "Oslo is cold.")
+    await screenshot(page, "fork.png")
+    assert console.errors == []
+    # the API: another's conversation is not there to export or fork (404)
+    other = await call("GET", f"{api.url}/conversations/no-such-{tag}/export")
+    assert other.status_code == 404
+    past = await call("POST", f"{api.url}/conversations/{cid}/fork", json={"at_step": 9})
+    assert past.status_code == 422 and "has 2 step(s)" in past.text
+
+
+EXAMPLES = {  # evals/passing: recorded from the offline model (UPDATE_EVALS=1 records them again)
+    "weather_paris": ("What is the weather in Paris?", None),
+    "weather_note_approved": ("Check the weather in Tokyo and save it as a note titled 'Tokyo'",
+                              True),
+    "note_rejected": ("Save a note titled 'Groceries' saying: milk, eggs", False),
+}
+
+
+async def record_examples(client, task_queue: str) -> None:
+    """Record the example cases of evals/ from the offline model, and the one that fails on
+    purpose: the weather case, edited to expect Lyon's weather."""
+    session = Session(client, TemporalSettings(task_queue=task_queue), 30)
+    for name, (prompt, approve) in EXAMPLES.items():
+        handle = await start(client, task_queue, prompt, owner="alice")
+        status = await settled(handle)
+        if approve is not None:
+            assert status.status == "waiting_for_confirmation", status
+            request = (ConfirmRequest(request_id="r", all=True, approver="alice") if approve
+                       else RejectRequest(request_id="r", all=True, approver="bob",
+                                          reason="not now, I will write it myself"))
+            await session.decide(handle.id, request, by_update=False)
+            for _ in range(100):
+                if (status := await settled(handle)).status == "idle":
+                    break
+                await asyncio.sleep(0.1)
+        case = await export(session, handle.id, name)
+        case = case.model_copy(update={  # the product's tools, not the test worker's extras
+            "exported_at": None, "conversation_id": name,
+            "tools": [t for t in case.tools if t in default_registry().names()]})
+        (EVALS / "passing" / f"{name}.json").write_text(case.dump())
+    case = load_case((EVALS / "passing" / "weather_paris.json").read_text())
+    case.name = "weather_expects_lyon"
+    case.steps[0].calls[0].args = {"location": "Lyon"}
+    (EVALS / "failing" / "weather_expects_lyon.json").write_text(case.dump())
+
+
+async def test_the_example_evals_pass_and_the_one_meant_to_fail_fails_readably(
+        client, task_queue, temporal_address, model, tmp_path):
+    if os.environ.get("UPDATE_EVALS"):
+        await record_examples(client, task_queue)
+    env = eval_env(temporal_address, task_queue, model, tmp_path)
+    green = await run_client(env, "eval", str(EVALS / "passing"), "--concurrency", "3")
+    assert green.returncode == 0, green.stdout + green.stderr
+    assert "passed 3/3" in green.stdout and note_rows(tmp_path) == []
+    red = await run_client(env, "eval", str(EVALS / "failing"))
+    assert red.returncode == 1, red.stdout + red.stderr
+    assert ('weather_expects_lyon: tool calls: call 1: expected get_weather({"location":"Lyon"})'
+            in red.stdout), red.stdout

@@ -9,12 +9,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from api.access import Forbidden, Verdict
-from api.bodies import StartBody, StrictJsonRoute
+from api.bodies import ForkBody, StartBody, StrictJsonRoute
 from api.deps import Cid, Conversations, Who, allowed, caller_trace
 from api.errors import errors
+from client.cases import export as export_case
+from client.cases import fork as fork_case
 from client.checks import Refused, budget_of, new_conversation_id
 from client.listing import ConversationRow
 from contract import AuditRecord, ConversationInput, ConversationStatus, Status
+from contract.case import Case
 
 router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 
@@ -85,3 +88,25 @@ async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")
     against it (and again by the conversation)."""
     return await s.pending_schemas(cid)
 
+
+
+@router.get("/conversations/{cid}/export", response_model=Case, response_model_by_alias=True,
+            responses=read)
+async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]) -> Any:
+    """The conversation as a case (`docs/evals.md`): its messages, tool calls and results,
+    decisions and answers, final answer and usage, as `python -m client export` writes it."""
+    return await export_case(s, cid)
+
+
+@router.post("/conversations/{cid}/fork", status_code=201, response_model=ConversationStatus,
+             responses=errors(404, 409, 502, 503))
+async def fork(cid: Cid, body: ForkBody, s: Conversations, who: Who,
+               _: Annotated[None, allowed("read")]) -> Any:
+    """Start a new conversation, owned by the caller, from this one's messages before a step
+    (its `at_step`); nothing before it runs again. 422 past the last step."""
+    if not who.may_start:
+        raise Forbidden(f"{who.describe()} may not start conversations")
+    new_id = body.id or new_conversation_id()
+    await fork_case(s, cid, body.at_step, new_id, who.name, model=body.model,
+                    system_prompt=body.system_prompt, turn=body.turn)
+    return await s.status(new_id)

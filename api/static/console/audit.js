@@ -4,21 +4,31 @@ import { bytes, clip, clock, fill, h, number } from './dom.js';
 // A person's input: who started the conversation, sent it a message, or ended it.
 const PERSON_INPUT = { start: 'started by', message: 'message from', answer: 'answered by', end: 'ended by' };
 
-export function renderAudit(root, records) {
+/** The trail as a table; `actions.fork(turn, step)` starts a fork from a step, and
+ * `actions.exportCase()` downloads the conversation as a case (both through the API). */
+export function renderAudit(root, records, actions) {
   if (!records.length) {
     fill(root, h('p', { class: 'empty' }, 'No step has been recorded yet.'));
     return;
   }
-  const rows = records.map((r) => (PERSON_INPUT[r.kind] ? auditInput(r) : auditStep(r)));
-  fill(root, h('table', { class: 'audit-table' },
-    h('thead', null, h('tr', null, ['Time', 'Where', 'Thought', 'Actions and decisions', 'Tokens', 'Stop'].map((c) => h('th', null, c)))),
-    h('tbody', null, rows)));
+  const rows = records.map((r) => (PERSON_INPUT[r.kind] ? auditInput(r) : auditStep(r, actions)));
+  fill(root,
+    actions ? h('div', { class: 'audit-tools' },
+      h('button', { type: 'button', class: 'secondary', testid: 'export-case', onclick: () => actions.exportCase() }, 'Export as a case'),
+      h('span', { class: 'hint', testid: 'fork-note' }, 'A case replays in `python -m client eval`; “Fork from here” starts a new conversation from a step.'))
+      : null,
+    h('table', { class: 'audit-table' },
+      h('thead', null, h('tr', null, ['Time', 'Where', 'Thought', 'Actions and decisions', 'Tokens', 'Stop'].map((c) => h('th', null, c)))),
+      h('tbody', null, rows)));
 }
 
-function auditStep(r) {
+function auditStep(r, actions) {
+  const fork = actions && r.kind === 'step'
+    ? h('button', { type: 'button', class: 'link fork-here', testid: 'fork-here', title: `A new conversation from the messages before turn ${r.turn}, step ${r.step}`, onclick: (e) => actions.fork(r.turn, r.step, e.target) }, 'Fork from here')
+    : null;
   return h('tr', { testid: 'audit-row', dataset: { turn: r.turn, step: r.step, kind: r.kind } },
     h('td', { class: 'nowrap' }, h('time', { datetime: r.at, title: r.at }, clock(r.at))),
-    h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}`),
+    h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}`, fork ? h('div', null, fork) : null),
     h('td', { class: 'thought' }, r.thought || h('span', { class: 'muted' }, '—')),
     h('td', null, (r.actions || []).length
       ? h('ul', { class: 'audit-actions' }, r.actions.map(auditAction),

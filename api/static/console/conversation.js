@@ -210,6 +210,7 @@ export class ConversationView {
     if (s.owner) facts.push(`started by ${s.owner}`);
     if (s.queued_messages) facts.push(`${s.queued_messages} queued message(s)`);
     if (s.runs > 1) facts.push(`${s.runs} runs`);
+    if (s.forked_from) facts.push(`forked from ${s.forked_from} at step ${s.at_step}`);
     this.el.facts.textContent = facts.join(' · ');
     this.el.facts.title = '';
     this.showTrace(s.trace_id);
@@ -267,11 +268,38 @@ export class ConversationView {
     this.auditBusy = true;
     try {
       const records = await api('GET', conversationPath(this.cid, '/history'));
-      if (!this.gone) renderAudit(this.el.audit, records);
+      if (!this.gone) renderAudit(this.el.audit, records, { fork: (turn, step, button) => this.fork(turn, step, button), exportCase: () => this.exportCase() });
     } catch (err) {
       if (!this.gone) fill(this.el.audit, h('div', { class: 'refusal' }, `The audit trail could not be read: ${err.message}`));
     } finally {
       this.auditBusy = false;
+    }
+  }
+
+  /** Fork from a step of the audit trail: a new conversation, yours, opened once it starts. */
+  async fork(turn, step, button) {
+    button.disabled = true;
+    button.textContent = 'Forking…';
+    try {
+      const status = await api('POST', conversationPath(this.cid, '/fork'), { turn, at_step: step });
+      refreshList();
+      location.hash = `#/c/${encodeURIComponent(status.workflow_id)}`;
+    } catch (err) {
+      button.disabled = false;
+      button.textContent = refusalText(err);
+    }
+  }
+
+  /** The conversation as a case file, downloaded. */
+  async exportCase() {
+    try {
+      const data = await api('GET', conversationPath(this.cid, '/export'));
+      const link = h('a', { href: URL.createObjectURL(new Blob([`${JSON.stringify(data, null, 2)}\n`], { type: 'application/json' })), download: `${this.cid}.case.json` });
+      document.body.append(link);
+      link.click();
+      link.remove();
+    } catch (err) {
+      fill(this.el.audit, h('div', { class: 'refusal' }, `The case could not be exported: ${err.message}`));
     }
   }
 
