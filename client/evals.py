@@ -28,7 +28,7 @@ from client.session import Session
 from contract import AnswerRequest, ConfirmRequest, ConversationInput, RejectRequest, SayRequest
 from contract.case import Case, CaseError, load_case
 from rules.cases import ASK_PREFIX, RecordedTools, build_case
-from rules.scores import ANSWER_MODES, CALLS_MODES, Score, score
+from rules.scores import ANSWER_MODES, CALLS_MODES, Check, Score, score
 
 EVAL_OWNER = "eval"  # who starts, decides and answers in an eval, in its audit trail
 NO_DECISION = "the case being evaluated recorded no decision for this call"
@@ -59,6 +59,8 @@ class Options:
     calls: str = "order"
     answer: str = "auto"
     live_safe: bool = False
+    judge: str | None = None  # the model entry that judges final answers (--answer judge)
+    settings: Any = None  # the eval worker's ActivitySettings, for the judge
     turn_timeout_s: float = CASE_TURN_TIMEOUT_S
     outcomes: list[Outcome] = field(default_factory=list)
 
@@ -125,10 +127,21 @@ class Runner:
         try:
             got = await self._converse(case, cid)
             outcome.score = score(case, got, self._options.calls, self._options.answer)
+            if self._options.answer == "judge":
+                outcome.score.checks.append(await self._judged(case, got))
         except (CliError, UsageError, TimeoutError) as err:
             outcome.error = str(err)
         outcome.seconds = time.monotonic() - began
         return outcome
+
+    async def _judged(self, case: Case, got: Case) -> Check:
+        from worker.evals import judge  # noqa: PLC0415 (the worker's side: a model call)
+
+        o = self._options
+        request = next((t.message for t in case.turns if t.message), "") or ""
+        passed, words = await judge(o.settings, o.judge, request,
+                                    case.final_answer or "", got.final_answer or "")
+        return Check("final answer", passed, words, case.final_answer, got.final_answer)
 
     async def _converse(self, case: Case, cid: str) -> Case:
         """Run the case's turns as a conversation, deciding and answering as it recorded, and
@@ -278,8 +291,11 @@ async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
     if lacking:
         raise UsageError("the worker does not have the tools these cases call (nothing was "
                          "started): " + "; ".join(lacking))
+    if a.judge is not None and a.answer != "judge":
+        raise UsageError("--judge names the model entry of --answer judge")
     options = Options(model=a.model, system_prompt=a.system_prompt, concurrency=a.concurrency,
-                      calls=a.calls, answer=a.answer, live_safe=a.live_safe)
+                      calls=a.calls, answer=a.answer, live_safe=a.live_safe, judge=a.judge,
+                      settings=settings)
     run = uuid.uuid4().hex[:8]
     queue = f"{s.settings.task_queue}-eval-{run}"
     session = Session(s.client, dataclasses.replace(s.settings, task_queue=queue), s.timeout_s,
@@ -317,8 +333,11 @@ def add_eval_command(command: Any) -> None:
                    help="tool calls must match in order (default), as a set, or not at all")
     p.add_argument("--answer", choices=ANSWER_MODES, default="auto",
                    help="the final answer must be the same (exact), contain the recorded one, "
-                        "be JSON-equal, or not be compared; auto: JSON for a typed output, "
-                        "else exact")
+                        "be JSON-equal, say the same by an LLM judge (judge), or not be "
+                        "compared; auto: JSON for a typed output, else exact")
+    p.add_argument("--judge", metavar="ENTRY",
+                   help="the model entry (AGENT_MODELS) that judges with --answer judge "
+                        "(default: the default entry)")
     p.add_argument("--live-safe", action="store_true",
                    help="run a safe tool live when the case has no result for the call "
                         "(default: the model is told it was not run)")

@@ -13,9 +13,9 @@ from contract.case import Case, CaseCall
 from rules.cases import call_key
 
 CallsMode = Literal["order", "set", "off"]
-AnswerMode = Literal["auto", "exact", "contains", "json", "off"]
+AnswerMode = Literal["auto", "exact", "contains", "json", "judge", "off"]
 CALLS_MODES: tuple[str, ...] = ("order", "set", "off")
-ANSWER_MODES: tuple[str, ...] = ("auto", "exact", "contains", "json", "off")
+ANSWER_MODES: tuple[str, ...] = ("auto", "exact", "contains", "json", "judge", "off")
 
 
 @dataclass
@@ -93,7 +93,7 @@ def compare_calls(expected: Case, got: Case, mode: CallsMode) -> Check | None:
 def compare_answer(expected: Case, got: Case, mode: AnswerMode) -> Check | None:
     """The final answer: exact (blanks at the ends aside), contained, or JSON-equal (a typed
     output's, or the answer parsed as JSON). `auto`: JSON for a typed output, else exact."""
-    if mode == "off":
+    if mode in ("off", "judge"):  # a judge is a model call: `client.evals` asks it
         return None
     if mode == "auto":
         mode = "json" if expected.final_output is not None else "exact"

@@ -36,6 +36,7 @@ from tests.helpers import (
     tool_call,
     unique,
 )
+from worker.evals import JUDGE_MARK
 from workflows.conversation import ConversationWorkflow
 
 UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that must not reach it
@@ -105,6 +106,14 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     assert result["passed"] == 1 and result["results"][0]["passed"]
     assert note_rows(data) == [] and model.geocoding_calls == geocoded  # nothing ran, nothing reached
     assert ET.parse(junit).getroot().get("failures") == "0"
+
+    # an LLM judge of the final answer (here the scripted model, keyed on the judge's request)
+    script(model, JUDGE_MARK, ScriptedReply(content="PASS: it says the same."))
+    judged = await run_client(env, "eval", str(path), "--answer", "judge", "--report", str(report))
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    checks = json.loads(report.read_text())["results"][0]["checks"]
+    assert [c["detail"] for c in checks if c["name"] == "final answer"] == [
+        "the judge (default) said: PASS: it says the same."]
 
     # The same case against a model that checks Lyon's weather instead: red, the call named
     script(model, tag, ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Lyon"})]),

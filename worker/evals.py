@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import openai
 import structlog
 from temporalio import activity
 from temporalio.client import Client
@@ -87,3 +88,29 @@ async def eval_worker(client: Client, task_queue: str, settings: ActivitySetting
                               tools=tools)
         async with worker:
             yield
+
+
+JUDGE_MARK = "[eval judge]"  # the judge's request begins with it (a scripted model keys on it)
+JUDGE_SYSTEM = ("You grade an AI assistant's answer against a reference answer to the same "
+                "request. Reply PASS if the new answer says what the reference says (wording may "
+                "differ), else FAIL; then one short sentence why.")
+
+
+async def judge(settings: ActivitySettings, entry: str | None, request: str, reference: str,
+                answer: str) -> tuple[bool, str]:
+    """An LLM judge: whether `answer` says what `reference` says, by the model entry `entry`
+    (AGENT_MODELS; None: the default; another name: that model on the default endpoint); its
+    verdict and its words."""
+    entry, spec = settings.model_entries().resolve(entry)
+    client = openai.AsyncOpenAI(api_key=settings.api_key(spec), base_url=spec.base_url)
+    try:
+        reply = await client.chat.completions.create(model=spec.model, temperature=0, messages=[
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": f"{JUDGE_MARK}\nRequest: {request}\n\nReference answer:\n"
+                                        f"{reference}\n\nNew answer:\n{answer}"}])
+    except openai.OpenAIError as err:
+        return False, f"the judge ({entry}) could not be asked: {err}"
+    finally:
+        await client.close()
+    words = (reply.choices[0].message.content or "").strip()
+    return words.upper().startswith("PASS"), f"the judge ({entry}) said: {words[:300]}"
