@@ -92,6 +92,7 @@ VALID_BODIES = {
     "/conversations/{cid}/reject": {"call_ids": ["call_1"], "reason": "no"},
     "/conversations/{cid}/answer": {"values": ["yes"]},
     "/conversations/{cid}/end": {},
+    "/conversations/{cid}/fork": {"at_step": 1},
 }
 
 

@@ -23,7 +23,7 @@ router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 
 # The routes of a conversation, linked from its start for clients (and schemathesis) to follow.
 OF_A_CONVERSATION = ("conversation", "history", "schemas", "events", "say", "confirm", "reject",
-                     "answer", "end")
+                     "answer", "end", "export", "fork")
 LINKS = {name: {"operationId": name, "parameters": {"cid": "$response.body#/workflow_id"}}
          for name in OF_A_CONVERSATION}
 read = errors(404, 502, 503)
@@ -91,7 +91,7 @@ async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")
 
 
 @router.get("/conversations/{cid}/export", response_model=Case, response_model_by_alias=True,
-            responses=read)
+            responses=errors(404, 409, 502, 503))
 async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]) -> Any:
     """The conversation as a case (`docs/evals.md`): its messages, tool calls and results,
     decisions and answers, final answer and usage, as `python -m client export` writes it."""
@@ -99,7 +99,7 @@ async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
 
 
 @router.post("/conversations/{cid}/fork", status_code=201, response_model=ConversationStatus,
-             responses=errors(404, 409, 502, 503))
+             responses=errors(404, 409, 413, 502, 503))
 async def fork(cid: Cid, body: ForkBody, s: Conversations, who: Who,
                _: Annotated[None, allowed("read")]) -> Any:
     """Start a new conversation, owned by the caller, from this one's messages before a step
