@@ -239,7 +239,7 @@ async def test_the_console_exports_a_case_and_forks_from_a_step_of_the_audit(
     other = await call("GET", f"{api.url}/conversations/no-such-{tag}/export")
     assert other.status_code == 404
     past = await call("POST", f"{api.url}/conversations/{cid}/fork", json={"at_step": 9})
-    assert past.status_code == 422 and "has 2 step(s)" in past.text
+    assert past.status_code == 409 and "has 2 step(s)" in past.text
 
 
 EXAMPLES = {  # evals/passing: recorded from the offline model (UPDATE_EVALS=1 records them again)

@@ -14,7 +14,7 @@ from api.deps import Cid, Conversations, Who, allowed, caller_trace
 from api.errors import errors
 from client.cases import export as export_case
 from client.cases import fork as fork_case
-from client.checks import Refused, budget_of, new_conversation_id
+from client.checks import Refused, UsageError, budget_of, new_conversation_id
 from client.listing import ConversationRow
 from contract import AuditRecord, ConversationInput, ConversationStatus, Status
 from contract.case import Case
@@ -103,10 +103,13 @@ async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
 async def fork(cid: Cid, body: ForkBody, s: Conversations, who: Who,
                _: Annotated[None, allowed("read")]) -> Any:
     """Start a new conversation, owned by the caller, from this one's messages before a step
-    (its `at_step`); nothing before it runs again. 422 past the last step."""
+    (its `at_step`); nothing before it runs again. 409 past the last step."""
     if not who.may_start:
         raise Forbidden(f"{who.describe()} may not start conversations")
     new_id = body.id or new_conversation_id()
-    await fork_case(s, cid, body.at_step, new_id, who.name, model=body.model,
-                    system_prompt=body.system_prompt, turn=body.turn)
+    try:
+        await fork_case(s, cid, body.at_step, new_id, who.name, model=body.model,
+                        system_prompt=body.system_prompt, turn=body.turn)
+    except UsageError as err:  # a valid body, for a step this conversation does not have
+        raise Refused(str(err)) from None
     return await s.status(new_id)
