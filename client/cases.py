@@ -11,7 +11,6 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.service import RPCError, RPCStatusCode
 
 from client.checks import CliError, NotFound, UsageError, clip
 from client.session import Session
@@ -28,7 +27,7 @@ from contract import (
 )
 from contract.case import Case
 from rules import delta
-from rules.cases import ModelCall, Recording, build_case, prompt_at
+from rules.cases import ModelCall, Recording, build_case, prompt_of, steps_of
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # how Temporal's core records a local activity
 MAX_RUNS = 10_000  # a chain of continue-as-new longer than this is not followed
@@ -39,7 +38,8 @@ async def recording(session: Session, workflow_id: str, audit: bool = True) -> R
     """What the history of every run of a conversation holds (and, with `audit`, what its audit
     trail says, which needs a worker); `NotFound` for an unknown conversation."""
     reader = _Reader(session)
-    run_id = await reader.first_run(workflow_id)
+    latest = await session.describe(workflow_id)
+    run_id = latest.raw_description.workflow_execution_info.first_run_id or latest.run_id
     for _ in range(MAX_RUNS):
         run_id = await reader.read_run(workflow_id, run_id)
         if run_id is None:
@@ -73,19 +73,6 @@ class _Reader:
         if self._first_at is None or self._last_at is None:
             return None
         return int((self._last_at - self._first_at).total_seconds() * 1000)
-
-    async def first_run(self, workflow_id: str) -> str:
-        try:
-            description = await self._client.get_workflow_handle(workflow_id).describe()
-        except RPCError as err:
-            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-                raise NotFound(f"no such conversation: {workflow_id}") from None
-            raise
-        async for event in self._client.get_workflow_handle(
-                workflow_id, run_id=description.run_id).fetch_history_events():
-            first = event.workflow_execution_started_event_attributes.first_execution_run_id
-            return first or description.run_id
-        raise NotFound(f"no such conversation: {workflow_id}")
 
     async def read_run(self, workflow_id: str, run_id: str) -> str | None:
         """Read one run's events; the next run's id, if it continued as new."""
@@ -176,21 +163,20 @@ async def fork(session: Session, workflow_id: str, at_step: int, new_id: str, ow
     the original's messages before it, its own id and owner, and the given model or system
     prompt. Nothing of the prefix runs again. `UsageError` for a step it does not have."""
     rec = await recording(session, workflow_id, audit=False)
-    try:
-        at, turn_of, messages = prompt_at(rec, at_step, turn)
-    except IndexError:
-        steps = len({(c.turn, c.step) for c in rec.calls
-                     if c.reply is not None and turn in (None, c.turn)})
+    steps = steps_of(rec, turn)
+    if not 1 <= at_step <= len(steps):
         where = f"{workflow_id}" + (f"'s turn {turn}" if turn is not None else "")
-        raise UsageError(f"{where} has {steps} step(s): the step must be from 1 to {steps}"
-                         if steps else f"{where} has no steps to fork from") from None
+        raise UsageError(f"{where} has {len(steps)} step(s): the step must be from 1 to "
+                         f"{len(steps)}" if steps else f"{where} has no steps to fork from")
+    at, first = steps[at_step - 1]
+    messages = prompt_of(first)
     said = next((m.content for m in reversed(messages) if m.role == "user" and m.content), "")
     inp = rec.start.model_copy(update={
         "prompt": clip(f"fork of {workflow_id} at step {at}: {said}", FORK_LABEL_CHARS),
         "model": model or rec.start.model, "system_prompt": system_prompt,
         "owner": owner, "request_id": None, "trace_parent": None, "state": None, "carry": None,
         "one_shot": False,
-        "fork": ForkPoint(conversation_id=workflow_id, at_step=at, turn=turn_of,
+        "fork": ForkPoint(conversation_id=workflow_id, at_step=at, turn=first.turn,
                           messages=messages)})
     await session.start(inp, new_id, source=f"a fork of {workflow_id}")
     return inp

@@ -22,6 +22,7 @@ from typing import Any, get_args
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -176,15 +177,22 @@ class Session:
         search attributes: no worker needed. None for one started before owners were recorded;
         `NotFound` if there is no such conversation."""
         top = workflow_id.split("/", 1)[0]  # a subagent's id is `<parent id>/<call id>`
-        if unsendable(top) is not None:  # no conversation has an id that is not valid text
-            raise NotFound(f"no such conversation: {workflow_id[:200]!r}")
+        description = await self.describe(top, named=workflow_id)
+        return description.typed_search_attributes.get(AGENT_OWNER)
+
+    async def describe(self, workflow_id: str, named: str | None = None
+                       ) -> WorkflowExecutionDescription:
+        """Temporal's description of a conversation's latest run: no worker needed. `NotFound`
+        (naming `named`, else the id) if there is no such conversation."""
+        named = named or workflow_id
+        if unsendable(workflow_id) is not None:  # no conversation has an id that is not valid text
+            raise NotFound(f"no such conversation: {named[:200]!r}")
         try:
-            description = await self.client.get_workflow_handle(top).describe()
+            return await self.client.get_workflow_handle(workflow_id).describe()
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-                raise NotFound(f"no such conversation: {workflow_id}") from None
+                raise NotFound(f"no such conversation: {named}") from None
             raise
-        return description.typed_search_attributes.get(AGENT_OWNER)
 
     # ----- queries -----
 
