@@ -9,9 +9,16 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from contract import AuditAction, AuditRecord, ChatMessage, ConversationInput, ConversationStatus, LLMReply
+from contract import (
+    AuditAction,
+    AuditRecord,
+    ChatMessage,
+    ConversationInput,
+    ConversationStatus,
+    LLMReply,
+)
 from contract.bounds import canonical_json
 from contract.case import Case, CaseCall, CaseDecision, CaseStep, CaseTurn
 from contract.models import ToolCall, Usage
@@ -100,10 +107,9 @@ def build_case(rec: Recording, name: str, exported_at: datetime | None = None) -
         if first.turn not in turns:
             said = people.get(first.turn)
             turns[first.turn] = CaseTurn(turn=first.turn, message=_last_user(first.prompt),
-                                         by=said.by if said else None)
-        turn = turns[first.turn]
-        turn.final_answer = None if made else message.content
-        turn.stop_reason = stops.get(first.turn, turn.stop_reason)
+                                         by=said.by if said else None,
+                                         stop_reason=stops.get(first.turn))
+        turns[first.turn].final_answer = None if made else message.content
     status, total = rec.status, sum((s.usage for s in steps), Usage())
     return Case(
         name=name, conversation_id=rec.conversation_id, exported_at=exported_at,
@@ -132,49 +138,61 @@ def _case_call(call: ToolCall, result: str | None, action: AuditAction | None) -
                     answer=result if asked and action.status == "ok" else None)
 
 
-def prompt_at(rec: Recording, index: int, turn: int | None = None
-              ) -> tuple[int, int, list[ChatMessage]]:
-    """Step `index` (1-based, as the case numbers steps; with `turn`, as the audit trail numbers
-    that turn's steps): its index in the case, its turn, and the messages the model was shown
-    before it. `IndexError` for a step the recording does not have."""
-    pairs = list(enumerate(_steps(rec.calls), start=1))
-    if turn is not None:
-        pairs = [p for p in pairs if p[1][0].turn == turn]
-    if not 1 <= index <= len(pairs):
-        raise IndexError(index)
-    at, (first, _) = pairs[index - 1]
-    return at, first.turn, [ChatMessage.model_validate(m) for m in first.prompt]
+def steps_of(rec: Recording, turn: int | None = None) -> list[tuple[int, ModelCall]]:
+    """The recording's steps (of one turn, or all), each with its index in the case and the
+    first model call of it: the one whose prompt a fork starts from."""
+    return [(index, first) for index, (first, _) in enumerate(_steps(rec.calls), start=1)
+            if turn in (None, first.turn)]
 
 
-class RecordedTools:
-    """A case's tool results, answered by tool and arguments: each recorded call once, in order,
-    and the last one again for a call repeated more often than it was recorded. The args a
-    person edited match too, since those are the ones that ran."""
+def prompt_of(call: ModelCall) -> list[ChatMessage]:
+    """The messages a model call was shown."""
+    return [ChatMessage.model_validate(m) for m in call.prompt]
 
-    def __init__(self, case: Case) -> None:
-        self._results: dict[str, list[str]] = defaultdict(list)
+
+T = TypeVar("T")
+
+
+class _InOrder(Generic[T]):
+    """What was recorded for each key, handed out in order, the last one again once all were."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[T]] = defaultdict(list)
         self._used: dict[str, int] = defaultdict(int)
-        self.decisions: dict[str, list[CaseDecision]] = defaultdict(list)
-        for call in case.calls():
-            keys = {call_key(call.tool, call.args)}
-            if call.decision is not None:
-                self.decisions[call_key(call.tool, call.args)].append(call.decision)
-                if call.decision.edited_args is not None:
-                    keys.add(call_key(call.tool, call.decision.edited_args))
-            for key in keys:
-                if call.result is not None:
-                    self._results[key].append(call.result)
 
-    def result(self, tool: str, args: dict[str, Any] | str) -> str | None:
-        key = call_key(tool, args)
-        found = self._results.get(key)
+    def add(self, key: str, value: T) -> None:
+        self._found[key].append(value)
+
+    def take(self, key: str) -> T | None:
+        found = self._found.get(key)
         if not found:
             return None
         used = self._used[key]
         self._used[key] = used + 1
         return found[min(used, len(found) - 1)]
 
+
+class RecordedTools:
+    """A case's tool results and decisions, answered by tool and arguments: each recorded call
+    once, in order, and the last one again for a call repeated more often than it was recorded.
+    The args a person edited match a result too, since those are the ones that ran."""
+
+    def __init__(self, case: Case) -> None:
+        self._results: _InOrder[str] = _InOrder()
+        self._decisions: _InOrder[CaseDecision] = _InOrder()
+        for call in case.calls():
+            key = call_key(call.tool, call.args)
+            keys = {key}
+            if call.decision is not None:
+                self._decisions.add(key, call.decision)
+                if call.decision.edited_args is not None:
+                    keys.add(call_key(call.tool, call.decision.edited_args))
+            for each in keys:
+                if call.result is not None:
+                    self._results.add(each, call.result)
+
+    def result(self, tool: str, args: dict[str, Any] | str) -> str | None:
+        return self._results.take(call_key(tool, args))
+
     def decision(self, tool: str, args: dict[str, Any] | str) -> CaseDecision | None:
-        """The recorded decision on such a call (taken in order, the last one again)."""
-        found = self.decisions.get(call_key(tool, args))
-        return found.pop(0) if found and len(found) > 1 else (found[0] if found else None)
+        return self._decisions.take(call_key(tool, args))
