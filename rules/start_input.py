@@ -4,7 +4,7 @@ message over the size limit is refused, not run. Pure functions."""
 
 from __future__ import annotations
 
-from contract import ConversationInput, ToolDefinition
+from contract import ConversationInput, ForkPoint, ToolDefinition
 from contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,
@@ -48,17 +48,21 @@ def settled_input(inp: ConversationInput, limits: Limits) -> tuple[ConversationI
 
 
 def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> ConversationState:
-    """The state a run starts from: carried by continue-as-new, or new with the first message."""
+    """The state a run starts from: carried by continue-as-new, a fork's, or new with the first
+    message."""
     if inp.state is not None:
         return inp.state
     if inp.carry is not None:
         return inp.carry.to_state(DEFAULT_SYSTEM_PROMPT)
     if inp.fork is not None:
-        return forked_state(inp, notices)
-    state = ConversationState(
-        context=ContextState(system_prompt=inp.system_prompt or DEFAULT_SYSTEM_PROMPT))
+        state = forked_state(inp.fork, inp.system_prompt)
+    else:
+        state = ConversationState(
+            context=ContextState(system_prompt=inp.system_prompt or DEFAULT_SYSTEM_PROMPT))
     for notice in notices:
         state.notice(notice)
+    if inp.fork is not None:  # it goes on with a turn: it has no first message to take
+        return state
     refusal = check_message(inp.prompt, limits.message_bytes) if limits.message_bytes else None
     if refusal is None:
         state.inbox.append(inp.prompt)
@@ -67,20 +71,16 @@ def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> C
     return state
 
 
-def forked_state(inp: ConversationInput, notices: list[str]) -> ConversationState:
+def forked_state(fork: ForkPoint, system_prompt: str | None) -> ConversationState:
     """A fork's first state: the original's messages before the step (its system prompt replaced
     by the fork's, if it has one), and the original's turn under way, to be thought on."""
-    assert inp.fork is not None
-    messages = list(inp.fork.messages)
+    messages = list(fork.messages)
     system = DEFAULT_SYSTEM_PROMPT
     if messages and messages[0].role == "system":
         system = messages.pop(0).content or system
-    state = ConversationState(
-        context=ContextState(system_prompt=inp.system_prompt or system, messages=messages),
-        current=TurnState(number=inp.fork.turn, in_progress=True))
-    for notice in notices:
-        state.notice(notice)
-    return state
+    return ConversationState(
+        context=ContextState(system_prompt=system_prompt or system, messages=messages),
+        current=TurnState(number=fork.turn, in_progress=True))
 
 
 def admitted_tools(found: list[ToolDefinition], limits: Limits) -> tuple[list[ToolDefinition], list[str]]:
