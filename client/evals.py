@@ -181,7 +181,7 @@ class Runner:
                     else:
                         request = RejectRequest(
                             request_id=uuid.uuid4().hex, call_ids=[p.ref or p.call_id],
-                            reason=decision.reason or "" if decision else NO_DECISION,
+                            reason=(decision.reason or "") if decision else NO_DECISION,
                             approver=EVAL_OWNER)
                     await s.decide(cid, request, by_update=False)
             elif status.pending_question is not None:
@@ -269,7 +269,8 @@ def junit(outcomes: list[Outcome]) -> str:
             ET.SubElement(case, "error", message=o.error).text = o.error
         elif not o.passed and o.score is not None:
             failed = [c for c in o.score.checks if not c.passed]
-            failure = ET.SubElement(case, "failure", message=f"{failed[0].name}: {failed[0].detail}")
+            first = failed[0]
+            failure = ET.SubElement(case, "failure", message=f"{first.name}: {first.detail}")
             failure.text = "\n".join(f"{c.name}: {c.detail}\n  expected: {c.expected}\n  got: "
                                      f"{c.got}" for c in failed)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -279,7 +280,8 @@ def junit(outcomes: list[Outcome]) -> str:
 
 async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
     from activities.settings import ActivitySettings  # noqa: PLC0415 (the worker's side)
-    from worker.evals import eval_worker, tool_names  # noqa: PLC0415
+    from worker.app import tool_registry  # noqa: PLC0415
+    from worker.evals import eval_worker  # noqa: PLC0415
 
     if not 0 <= a.min_pass <= 1:
         raise UsageError("--min-pass must be between 0 and 1")
@@ -287,7 +289,8 @@ async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
         raise UsageError("--concurrency must be at least 1")
     cases = load_cases(a.cases)
     settings = ActivitySettings.from_env()
-    lacking = missing_tools(cases, tool_names(settings))
+    registry = tool_registry(settings)  # what `python -m worker` loads (MCP's tools aside)
+    lacking = missing_tools(cases, set(registry.names()))
     if lacking:
         raise UsageError("the worker does not have the tools these cases call (nothing was "
                          "started): " + "; ".join(lacking))
@@ -302,7 +305,7 @@ async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
                       s.max_message_bytes)
     books: dict[str, RecordedTools] = {}
     print(f"eval {run}: {len(cases)} case(s) on task queue {queue}", file=sys.stderr)
-    async with eval_worker(s.client, queue, settings, books, live_safe=a.live_safe):
+    async with eval_worker(s.client, queue, settings, registry, books, live_safe=a.live_safe):
         outcomes = await Runner(session, options, books).run_all(cases, run)
     print(table(outcomes))
     if a.report:
@@ -310,9 +313,9 @@ async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
                                              indent=2, ensure_ascii=False, default=str) + "\n")
     if a.junit:
         Path(a.junit).write_text(junit(outcomes))
-    rate = sum(o.passed for o in outcomes) / len(outcomes)
-    print(f"passed {sum(o.passed for o in outcomes)}/{len(outcomes)} ({rate:.0%}); "
-          f"--min-pass {a.min_pass:.0%}")
+    passed = sum(o.passed for o in outcomes)
+    rate = passed / len(outcomes)
+    print(f"passed {passed}/{len(outcomes)} ({rate:.0%}); --min-pass {a.min_pass:.0%}")
     return 0 if rate >= a.min_pass else 1
 
 

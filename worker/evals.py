@@ -23,9 +23,15 @@ from activities.llm import LLMActivities
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
-from contract import LIST_TOOLS_ACTIVITY, ToolInvocation, ToolListRequest, ToolOutcome, WorkerHandshake
+from contract import (
+    LIST_TOOLS_ACTIVITY,
+    ToolInvocation,
+    ToolListRequest,
+    ToolOutcome,
+    WorkerHandshake,
+)
 from rules.cases import RecordedTools
-from worker.app import build_worker, tool_registry
+from worker.app import build_worker
 
 log = structlog.get_logger()
 
@@ -69,17 +75,12 @@ def eval_settings(settings: ActivitySettings) -> ActivitySettings:
     return dataclasses.replace(settings, memory=False, webhooks=None, four_eyes=())
 
 
-def tool_names(settings: ActivitySettings) -> set[str]:
-    """The tools an eval's worker has (those `python -m worker` would load, MCP's aside)."""
-    return set(tool_registry(settings).names())
-
-
 @asynccontextmanager
 async def eval_worker(client: Client, task_queue: str, settings: ActivitySettings,
-                      books: dict[str, RecordedTools], live_safe: bool = False
-                      ) -> AsyncIterator[None]:
-    """Run an eval's worker on its own task queue while the block runs."""
-    registry = tool_registry(settings)
+                      registry: ToolRegistry, books: dict[str, RecordedTools],
+                      live_safe: bool = False) -> AsyncIterator[None]:
+    """Run an eval's worker on its own task queue while the block runs: `registry`'s tools,
+    answered from `books` (by conversation id)."""
     quiet = eval_settings(settings)
     async with httpx.AsyncClient(timeout=30) as http:
         tools = CaseTools(books, live_safe, registry, quiet, http)

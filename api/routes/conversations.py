@@ -89,7 +89,6 @@ async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")
     return await s.pending_schemas(cid)
 
 
-
 @router.get("/conversations/{cid}/export", response_model=Case, response_model_by_alias=True,
             responses=errors(404, 409, 502, 503))
 async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]) -> Any:
