@@ -158,10 +158,11 @@ def cli(temporal_address: str, task_queue: str):
     """`python -m client` as a process, on the session's dev server and queue."""
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
 
-    async def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    async def run(*args: str, timeout: float = 60, extra_env: dict[str, str] | None = None
+                  ) -> subprocess.CompletedProcess:
         return await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=timeout,
+            subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT,
+            env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=timeout,
         )
 
     return run

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -43,21 +41,17 @@ UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that m
 EVALS = ROOT / "evals"
 
 
-def eval_env(temporal_address: str, task_queue: str, model: ScriptedModelServer,
-             data_dir: Path) -> dict[str, str]:
+def eval_env(model: ScriptedModelServer, data_dir: Path) -> dict[str, str]:
     """The eval worker's settings: the scripted model, and no Open-Meteo to reach."""
-    return {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue,
-            "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-eval",
+    return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-eval",
             "OPENAI_MODEL": "scripted", "OPEN_METEO_GEOCODING_URL": UNREACHABLE,
             "OPEN_METEO_FORECAST_URL": UNREACHABLE, "AGENT_DATA_DIR": str(data_dir),
             "AGENT_MEMORY": "off"}
 
 
-async def run_client(env: dict[str, str], *args: str, timeout: float = 180
-                     ) -> subprocess.CompletedProcess:
-    return await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout)
+def evaluating(cli, env: dict[str, str]):
+    """`python -m client eval ...` as the `cli` fixture runs it, with the eval worker's `env`."""
+    return lambda *args: cli("eval", *args, extra_env=env, timeout=180)
 
 
 async def weather_note(client, task_queue: str, tag: str) -> str:
@@ -79,7 +73,7 @@ async def weather_note(client, task_queue: str, tag: str) -> str:
 
 
 async def test_a_conversation_exports_then_evals_green_without_tools_and_red_when_it_differs(
-        client, task_queue, temporal_address, model, cli, tmp_path):
+        client, task_queue, model, cli, tmp_path):
     tag = unique("weather")
     cid = await weather_note(client, task_queue, tag)
     path = tmp_path / "case.json"
@@ -96,20 +90,19 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     assert "sk-" not in path.read_text()
 
     data = tmp_path / "eval-data"
-    env = eval_env(temporal_address, task_queue, model, data)
+    evaluate = evaluating(cli, eval_env(model, data))
     geocoded = model.geocoding_calls
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
-    green = await run_client(env, "eval", str(path), "--report", str(report),
-                             "--junit", str(junit))
+    green = await evaluate(str(path), "--report", str(report), "--junit", str(junit))
     assert green.returncode == 0, green.stdout + green.stderr
     result = json.loads(report.read_text())
     assert result["passed"] == 1 and result["results"][0]["passed"]
-    assert note_rows(data) == [] and model.geocoding_calls == geocoded  # nothing ran, nothing reached
+    assert note_rows(data) == [] and model.geocoding_calls == geocoded  # none ran or reached
     assert ET.parse(junit).getroot().get("failures") == "0"
 
     # an LLM judge of the final answer (here the scripted model, keyed on the judge's request)
     script(model, JUDGE_MARK, ScriptedReply(content="PASS: it says the same."))
-    judged = await run_client(env, "eval", str(path), "--answer", "judge", "--report", str(report))
+    judged = await evaluate(str(path), "--answer", "judge", "--report", str(report))
     assert judged.returncode == 0, judged.stdout + judged.stderr
     checks = json.loads(report.read_text())["results"][0]["checks"]
     assert [c["detail"] for c in checks if c["name"] == "final answer"] == [
@@ -118,8 +111,7 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     # The same case against a model that checks Lyon's weather instead: red, the call named
     script(model, tag, ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Lyon"})]),
            ScriptedReply(content="Lyon is fine."))
-    red = await run_client(env, "eval", str(path), "--report", str(report),
-                           "--junit", str(junit))
+    red = await evaluate(str(path), "--report", str(report), "--junit", str(junit))
     assert red.returncode == 1, red.stdout + red.stderr
     assert 'call 1: expected get_weather({"location":"Paris"' in red.stdout
     assert 'got get_weather({"location":"Lyon"})' in red.stdout
@@ -128,7 +120,7 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     assert ET.parse(junit).getroot().get("failures") == "1"
     assert note_rows(data) == []
     # it says so when the pass rate is allowed lower
-    lenient = await run_client(env, "eval", str(path), "--min-pass", "0")
+    lenient = await evaluate(str(path), "--min-pass", "0")
     assert lenient.returncode == 0, lenient.stdout + lenient.stderr
 
 
@@ -167,7 +159,7 @@ async def test_a_fork_sends_the_original_prefix_to_its_model_and_reruns_nothing(
 
 
 async def test_bad_cases_and_forks_are_refused_with_nothing_started(
-        client, task_queue, temporal_address, model, cli, tmp_path):
+        client, task_queue, model, cli, tmp_path):
     tag = unique("bad")
     handle = await start(client, task_queue, f"Just answer. {tag}")
     script(model, tag, ScriptedReply(content="Answered."))
@@ -177,7 +169,7 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
     unknown = await cli("fork", f"no-such-{tag}", "--at-step", "1")
     assert unknown.returncode == 1 and "no such conversation" in unknown.stderr
 
-    env = eval_env(temporal_address, task_queue, model, tmp_path)
+    evaluate = evaluating(cli, eval_env(model, tmp_path))
     since = datetime.now(UTC).isoformat()
     good = json.loads((await cli("export", handle.id)).stdout)
     files = {
@@ -188,11 +180,11 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-        refused = await run_client(env, "eval", str(tmp_path / name))
+        refused = await evaluate(str(tmp_path / name))
         assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
-    assert "version 99" in (await run_client(env, "eval", str(tmp_path / "future.json"))).stderr
-    assert "cut short" in (await run_client(env, "eval", str(tmp_path / "cut.json"))).stderr
-    assert "launch_rockets" in (await run_client(env, "eval", str(tmp_path / "alien.json"))).stderr
+    assert "version 99" in (await evaluate(str(tmp_path / "future.json"))).stderr
+    assert "cut short" in (await evaluate(str(tmp_path / "cut.json"))).stderr
+    assert "launch_rockets" in (await evaluate(str(tmp_path / "alien.json"))).stderr
     listed = [w async for w in client.list_workflows(
         f'TaskQueue STARTS_WITH "{task_queue}-eval" AND StartTime > "{since}"')]
     assert listed == []  # nothing was started
@@ -279,14 +271,14 @@ async def record_examples(client, task_queue: str) -> None:
 
 
 async def test_the_example_evals_pass_and_the_one_meant_to_fail_fails_readably(
-        client, task_queue, temporal_address, model, tmp_path):
+        client, task_queue, model, cli, tmp_path):
     if os.environ.get("UPDATE_EVALS"):
         await record_examples(client, task_queue)
-    env = eval_env(temporal_address, task_queue, model, tmp_path)
-    green = await run_client(env, "eval", str(EVALS / "passing"), "--concurrency", "3")
+    evaluate = evaluating(cli, eval_env(model, tmp_path))
+    green = await evaluate(str(EVALS / "passing"), "--concurrency", "3")
     assert green.returncode == 0, green.stdout + green.stderr
     assert "passed 3/3" in green.stdout and note_rows(tmp_path) == []
-    red = await run_client(env, "eval", str(EVALS / "failing"))
+    red = await evaluate(str(EVALS / "failing"))
     assert red.returncode == 1, red.stdout + red.stderr
     assert ('weather_expects_lyon: tool calls: call 1: expected get_weather({"location":"Lyon"})'
             in red.stdout), red.stdout
