@@ -17,7 +17,7 @@ import re
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -62,7 +62,6 @@ class Options:
     judge: str | None = None  # the model entry that judges final answers (--answer judge)
     settings: Any = None  # the eval worker's ActivitySettings, for the judge
     turn_timeout_s: float = CASE_TURN_TIMEOUT_S
-    outcomes: list[Outcome] = field(default_factory=list)
 
 
 def load_cases(paths: list[str]) -> list[tuple[Path, Case]]:
@@ -100,7 +99,7 @@ def conversation_id(run: str, name: str, n: int) -> str:
 
 
 class Runner:
-    """Runs the cases, at most `concurrency` at once, and keeps their outcomes."""
+    """Runs the cases, at most `concurrency` at once."""
 
     def __init__(self, session: Session, options: Options, books: dict[str, RecordedTools]):
         self._session = session
@@ -183,16 +182,24 @@ class Runner:
                             request_id=uuid.uuid4().hex, call_ids=[p.ref or p.call_id],
                             reason=(decision.reason or "") if decision else NO_DECISION,
                             approver=EVAL_OWNER)
-                    await s.decide(cid, request, by_update=False)
+                    await _taken(s, cid, request, f"the decision on {p.tool}")
             elif status.pending_question is not None:
                 q = status.pending_question
                 answer = recorded_answer(case, q.message)
-                await s.decide(cid, AnswerRequest(
+                await _taken(s, cid, AnswerRequest(
                     request_id=uuid.uuid4().hex, values=[answer] if answer else [],
                     declined=answer is None, call_id=q.ref or q.call_id, sender=EVAL_OWNER),
-                    by_update=False)
+                    "the answer")
             else:
                 return
+
+
+async def _taken(s: Session, cid: str, request: Any, what: str) -> None:
+    """Send a replayed decision or answer; a refusal ends the case (sending it again would be
+    refused again)."""
+    outcome = await s.decide(cid, request, by_update=False)
+    if not outcome.accepted:
+        raise CliError(f"{what} the case recorded was refused: {outcome.reason}")
 
 
 def recorded_answer(case: Case, message: str) -> str | None:

@@ -108,6 +108,13 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     assert [c["detail"] for c in checks if c["name"] == "final answer"] == [
         "the judge (default) said: PASS: it says the same."]
 
+    # a recorded decision the gate refuses (edited args the schema refuses) ends the case
+    note.decision.edited_args = {"title": 5}
+    (odd := tmp_path / "refused.json").write_text(case.dump())
+    refused = await evaluate(str(odd))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "error: the decision on create_note the case recorded was refused" in refused.stdout
+
     # The same case against a model that checks Lyon's weather instead: red, the call named
     script(model, tag, ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Lyon"})]),
            ScriptedReply(content="Lyon is fine."))
