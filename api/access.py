@@ -61,6 +61,11 @@ class Principal:
     def may_start(self) -> bool:
         return bool(self.roles & {"user", "approver", "admin"})
 
+    def check_start(self) -> None:
+        """`Forbidden` unless the principal may start conversations."""
+        if not self.may_start:
+            raise Forbidden(f"{self.describe()} may not start conversations")
+
     @property
     def may_write(self) -> bool:
         """Whether any write could be allowed (a viewer's never is: refused before its body)."""

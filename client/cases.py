@@ -158,7 +158,7 @@ async def export(session: Session, workflow_id: str, name: str | None = None) ->
 
 async def fork(session: Session, workflow_id: str, at_step: int, new_id: str, owner: str | None,
                model: str | None = None, system_prompt: str | None = None,
-               turn: int | None = None) -> ConversationInput:
+               turn: int | None = None) -> None:
     """Start a fork of a conversation at one of its steps (with `turn`, a step of that turn):
     the original's messages before it, its own id and owner, and the given model or system
     prompt. Nothing of the prefix runs again. `UsageError` for a step it does not have."""
@@ -179,4 +179,3 @@ async def fork(session: Session, workflow_id: str, at_step: int, new_id: str, ow
         "fork": ForkPoint(conversation_id=workflow_id, at_step=at, turn=first.turn,
                           messages=messages)})
     await session.start(inp, new_id, source=f"a fork of {workflow_id}")
-    return inp

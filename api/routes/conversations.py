@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from api.access import Forbidden, Verdict
+from api.access import Verdict
 from api.bodies import ForkBody, StartBody, StrictJsonRoute
 from api.deps import Cid, Conversations, Who, allowed, caller_trace
 from api.errors import errors
@@ -39,8 +39,7 @@ async def start(body: StartBody, s: Conversations, who: Who, request: Request) -
     nothing new starts: the answer is that conversation's status (200), or, if it is not
     the caller's to read, a 409. A W3C `traceparent` header makes the first turn's trace
     a continuation of the caller's."""
-    if not who.may_start:
-        raise Forbidden(f"{who.describe()} may not start conversations")
+    who.check_start()
     cid = body.id or new_conversation_id()
     inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
                             model=body.model, max_steps=body.max_steps,
@@ -103,8 +102,7 @@ async def fork(cid: Cid, body: ForkBody, s: Conversations, who: Who,
                _: Annotated[None, allowed("read")]) -> Any:
     """Start a new conversation, owned by the caller, from this one's messages before a step
     (its `at_step`); nothing before it runs again. 409 past the last step."""
-    if not who.may_start:
-        raise Forbidden(f"{who.describe()} may not start conversations")
+    who.check_start()
     new_id = body.id or new_conversation_id()
     try:
         await fork_case(s, cid, body.at_step, new_id, who.name, model=body.model,

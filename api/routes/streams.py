@@ -13,7 +13,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from api.access import Forbidden
 from api.agui import run_agui
 from api.bodies import StrictJsonRoute
 from api.deps import Cid, Conversations, Who, caller_trace, enforce, stream_start
@@ -72,8 +71,8 @@ async def agui(body: RunAgentInput, s: Conversations, who: Who,
     try:
         owner = await s.owner(body.thread_id)
     except NotFound:  # a new thread (or a bad id, which the run refuses)
-        if not who.may_start and not body.resume:
-            raise Forbidden(f"{who.describe()} may not start conversations") from None
+        if not body.resume:
+            who.check_start()
     else:
         enforce(who, "decide" if body.resume else "message", body.thread_id, owner)
     encoder = EventEncoder()
