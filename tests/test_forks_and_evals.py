@@ -179,19 +179,16 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
     evaluate = evaluating(cli, eval_env(model, tmp_path))
     since = datetime.now(UTC).isoformat()
     good = json.loads((await cli("export", handle.id)).stdout)
-    files = {
-        "future.json": json.dumps({**good, "version": 99}),
-        "cut.json": json.dumps(good)[:200],
-        "alien.json": json.dumps({**good, "steps": [{**good["steps"][0], "calls": [
-            {"id": "c1", "tool": "launch_rockets", "args": {}}]}]}),
+    files = {  # each with what its refusal says
+        "future.json": (json.dumps({**good, "version": 99}), "version 99"),
+        "cut.json": (json.dumps(good)[:200], "cut short"),
+        "alien.json": (json.dumps({**good, "steps": [{**good["steps"][0], "calls": [
+            {"id": "c1", "tool": "launch_rockets", "args": {}}]}]}), "launch_rockets"),
     }
-    for name, text in files.items():
+    for name, (text, said) in files.items():
         (tmp_path / name).write_text(text)
         refused = await evaluate(str(tmp_path / name))
-        assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
-    assert "version 99" in (await evaluate(str(tmp_path / "future.json"))).stderr
-    assert "cut short" in (await evaluate(str(tmp_path / "cut.json"))).stderr
-    assert "launch_rockets" in (await evaluate(str(tmp_path / "alien.json"))).stderr
+        assert refused.returncode == 2 and said in refused.stderr, (name, refused.stderr)
     listed = [w async for w in client.list_workflows(
         f'TaskQueue STARTS_WITH "{task_queue}-eval" AND StartTime > "{since}"')]
     assert listed == []  # nothing was started
