@@ -226,15 +226,20 @@ async def cmd_fork(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_list(s: Session, a: argparse.Namespace) -> int:
-    rows = [row.model_dump() for row in await s.conversations(a.status, a.limit)]
+    if a.version is not None and a.version.count(":") != 1:
+        raise UsageError(f"--version is NAME:ID, as status shows it (not {a.version!r})")
+    rows = [row.model_dump() for row in await s.conversations(a.status, a.limit,
+                                                             version=a.version)]
     if a.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        print("no conversations" + (f" with status {a.status}" if a.status else ""))
+        print("no conversations" + (f" with status {a.status}" if a.status else "")
+              + (f" on version {a.version}" if a.version else ""))
     else:
         for row in rows:
+            version = f"{row['version']}  " if row["version"] else ""
             print(f"{row['workflow_id']:<40} {row['status'] or '-':<26} {row['started']}  "
-                  f"{row['prompt'] or ''}")
+                  f"{version}{row['prompt'] or ''}")
     return 0
 
 
@@ -338,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
                 as_json=True)
     p.add_argument("--status", choices=STATUSES, help="only conversations in this status")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    p.add_argument("--version", metavar="NAME:ID",
+                   help="only conversations running on this Worker Deployment Version, as "
+                        "`status` shows it (`python -m worker --deployment NAME --build-id ID`)")
 
     p = command("end", cmd_end, "end a conversation: work in flight is cancelled, "
                                 "stop_reason=ended")

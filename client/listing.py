@@ -6,7 +6,7 @@ from pydantic import BaseModel
 from temporalio.client import WorkflowExecutionStatus
 
 from contract import names
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION
 
 
 class ConversationRow(BaseModel):
@@ -18,6 +18,7 @@ class ConversationRow(BaseModel):
     execution: str | None
     started: str | None
     owner: str | None = None  # who started it
+    version: str | None = None  # the Worker Deployment Version it runs on (`NAME:ID`)
 
 
 # Closed runs: Temporal's execution status says what became of them. A run that continued as new
@@ -25,10 +26,12 @@ class ConversationRow(BaseModel):
 _CLOSED = {"completed": '("Completed", "Canceled")', "failed": '("Failed", "Terminated", "TimedOut")'}
 
 
-def list_query(status: str | None, owner: str | None = None) -> str:
+def list_query(status: str | None, owner: str | None = None, version: str | None = None) -> str:
     query = f'WorkflowType = "{names.WORKFLOW_TYPE}" AND ExecutionStatus != "ContinuedAsNew"'
     if owner is not None:
         query += f" AND {AGENT_OWNER.name} = {quoted(owner)}"
+    if version is not None:
+        query += f" AND {WORKER_VERSION.name} = {quoted(version)}"
     if status in _CLOSED:
         return f"{query} AND ExecutionStatus IN {_CLOSED[status]}"
     if status:

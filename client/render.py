@@ -41,6 +41,8 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"error: {shown(s.error)}")
     if s.queued_messages:
         lines.append(f"queued messages: {s.queued_messages}")
+    if s.version is not None:
+        lines.append(f"version: {s.version} (runs so far: {s.runs})")
     u = s.usage
     cached = f", {u.cached_tokens} of them cached" if u.cached_tokens else ""
     failed = (f"; {u.failed_calls} failed model call(s), whose tokens the endpoint did not "

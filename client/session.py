@@ -85,7 +85,7 @@ from contract.bounds import (
 )
 from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
 from rules.output import output_schema_problem
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, owned_by
+from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -156,11 +156,14 @@ class Session:
         return True
 
     async def conversations(self, status: str | None = None, limit: int = 100,
-                            owner: str | None = None) -> list[ConversationRow]:
+                            owner: str | None = None, version: str | None = None
+                            ) -> list[ConversationRow]:
         """The latest conversations (with `owner`, only those it started: a visibility query,
-        so a user's list never reads anyone else's)."""
+        so a user's list never reads anyone else's; with `version`, only those running on that
+        Worker Deployment Version, `NAME:ID`)."""
         rows = []
-        async for wf in self.client.list_workflows(list_query(status, owner), limit=limit):
+        query = list_query(status, owner, version)
+        async for wf in self.client.list_workflows(query, limit=limit):
             memo = await wf.memo()
             rows.append(ConversationRow(
                 workflow_id=wf.id,
@@ -169,6 +172,7 @@ class Session:
                 execution=wf.status.name.lower() if wf.status else None,
                 started=wf.start_time.isoformat() if wf.start_time else None,
                 owner=wf.typed_search_attributes.get(AGENT_OWNER),
+                version=wf.typed_search_attributes.get(WORKER_VERSION),
             ))
         return rows
 

@@ -55,6 +55,9 @@ class ConversationInput(BaseModel):
     # history events before a fresh run, mid-turn too (at most 40,000; runs without the delta
     # context follow the server's suggestion instead)
     continue_as_new_after_events: int = Field(default=HANDOVER_EVENTS, ge=1)
+    # on a versioned worker, how often an idle conversation looks for a new current version of its
+    # deployment to move to (`workflows.conversation`); a message arriving looks at once
+    version_check_s: float = Field(default=300.0, gt=0)
     max_message_bytes: int = DEFAULT_MESSAGE_BYTES  # a user message's limit, within [1, the default]
     profile: str | None = None  # set for a subagent: the profile it runs as
     # a JSON Schema the final answer must fit (`rules.output`); status.final_output

@@ -48,3 +48,13 @@ def relative_id(conversation_id: str, ancestor_id: str) -> str:
     is a child's id)."""
     prefix = f"{ancestor_id}/"
     return conversation_id.removeprefix(prefix)
+
+
+def version_label(version: Any) -> str | None:
+    """A Worker Deployment Version (`temporalio.common.WorkerDeploymentVersion`) as status and
+    `python -m client list --version` name it: `NAME:ID`, as Temporal's
+    `TemporalWorkerDeploymentVersion` search attribute holds it. None: unversioned (Temporal
+    gives an unversioned worker's task a version without a deployment name, and a build id)."""
+    if version is None or not version.deployment_name:
+        return None
+    return f"{version.deployment_name}:{version.build_id}"

@@ -155,6 +155,9 @@ class ConversationState(BaseModel):
     notified: int = 0  # deliveries made so far: part of each one's key
     reported: int = 0  # reports a subagent sent its parent so far: each one's `seq`
     models: ModelRoutes = Field(default_factory=lambda: ModelRoutes())  # the worker's entries
+    # the Worker Deployment Version (`NAME:ID`) whose handshake filled the catalog, entries and
+    # rules above: a run that starts on another version at a turn boundary shakes hands again
+    handshake_version: str | None = None
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0
     usage: Usage = Field(default_factory=Usage)

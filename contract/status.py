@@ -178,6 +178,8 @@ class ConversationStatus(BaseModel):
     trace_id: str | None = None  # the current (or last) turn's trace (`workflows.telemetry`)
     forked_from: str | None = None  # a fork's original conversation
     at_step: int | None = None  # the original's step the fork began at
+    # the Worker Deployment Version this run is pinned to (`NAME:ID`); None on unversioned workers
+    version: str | None = None
 
 
 # The conversation's own state builds on the models above.

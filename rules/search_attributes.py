@@ -11,6 +11,8 @@ from temporalio.common import (
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 AGENT_OWNER = SearchAttributeKey.for_keyword("AgentOwner")
+# Temporal's own: the Worker Deployment Version a run is pinned to (`NAME:ID`), on versioned workers
+WORKER_VERSION = SearchAttributeKey.for_keyword("TemporalWorkerDeploymentVersion")
 
 
 def owned_by(owner: str | None) -> TypedSearchAttributes | None:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,10 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 class WorkerProcess:
     """`python -m worker` as a child process, configured only by its environment."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()):
+    def __init__(self, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = (),
+                 cwd: Path = ROOT):
         self._env = env
         self._log_dir = log_dir
         self._args = args  # `python -m worker`'s own (--role ...)
+        self._cwd = cwd  # where its code comes from (another version's copy)
         self._started = 0
         self.proc: subprocess.Popen | None = None
 
@@ -26,7 +29,7 @@ class WorkerProcess:
         self._started += 1
         log = open(self._log_dir / f"worker-{self._started}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", *self._args], cwd=ROOT, env=self._env,
+            [sys.executable, "-m", "worker", *self._args], cwd=self._cwd, env=self._env,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 
@@ -39,6 +42,19 @@ class WorkerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=15)
+
+    def wait_for_log(self, text: str, timeout_s: float = 60) -> str:
+        """The current process's log once it holds `text` (AssertionError if the process ends
+        or the time runs out first)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            log = self.log(self._started)
+            if text in log:
+                return log
+            assert self.proc is not None
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the worker never logged {text!r}:\n{log[-3000:]}")
+            time.sleep(0.1)
 
     def log(self, n: int) -> str:
         return (self._log_dir / f"worker-{n}.log").read_text()

@@ -132,6 +132,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "webhooks", "webhook_retry_s", "outbox", "notified",  # from before webhooks: none
     "reported",  # a subagent from before numbered reports
     "memory",  # a conversation from before memory recalls nothing
+    "handshake_version",  # from before versioned workers: unversioned
 }
 
 
@@ -194,6 +195,7 @@ def full_state() -> ConversationState:
                                limits={"main": EntryLimits(context_tokens=8192, timeout_s=600)})
     state.tool_queue = "q.tools"
     state.memory = True
+    state.handshake_version = "agents:b7"
     state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
     state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",

@@ -20,6 +20,7 @@ from api.settings import ApiSettings, SettingsError
 from client.connection import TemporalSettings
 from contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
 from worker.app import workflow_sandbox
+from worker.deployment import version_from
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -77,6 +78,8 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert default_of(env["OPEN_METEO_FORECAST_URL"]) == DEFAULT_FORECAST_URL
     assert float(default_of(env["AGENT_CONTEXT_CACHE_MB"])) * 2**20 == defaults.context_cache_bytes
     assert workflow_sandbox(default_of(env["AGENT_WORKFLOW_SANDBOX"])) is False
+    assert version_from(None, None, {name: default_of(env[name]) for name in (
+        "AGENT_DEPLOYMENT", "AGENT_BUILD_ID")}) is None  # unversioned unless both are set
     for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
                      "AGENT_AUTO_APPROVE", "AGENT_PROFILES", "AGENT_PRICES", "AGENT_FOUR_EYES",
                      "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS", "AGENT_MODELS",

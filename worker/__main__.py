@@ -1,4 +1,5 @@
-"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N] [--role R]`."""
+"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N] [--role R]
+[--deployment NAME --build-id ID]`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ from worker.app import (
     tool_registry,
     workflow_sandbox,
 )
+from contract.names import version_label
+from worker.deployment import (
+    DeploymentRefused,
+    check_names,
+    deployment_config,
+    registered,
+    version_from,
+)
 from worker.logging import configure_logging
 from worker.telemetry import Tracing, metrics_runtime
 
@@ -52,9 +61,15 @@ async def connect_patiently(temporal: TemporalSettings, runtime: Runtime | None 
             await asyncio.sleep(2)
 
 
-async def main(role: str = "all") -> None:
+async def main(role: str = "all", deployment: str | None = None,
+               build_id: str | None = None) -> None:
     configure_logging()
     temporal = TemporalSettings.from_env()
+    try:
+        version = version_from(deployment, build_id, os.environ)
+    except DeploymentRefused as err:
+        log.error("cannot start: bad deployment", error=str(err))
+        raise SystemExit(2) from None
     try:
         settings = ActivitySettings.from_env()
         sandboxed = workflow_sandbox(os.environ.get("AGENT_WORKFLOW_SANDBOX", ""))
@@ -72,7 +87,14 @@ async def main(role: str = "all") -> None:
         tracing.install()
     client = await connect_patiently(temporal, runtime)
     await ensure_search_attributes(client, temporal.namespace)
+    if version is not None:
+        try:
+            await check_names(client, temporal.namespace, version)
+        except DeploymentRefused as err:
+            log.error("cannot start: bad deployment", error=str(err))
+            raise SystemExit(2) from None
     stop = asyncio.Event()
+    refused = False  # the server never registered the deployment version
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -83,37 +105,49 @@ async def main(role: str = "all") -> None:
         raise SystemExit(2) from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(15.0)) as http, AsyncExitStack() as stack:
         workers = role_workers(client, temporal.task_queue, role, settings, http, registry,
-                               mcp=mcp, sandboxed=sandboxed, tracing=tracing)
+                               mcp=mcp, sandboxed=sandboxed, tracing=tracing,
+                               deployment=deployment_config(version))
         for worker in workers:
             await stack.enter_async_context(worker)
-        log.info(
-            "worker started",
-            address=temporal.address,
-            namespace=temporal.namespace,
-            task_queue=temporal.task_queue,
-            role=role,
-            queues=[w.task_queue for w in workers],
-            model=settings.openai_model,
-            base_url=settings.openai_base_url or "default",
-            workflow_sandbox="on" if sandboxed else "off",
-            tools=registry.names(),
-            tracing="on" if tracing is not None else "off",
-            metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
-            model_entries=list(settings.model_entries().entries),
-        )
-        await stop.wait()
-        log.info("worker stopping")
+        if version is not None:
+            try:
+                await registered(client, temporal.namespace, version)
+            except DeploymentRefused as err:
+                log.error("cannot start: bad deployment", error=str(err))
+                refused = True
+        if not refused:
+            log.info(
+                "worker started",
+                address=temporal.address,
+                namespace=temporal.namespace,
+                task_queue=temporal.task_queue,
+                role=role,
+                queues=[w.task_queue for w in workers],
+                model=settings.openai_model,
+                base_url=settings.openai_base_url or "default",
+                workflow_sandbox="on" if sandboxed else "off",
+                tools=registry.names(),
+                tracing="on" if tracing is not None else "off",
+                metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
+                model_entries=list(settings.model_entries().entries),
+                version=version_label(version) or "unversioned",
+            )
+            await stop.wait()
+            log.info("worker stopping")
     if mcp is not None:
         await mcp.aclose()
     if tracing is not None:
         tracing.shutdown()  # what is still queued goes out
     log.info("worker stopped")
+    if refused:
+        raise SystemExit(2)
 
 
 RESTART_DELAY_S = 1.0
 
 
-def supervise(processes: int, role: str = "all") -> int:
+def supervise(processes: int, role: str = "all", deployment: str | None = None,
+              build_id: str | None = None) -> int:
     """Run `processes` workers on the same task queue, each its own process (Python runs one
     worker's workflow code on one core), restarting one that dies; stop them all on SIGINT or
     SIGTERM. Conversations move between them freely: any worker can continue any conversation."""
@@ -126,7 +160,9 @@ def supervise(processes: int, role: str = "all") -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    command = [sys.executable, "-m", "worker", "--role", role]
+    command = [sys.executable, "-m", "worker", "--role", role,
+               *(["--deployment", deployment] if deployment is not None else []),
+               *(["--build-id", build_id] if build_id is not None else [])]
     children = [subprocess.Popen(command) for _ in range(processes)]
     log.info("workers started", processes=processes, pids=[c.pid for c in children])
     while not stopping:
@@ -157,12 +193,17 @@ def cli() -> None:
                         help="what this process serves: all (default), workflows (workflow tasks "
                              "only; model calls and tool runs go to the models and tools queues), "
                              "models (model calls), tools (tool runs)")
+    parser.add_argument("--deployment", metavar="NAME",
+                        help="run as a Temporal Worker Deployment Version with --build-id "
+                             "(default: AGENT_DEPLOYMENT; neither: unversioned)")
+    parser.add_argument("--build-id", metavar="ID",
+                        help="this build's id in the deployment (default: AGENT_BUILD_ID)")
     args = parser.parse_args()
     if args.processes < 1:
         parser.error("--processes must be at least 1")
     if args.processes > 1:
-        raise SystemExit(supervise(args.processes, args.role))
-    asyncio.run(main(args.role))
+        raise SystemExit(supervise(args.processes, args.role, args.deployment, args.build_id))
+    asyncio.run(main(args.role, args.deployment, args.build_id))
     exit_now()
 
 

@@ -16,6 +16,7 @@ from temporalio.worker import (
     Interceptor,
     UnsandboxedWorkflowRunner,
     Worker,
+    WorkerDeploymentConfig,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import (
@@ -137,20 +138,25 @@ def model_activities(llm: LLMActivities) -> list[Any]:
 def role_workers(client: Client, task_queue: str, role: str, settings: ActivitySettings,
                  http: httpx.AsyncClient, registry: ToolRegistry, mcp: McpToolbox | None = None,
                  llm: LLMActivities | None = None, sandboxed: bool = True,
-                 tracing: Tracing | None = None) -> list[Worker]:
+                 tracing: Tracing | None = None,
+                 deployment: WorkerDeploymentConfig | None = None) -> list[Worker]:
     """The workers of one process, by its role (`python -m worker --role`):
     - `all`: workflow tasks, model calls and tool runs, on the task queue, as before;
     - `workflows`: workflow tasks only (and listing tools); its conversations send model calls
       and tool runs to the queues of `role_queues`, which `models` and `tools` workers serve;
     - `models`: model calls; `tools`: tool runs.
-    Each also serves its rate-limited model entries' queues when it makes model calls."""
+    Each also serves its rate-limited model entries' queues when it makes model calls. With a
+    `deployment` (`worker.deployment`), every one of them is that Worker Deployment Version, so
+    a pinned conversation's model calls and tool runs go to workers of its own version."""
     llm = llm or LLMActivities(settings, temporal=client)
     common: dict[str, Any] = {"interceptors": interceptors(tracing),
-                              "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN}
+                              "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
+                              "deployment_config": deployment}
     queues = role_queues(task_queue)
     if role == "all":
         workers = [build_worker(client, task_queue, settings, http, registry, mcp=mcp, llm=llm,
-                                sandboxed=sandboxed, tracing=tracing)]
+                                sandboxed=sandboxed, tracing=tracing,
+                                deployment_config=deployment)]
     elif role == "workflows":
         lister = ToolActivities(registry, settings, http, mcp, activity_queues=queues)
         hooks = WebhookActivities(settings.webhooks, http)
@@ -174,12 +180,13 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
     else:
         raise ValueError(f"--role must be one of {', '.join(WORKER_ROLES)}, not {role!r}")
     if role in ("all", "models"):
-        workers += model_workers(client, task_queue, settings, llm, tracing)
+        workers += model_workers(client, task_queue, settings, llm, tracing, deployment)
     return workers
 
 
 def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
-                  llm: LLMActivities, tracing: Tracing | None = None) -> list[Worker]:
+                  llm: LLMActivities, tracing: Tracing | None = None,
+                  deployment: WorkerDeploymentConfig | None = None) -> list[Worker]:
     """A worker per rate-limited model entry (`max_requests_per_s` in AGENT_MODELS), polling
     the entry's own task queue for its model calls. Temporal's server dispatches that queue's
     tasks at the entry's rate, so the rate holds across every worker process and host."""
@@ -187,7 +194,8 @@ def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
         return []
     return [Worker(client, task_queue=model_queue(task_queue, name),
                    activities=model_activities(llm), max_task_queue_activities_per_second=rate,
-                   interceptors=interceptors(tracing), graceful_shutdown_timeout=GRACEFUL_SHUTDOWN)
+                   interceptors=interceptors(tracing), graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+                   deployment_config=deployment)
             for name, rate in settings.models.limited().items()]
 
 

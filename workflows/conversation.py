@@ -57,11 +57,15 @@ from workflows.patches import (
 )
 from workflows.reporting import Narrator
 from workflows.signal_guard import sent
-from workflows.standing import Standing
+from workflows.standing import Standing, running_version
 from workflows.tool_round import FAST, Pace
 from workflows.turn import TurnLoop
 
 
+# On a versioned worker (`python -m worker --deployment`, `worker.deployment`) a run is pinned
+# to its version, so it never meets other code; it moves to a new version only by continuing as
+# new at a turn boundary. (The behaviour is the worker's default, not this definition's: Temporal
+# refuses the workflow tasks of an unversioned worker whose workflow names one.)
 @workflow.defn
 class ConversationWorkflow(TurnLoop, Standing):
     @workflow.init
@@ -118,6 +122,8 @@ class ConversationWorkflow(TurnLoop, Standing):
                 await self._load_tools()
             else:
                 self._narrator.notifier.resume()  # what the previous run had not delivered
+                if self._on_new_version():
+                    await self._load_tools()  # the tools and rules of the version it moved to
             await self._serve()
         except asyncio.CancelledError:
             self._state.current.stop_reason = "cancelled"
@@ -138,6 +144,8 @@ class ConversationWorkflow(TurnLoop, Standing):
             if state.current.in_progress:
                 await self._run_turn(None)
             elif state.inbox:
+                if self._new_version():  # a turn about to begin: it runs on the new version
+                    await self._continue_as_new(move=True)
                 await self._run_turn(self._desk.next_message())
             elif state.end_requested:
                 state.current.stop_reason = "ended"
@@ -147,23 +155,50 @@ class ConversationWorkflow(TurnLoop, Standing):
             else:
                 self._desk.settle(workflow.now())  # what waited for this turn's results
                 self._set_phase("idle")
-                if self._should_continue_as_new(at_turn_boundary=True):
-                    await self._continue_as_new()
-                try:
-                    await workflow.wait_condition(
-                        lambda: bool(state.inbox) or state.end_requested,
-                        timeout=timedelta(seconds=self._input.idle_timeout_s),
-                    )
-                except TimeoutError:
-                    # A message taken in the same workflow task as the timeout wins over it.
-                    if not ((state.inbox or state.end_requested)
-                            and self._patches.has(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH)):
-                        state.current.stop_reason = "idle_timeout"
-                        break
+                moving = self._new_version()
+                if moving or self._should_continue_as_new(at_turn_boundary=True):
+                    await self._continue_as_new(move=moving)
+                if not await self._wait_for_message():
+                    state.current.stop_reason = "idle_timeout"
+                    break
                 continue
             if self._input.one_shot or state.current.stop_reason == "ended":
                 break
         await self._wind_up()
+
+    async def _wait_for_message(self) -> bool:
+        """Wait at a turn boundary for a message or `end`, up to the idle timeout; False if
+        none came. On a versioned worker, wake every `version_check_s` too, and return as soon
+        as the deployment has a new target version (current, or ramping to this conversation),
+        for the caller to move onto it. An unversioned run's wait is one timer, as before."""
+        state = self._state
+
+        def arrived() -> bool:
+            return bool(state.inbox) or state.end_requested
+
+        idle = timedelta(seconds=self._input.idle_timeout_s)
+        versioned = running_version() is not None
+        deadline = workflow.now() + idle
+        while True:
+            wait = min(deadline - workflow.now(), timedelta(seconds=self._input.version_check_s)
+                       ) if versioned else idle
+            try:
+                await workflow.wait_condition(arrived, timeout=wait)
+                return True
+            except TimeoutError:
+                # A message taken in the same workflow task as the timeout wins over it.
+                if arrived() and self._patches.has(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH):
+                    return True
+                if not versioned or workflow.now() >= deadline:
+                    return False
+                if self._new_version():
+                    return True
+
+    @staticmethod
+    def _new_version() -> bool:
+        """Whether this run's deployment has a new target version to move to (Temporal says
+        so in each workflow task; always False on an unversioned worker)."""
+        return workflow.info().is_target_worker_deployment_version_changed()
 
     async def _wind_up(self) -> None:
         """Before the run ends: answer every request still waiting, close the stream, finish
@@ -298,7 +333,15 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     # ----- tools -----
 
+    def _on_new_version(self) -> bool:
+        """Whether this run, begun at a turn boundary from a carried state, runs on another
+        Worker Deployment Version than the one that listed its tools (it moved)."""
+        version = running_version()
+        return (version is not None and version != self._state.handshake_version
+                and not self._state.current.in_progress)
+
     async def _load_tools(self) -> None:
+        self._state.handshake_version = running_version()
         with self._desk.awaiting_results():
             refusal = await shake_hands(self._state, self._limits, self._input.approval,
                                         self._input.profile, local=self._local_reads)
@@ -318,16 +361,23 @@ class ConversationWorkflow(TurnLoop, Standing):
             return True
         return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
 
-    async def _continue_as_new(self) -> None:
+    async def _continue_as_new(self, move: bool = False) -> None:
         """Hand the conversation to a fresh run (bounded history), after every signal is handled;
-        deliveries in flight are carried to it."""
+        deliveries in flight are carried to it. A run pinned to a Worker Deployment Version hands
+        over on the same version, unless it `move`s (at a turn boundary only): then the next run
+        starts on the deployment's target version, the carried state being the contract between
+        the two (docs/deploying.md)."""
         self._narrator.notifier.hand_over()
         await self._wind_up()
-        workflow.logger.info(
-            "continuing as new after %d events", workflow.info().get_current_history_length()
-        )
+        info = workflow.info()
+        workflow.logger.info("continuing as new after %d events%s",
+                             info.get_current_history_length(),
+                             " onto the deployment's new version" if move else "")
         state = carried(self._state, self._narrator.carry())
-        workflow.continue_as_new(next_input(self._input, state))
+        workflow.continue_as_new(
+            next_input(self._input, state),
+            initial_versioning_behavior=(
+                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if move else None))
 
     # ----- status -----
 

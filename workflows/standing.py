@@ -23,7 +23,7 @@ from contract import (
 from contract.bounds import (
     MAX_CALLS_PER_REPLY,
 )
-from contract.names import CHILD_STATUS_SIGNAL, relative_id
+from contract.names import CHILD_STATUS_SIGNAL, relative_id, version_label
 from rules import tracing
 from rules.search_attributes import AGENT_STATUS
 
@@ -51,6 +51,7 @@ class Standing:
             owner=self._input.owner, trace_id=tracing.trace_id_of(turn.trace),
             forked_from=fork.conversation_id if fork else None,
             at_step=fork.at_step if fork else None,
+            version=running_version(),
         )
 
     def _pending_confirmations(self) -> list[PendingConfirmation]:
@@ -113,10 +114,12 @@ class Standing:
         self._published = status
         turn = self._state.current
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
-        workflow.set_current_details(
-            self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
-                                        turn.stop_reason, turn.error, turn.children)
-        )
+        details = self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
+                                              turn.stop_reason, turn.error, turn.children)
+        version = running_version()
+        if version is not None:
+            details += f"\n\n**Version:** `{version}`"
+        workflow.set_current_details(details)
 
 
     def _report_to_parent(self, status: Status) -> None:
@@ -134,6 +137,12 @@ class Standing:
         report = report.model_copy(update={"seq": self._state.reported})
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
         self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
+
+
+def running_version() -> str | None:
+    """The Worker Deployment Version (`NAME:ID`) this workflow task runs on, as recorded in the
+    history (so replays agree); None on an unversioned worker."""
+    return version_label(workflow.info().get_current_deployment_version())
 
 
 def _children_waiting(children: list[ChildReport]) -> Status | None:

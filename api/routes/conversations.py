@@ -58,10 +58,14 @@ async def start(body: StartBody, s: Conversations, who: Who, request: Request) -
             responses=errors(502))
 async def conversations(s: Conversations, who: Who,
                         status: Status | None = None,
-                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
-    """Conversations, newest first, optionally those in one status; for a `user`, those
-    they started."""
-    return await s.conversations(status, limit, owner=None if who.sees_all else who.name)
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                        version: Annotated[str | None, Query(
+                            max_length=600, description="only those running on this Worker "
+                            "Deployment Version, `NAME:ID`")] = None) -> Any:
+    """Conversations, newest first, optionally those in one status or on one version; for a
+    `user`, those they started."""
+    return await s.conversations(status, limit, owner=None if who.sees_all else who.name,
+                                 version=version)
 
 
 @router.get("/conversations/{cid}", response_model=ConversationStatus,

@@ -211,6 +211,7 @@ export class ConversationView {
     if (s.queued_messages) facts.push(`${s.queued_messages} queued message(s)`);
     if (s.runs > 1) facts.push(`${s.runs} runs`);
     if (s.forked_from) facts.push(`forked from ${s.forked_from} at step ${s.at_step}`);
+    if (s.version) facts.push(`version ${s.version}`);
     this.el.facts.textContent = facts.join(' · ');
     this.el.facts.title = '';
     this.showTrace(s.trace_id);
