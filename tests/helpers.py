@@ -42,6 +42,28 @@ from workflows.signal_guard import SignalGuard
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
+USER_TOOLS = Path(__file__).parent / "user_tools"  # tool modules a worker loads (AGENT_TOOLS)
+
+# A script that replays a recorded history with the tests' sandbox; `workflows`, `rules` and
+# `contract` come from sys.path[0] (the code of the version under test).
+REPLAY = """
+import asyncio, json, sys
+from pathlib import Path
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from worker.app import workflow_runner
+from workflows.conversation import ConversationWorkflow
+from workflows.signal_guard import SignalGuard
+
+data = json.loads(Path(sys.argv[1]).read_text())
+history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)
+replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
+result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_failure}")
+"""
+
 # `make test-long`: the stress-scale runs too (tests marked `long`, and bigger generated runs)
 LONG = os.environ.get("AGENT_TEST_LONG") == "1"
 _FAST = timedelta(milliseconds=20)

@@ -30,6 +30,8 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import temporal_cli, worker_env
 from tests.helpers import (
     HISTORIES,
+    REPLAY,
+    USER_TOOLS,
     keep_history,
     note_rows,
     reaches,
@@ -44,8 +46,6 @@ from tests.helpers import (
 )
 from tests.processes import ROOT, WorkerProcess
 from tests.subagent_support import delegate
-from tests.test_determinism_boundary import REPLAY
-from tests.test_local_reads import USER_TOOLS
 from workflows.conversation import ConversationWorkflow
 from worker.deployment import DeploymentRefused, version_from
 

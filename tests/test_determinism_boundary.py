@@ -20,7 +20,7 @@ import pytest
 import contract
 import rules
 import workflows
-from tests.helpers import HISTORIES
+from tests.helpers import HISTORIES, REPLAY
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (workflows, rules, contract)  # what runs inside the workflow
@@ -29,25 +29,6 @@ MODULES = sorted(m.name for package in PACKAGES
 RULES = [m for m in MODULES if not m.startswith("workflows.")]
 MUTABLE = (list, dict, set, bytearray, Counter, OrderedDict, defaultdict, deque)
 
-# Replays a recorded history with the tests' sandbox; `workflows`, `rules` and `contract` come
-# from sys.path[0].
-REPLAY = """
-import asyncio, json, sys
-from pathlib import Path
-from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
-
-data = json.loads(Path(sys.argv[1]).read_text())
-history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)
-replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
-result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
-print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_failure}")
-"""
 
 # What a careless change might add to a pure rule: the clock and randomness.
 PROBE = """

@@ -28,6 +28,7 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
+    USER_TOOLS,
     local_runs,
     replay,
     scheduled,
@@ -42,7 +43,6 @@ from tests.processes import WorkerProcess
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 
-USER_TOOLS = Path(__file__).parent / "user_tools"
 
 
 def tasks_between_model_calls(history: WorkflowHistory) -> list[int]:

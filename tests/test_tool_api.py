@@ -45,13 +45,12 @@ from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import NO_HTTP
-from tests.helpers import reaches, script, settled, start, tool_call, unique
+from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
 from worker.app import build_worker, tool_registry
 from workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
-USER_TOOLS = Path(__file__).parent / "user_tools"
 # what `python -m worker` has before any module's: the built-in tools, then memory's
 BUILTIN_NAMES = [spec.name for spec in (*BUILTIN_TOOLS, *MEMORY_TOOLS)]
 
