@@ -366,7 +366,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         deliveries in flight are carried to it. A run pinned to a Worker Deployment Version hands
         over on the same version, unless it `move`s (at a turn boundary only): then the next run
         starts on the deployment's target version, the carried state being the contract between
-        the two (docs/deploying.md)."""
+        the two (docs/deploy.md, "Deploying a new version")."""
         self._narrator.notifier.hand_over()
         await self._wind_up()
         info = workflow.info()
