@@ -151,8 +151,14 @@ class ToolActivities:
             log.warning("tool refused at execution", reason=refusal, risk=risk)
             return ToolOutcome(status="needs_approval", observation=f"Error: not run: {refusal}",
                                risk=risk)
+        reporter = CallReporter(name, invocation.call_id, invocation.turn, invocation.step)
         if spec is None and self._mcp is not None:
-            outcome = await heartbeating(self._mcp.call(name, invocation.arguments))
+            try:  # the server's progress notifications reach the live stream, as a tool's do
+                outcome = await heartbeating(
+                    self._mcp.call(name, invocation.arguments, on_progress=reporter.progress),
+                    beat=reporter.beat)
+            finally:
+                await reporter.aclose()
             log.info("mcp tool done", status=outcome.status,
                      observation_bytes=len(outcome.observation.encode()))
             return bounded(outcome, invocation.max_observation_bytes)
@@ -160,7 +166,6 @@ class ToolActivities:
             parsed = spec.args_model.model_validate(invocation.arguments)
         except ValidationError as exc:
             return ToolOutcome(status="error", observation=f"Error: invalid arguments for {name}: {exc}")
-        reporter = CallReporter(name, invocation.call_id, invocation.turn, invocation.step)
         ctx = ToolContext(
             settings=self._settings,
             http=self._http,

@@ -16,7 +16,9 @@ from mcp import Client as McpClient
 from temporalio.client import Client
 
 from activities.mcp import McpToolbox, load_mcp_config
+from activities.mcp.content import progress_text
 from activities.settings import ActivitySettings
+from client.session import follow
 from contract import ConfirmRequest
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
@@ -184,3 +186,28 @@ async def test_worker_killed_between_list_tools_and_call_tool(
         await replay(handle, record_as="mcp_worker_killed_between_list_and_call")
     finally:
         worker.stop()
+
+
+async def test_a_servers_progress_notifications_reach_the_live_stream(
+    client: Client, mcp_queue: str, model: ScriptedModelServer
+):
+    """MCP `notifications/progress` of a call become its `tool_progress` events, as a Python
+    tool's `ctx.progress` does: each with its message and how far, on the call's card."""
+    trigger = script(model, unique("mcp-progress"),
+                     ScriptedReply(tool_calls=[tool_call("unruly__count", {"to": 3})]),
+                     ScriptedReply(content="{last_tool}"))
+    handle = await start(client, mcp_queue, trigger, one_shot=True,
+                         approval={"auto_approve": ["unruly__count"]})
+    events = [item.data async for item in follow(client, handle.id)]
+    [started] = [e for e in events if e.kind == "tool_started"]
+    progress = [e for e in events if e.kind == "tool_progress"]
+    assert [e.text for e in progress] == ["counted 1 (1/3)", "2/3", "counted 3 (3/3)"]
+    assert {(e.call_id, e.tool, e.turn, e.step) for e in progress} == {
+        (started.call_id, "unruly__count", 1, 1)}
+    assert (await settled(handle)).final_answer == "counted to 3"
+
+
+def test_progress_reads_as_a_line():
+    assert progress_text(2, None, None) == "2"
+    assert progress_text(0.5, 1, "  half way \n") == "half way (0.5/1)"
+    assert progress_text(3, 10, "") == "3/10"

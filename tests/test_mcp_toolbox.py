@@ -217,7 +217,8 @@ async def test_servers_that_cannot_start_cost_only_their_own_tools(tmp_path: Pat
         "MCP server \"broken\": failed to start: [Errno 2] No such file or directory: 'nope'",
         'MCP server "stuck": did not answer within 1 s',
     ]
-    assert {tool.name for tool in discovery.tools} == {"unruly__pid", "unruly__echo", "unruly__crash", "unruly__hang"}
+    assert {tool.name for tool in discovery.tools} == {
+        "unruly__pid", "unruly__echo", "unruly__count", "unruly__crash", "unruly__hang"}
     assert unknown.observation == "Error: no MCP tool is named broken__anything"
 
 

@@ -48,3 +48,10 @@ def result_text(result: CallToolResult) -> str:
     if result.structured_content is not None and not has_text:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return valid_text("\n".join(parts))  # a server's "\ud800" is valid JSON, not valid text
+
+
+def progress_text(progress: float, total: float | None, message: str | None) -> str:
+    """An MCP progress notification as a `tool_progress` line: its message, and how far."""
+    done = f"{progress:g}" + (f"/{total:g}" if total is not None else "")
+    message = valid_text(message).strip() if isinstance(message, str) else ""
+    return f"{message} ({done})" if message else done

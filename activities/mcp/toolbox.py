@@ -8,6 +8,7 @@ the conversation goes on without that tool.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,13 +17,14 @@ import anyio
 import structlog
 from jsonschema.exceptions import best_match
 from mcp import Client, MCPError
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Tool
 from pydantic import BaseModel
 
 from activities.mcp.catalog import CatalogEntry, build_catalog
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
-from activities.mcp.content import result_text
+from activities.mcp.content import progress_text, result_text
 from activities.mcp.patterns import BoundedSearch
 from contract import Risk, ToolDefinition, ToolOutcome
 from rules.schemas import argument_errors
@@ -80,8 +82,10 @@ class McpToolbox:
             entry = self._catalog.get(exposed_name)
         return entry.definition.risk if entry is not None else None
 
-    async def call(self, exposed_name: str, arguments: dict[str, Any]) -> ToolOutcome:
-        """Run one tool. Only cancellation escapes: every failure is an error outcome."""
+    async def call(self, exposed_name: str, arguments: dict[str, Any],
+                   on_progress: Callable[[str], None] | None = None) -> ToolOutcome:
+        """Run one tool. Only cancellation escapes: every failure is an error outcome. The
+        server's progress notifications of the call reach `on_progress` as lines of text."""
         entry = self._catalog.get(exposed_name)
         if entry is None:  # a name from another worker's discovery: list again
             await self.discover()
@@ -99,7 +103,8 @@ class McpToolbox:
             with anyio.fail_after(timeout):
                 connection = self._connection(server)
                 client = await connection.client()
-                result = await client.call_tool(entry.tool, arguments)
+                result = await client.call_tool(entry.tool, arguments,
+                                                progress_callback=_progress_to(on_progress))
         except ServerUnavailable as exc:
             return _server_error(server, str(exc))
         except Exception as exc:
@@ -199,3 +204,13 @@ def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str 
     if best is None:
         return None
     return f"{f' at {best.json_path}' if best.path else ''}: {best.message}"
+
+
+def _progress_to(on_progress: Callable[[str], None] | None) -> ProgressFnT | None:
+    if on_progress is None:
+        return None
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        on_progress(progress_text(progress, total, message))
+
+    return report

@@ -5,6 +5,7 @@ thread a sync tool runs in."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,9 @@ class CallReporter:
         self._event = StreamEvent(kind="tool_progress", turn=turn, step=step, call_id=call_id,
                                   tool=tool)
         self._loop = asyncio.get_running_loop()
+        # The attempt's context (its activity, its log fields): a callback may come from another
+        # task's context, as an MCP session's progress does (the task that opened the session).
+        self._context = contextvars.copy_context()
         self._local = is_local()  # a local activity has no heartbeat to carry details
         self._details: tuple[Any, ...] = ()
         # Opened at the first progress: most calls never report any.
@@ -79,13 +83,13 @@ class CallReporter:
             log.warning("tool progress delayed", error=str(err))
 
     def _on_loop(self, fn: Callable[[Any], None], arg: Any) -> None:
-        """Heartbeats and the stream client belong to the activity's loop; a sync tool calls from
-        a worker thread, whose context (the activity's, copied) goes along with the callback."""
+        """Heartbeats and the stream client belong to the activity's loop and context, whoever
+        calls: the tool's coroutine, a sync tool's worker thread, or an MCP session's task."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            fn(arg)
+            self._context.run(fn, arg)
         else:
-            self._loop.call_soon_threadsafe(fn, arg)
+            self._loop.call_soon_threadsafe(fn, arg, context=self._context)

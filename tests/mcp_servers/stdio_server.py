@@ -6,7 +6,7 @@ import os
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("unruly")
 
@@ -21,6 +21,14 @@ def pid() -> str:
 def echo(text: str) -> str:
     """Says `text` back."""
     return text
+
+
+@server.tool()
+async def count(to: int, ctx: Context) -> str:
+    """Counts to `to`, reporting each number as progress."""
+    for i in range(1, to + 1):
+        await ctx.report_progress(i, to, f"counted {i}" if i % 2 else None)
+    return f"counted to {to}"
 
 
 @server.tool()
