@@ -155,7 +155,8 @@ class ToolActivities:
         if spec is None and self._mcp is not None:
             try:  # the server's progress notifications reach the live stream, as a tool's do
                 outcome = await heartbeating(
-                    self._mcp.call(name, invocation.arguments, on_progress=reporter.progress),
+                    self._mcp.call(name, invocation.arguments, on_progress=reporter.progress,
+                                   elicited=invocation.elicited),
                     beat=reporter.beat)
             finally:
                 await reporter.aclose()

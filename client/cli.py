@@ -158,8 +158,11 @@ async def cmd_reject(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_answer(s: Session, a: argparse.Namespace) -> int:
+    said_no = a.decline or a.cancel
+    if bool(a.values) == said_no:
+        raise UsageError("give an answer, or --decline or --cancel (not both)")
     request = AnswerRequest(request_id=uuid.uuid4().hex, values=a.values, call_id=a.call_id,
-                            sender=a.who)
+                            sender=a.who, declined=said_no, cancelled=a.cancel)
     return await send_and_report(s, a, request)
 
 
@@ -311,8 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
         _add_wait(p)
 
     p = command("answer", cmd_answer, "answer the pending question")
-    p.add_argument("values", nargs="+", metavar="VALUE",
-                   help="the answer: text, one option, several options, or yes/no")
+    p.add_argument("values", nargs="*", metavar="VALUE",
+                   help="the answer: text, one option, several options, yes/no, or (an MCP "
+                        "server's question) a JSON object that fits its schema")
+    no = p.add_mutually_exclusive_group()
+    no.add_argument("--decline", action="store_true",
+                    help="say no instead of answering (the tool reads that it was declined)")
+    no.add_argument("--cancel", action="store_true",
+                    help="withdraw the question (an MCP server is told cancel)")
     p.add_argument("--call-id", metavar="REF",
                    help="the question answered (its ref, as `status` shows it): refused if "
                         "another question is open by then")

@@ -50,6 +50,8 @@ class AnswerRequest(BaseModel):
     values: list[str]
     call_id: str | None = None  # the question the human answered; another one open is refused
     declined: bool = False  # the human withdrew the question instead of answering (`values` unused)
+    # (an MCP elicitation) the human cancelled it rather than declined it; `declined` is set too
+    cancelled: bool = False
     sender: str | None = None  # who answered, for the audit trail
 
 

@@ -35,7 +35,9 @@ Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
     "running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"
 ]
-QuestionKind = Literal["input", "choice", "multi_choice", "confirm"]
+# `elicitation`: an MCP server asks for structured input during a call (its `schema`)
+QuestionKind = Literal["input", "choice", "multi_choice", "confirm", "elicitation"]
+ElicitAction = Literal["accept", "decline", "cancel"]
 StopReason = Literal[
     "answered",
     "max_steps",
@@ -335,12 +337,29 @@ class ToolInvocation(BaseModel):
     approval: Decision | None = None
     risk: Risk = "safe"
     owner: str | None = None  # whom the call acts for: the conversation's owner
+    # the answers to what an MCP server asked during earlier runs of this call, in order: the
+    # same request asked again on this run gets its answer from here, never from a human again
+    elicited: list[ElicitAnswer] = []
+
+
+class ElicitAnswer(BaseModel):
+    """A person's answer to one MCP elicitation request (`Question.request`)."""
+
+    request: str  # the request's digest: its message and schema
+    action: ElicitAction
+    content: dict[str, Any] | None = None  # with `accept`: fits the request's schema
 
 
 class Question(BaseModel):
     kind: QuestionKind
     message: Text
     options: list[Text] = []
+    # An MCP elicitation's: the JSON Schema its answer must fit, the server and tool that ask,
+    # and the request's digest (`ElicitAnswer.request`)
+    answer_schema: dict[str, Any] | None = None
+    server: str | None = None
+    tool: str | None = None
+    request: str | None = None
 
 
 ObservationStatus = Literal["ok", "error", "rejected", "timed_out"]

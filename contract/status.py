@@ -41,6 +41,11 @@ class PendingQuestion(BaseModel):
     kind: QuestionKind
     message: str
     options: list[str] = []
+    # kind `elicitation`: an MCP server's request, the schema its answer must fit
+    answer_schema: dict[str, Any] | None = None
+    server: str | None = None
+    tool: str | None = None
+    request: str | None = None
     conversation_id: str | None = None  # a subagent's question: the child that asks it
     ref: str | None = None  # as in `PendingConfirmation`
 

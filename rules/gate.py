@@ -20,6 +20,7 @@ from contract import (
 )
 from contract.bounds import canonical_json, json_size
 from rules.loop import validate_arguments
+from rules.schemas import described, value_errors
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})
@@ -203,6 +204,23 @@ def check_edited_args(
     return None
 
 
+def _elicited(question: Question, text: str) -> AnswerCheck | Refusal:
+    """An answer to an MCP server's elicitation: a JSON object that fits the request's schema
+    (bounded, as every schema here: RE2 patterns, no `$ref` fetched). Its text is the canonical
+    JSON, which the call's next run hands to the server."""
+    try:
+        content = json.loads(text)
+    except ValueError:
+        return Refusal("the answer must be a JSON object (decline or cancel to say no)")
+    if not isinstance(content, dict):
+        return Refusal("the answer must be a JSON object (decline or cancel to say no)")
+    problem = described(value_errors(question.answer_schema or {"type": "object"}, content,
+                                     "the answer", "the request's schema"))
+    if problem is not None:
+        return Refusal(f"the answer does not fit the request's schema: {problem}")
+    return AnswerCheck(text=canonical_json(content), values=[text])
+
+
 def check_answer(
     question: Question, values: list[str], max_bytes: int | None = None
 ) -> AnswerCheck | Refusal:
@@ -214,6 +232,8 @@ def check_answer(
     if question.kind == "input":
         text = " ".join(values)
         return AnswerCheck(text=text, values=[text])
+    if question.kind == "elicitation":
+        return _elicited(question, " ".join(values))
     if question.kind == "confirm":
         if len(values) != 1 or values[0].lower() not in YES | NO:
             return Refusal("answer yes or no")

@@ -106,6 +106,7 @@ class HumanDesk:
         self._asked_at: datetime | None = None
         self._answer: str | None = None
         self.declined = False  # the human withdrew the open question instead of answering it
+        self.cancelled = False  # ...and said so as cancel (an MCP elicitation's third answer)
 
     # ----- messages -----
 
@@ -337,7 +338,7 @@ class HumanDesk:
         self._question = PendingQuestion(call_id=call_id, **question.model_dump())
         self._asked_at = workflow.now() if workflow.in_workflow() else None
         self._answer = None
-        self.declined = False
+        self.declined = self.cancelled = False
 
     def has_answer(self) -> bool:
         """Whether the open question was answered or declined."""
@@ -358,10 +359,9 @@ class HumanDesk:
         if request.call_id is not None and request.call_id != open_question.call_id:
             return Refusal(f"the question of call {request.call_id} is not the one open "
                            f"(call {open_question.call_id})", final=False)
-        if request.declined:
+        if request.declined or request.cancelled:
             return gate.AnswerCheck(text=DECLINED, values=[])
-        question = Question(kind=open_question.kind, message=open_question.message,
-                            options=open_question.options)
+        question = Question(**open_question.model_dump(include=set(Question.model_fields)))
         return gate.check_answer(question, request.values, self._limits.message_bytes)
 
     def answer(self, request: AnswerRequest) -> str | Refusal:
@@ -369,8 +369,8 @@ class HumanDesk:
         checked = self.plan_answer(request)
         if isinstance(checked, Refusal):
             return self.refuse(request.request_id, checked.reason)
-        if request.declined:
-            self.declined = True
+        if request.declined or request.cancelled:
+            self.declined, self.cancelled = True, request.cancelled
         else:
             self._answer = checked.text
         self.accept(request.request_id)

@@ -9,6 +9,7 @@ the context budget.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,7 @@ from contract import (
     ChatMessage,
     ConversationInput,
     Decision,
+    ElicitAnswer,
     Question,
     ToolCall,
     ToolInvocation,
@@ -238,12 +240,15 @@ class ToolRound:
     async def _execute(
         self, item: loop.ReadyCall, args: dict, key: str, approval: Decision | None
     ) -> ToolOutcome:
-        """Run a tool; when it asks for input, ask the human and run it again with the answer."""
+        """Run a tool; when it asks for input, ask the human and run it again with the answer.
+        An MCP server's elicitation is asked the same way; the call's next run hands every
+        answer so far to the server, the one said no to included (`elicited`)."""
         answer: str | None = None
+        elicited: list[ElicitAnswer] = []
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
             self._narrator.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
-            outcome = await self._run_activity(item, args, key, answer, approval)
+            outcome = await self._run_activity(item, args, key, answer, approval, elicited)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
             self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
@@ -252,6 +257,10 @@ class ToolRound:
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome
             answer = await self._ask(item.call.id, outcome.question)
+            if outcome.question.kind == "elicitation" and not self._state.end_requested:
+                elicited.append(self._elicited(outcome.question, answer))
+                answer = None
+                continue
             if answer is None:
                 return ToolOutcome(status="error", observation=self._no_answer())
         return ToolOutcome(
@@ -259,9 +268,18 @@ class ToolRound:
             observation=f"Error: {item.tool.name} still needed input after {MAX_INPUT_ROUNDS} answers",
         )
 
+    def _elicited(self, question: Question, answer: str | None) -> ElicitAnswer:
+        """What the server is told: the accepted content, or decline, or cancel (withdrawn, or
+        unanswered in time)."""
+        request = question.request or ""
+        if answer is not None:
+            return ElicitAnswer(request=request, action="accept", content=json.loads(answer))
+        declined = self._desk.declined and not self._desk.cancelled
+        return ElicitAnswer(request=request, action="decline" if declined else "cancel")
+
     async def _run_activity(
         self, item: loop.ReadyCall, args: dict, key: str, answer: str | None,
-        approval: Decision | None,
+        approval: Decision | None, elicited: list[ElicitAnswer] | None = None,
     ) -> ToolOutcome:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
@@ -275,6 +293,7 @@ class ToolRound:
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
             step=turn.steps, approval=approval, risk=tool.risk, owner=self._input.owner,
+            elicited=list(elicited or []),
         )
         options = dict(
             result_type=ToolOutcome,

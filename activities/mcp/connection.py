@@ -24,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from activities.mcp.config import HttpServerConfig, McpServerConfig, StdioServerConfig
+from activities.mcp.elicitation import InFlight
 
 log = structlog.get_logger()
 
@@ -76,13 +77,15 @@ class _HangupSignal:
 class McpConnection:
     """Opened on creation, in the background; `client()` waits for the handshake."""
 
-    def __init__(self, server: McpServerConfig, log_dir: Path | None):
+    def __init__(self, server: McpServerConfig, log_dir: Path | None, legacy: bool = False):
         self.server = server
+        self._mode = "legacy" if legacy else "auto"  # legacy: the 2025-11-25 handshake
         self._log_dir = log_dir
         self._ready = anyio.Event()
         self._stopped = anyio.Event()
         self._scope = anyio.CancelScope(deadline=anyio.current_time() + server.timeout_s)
         self._client: Client | None = None
+        self.in_flight = InFlight()  # its calls, which its elicitation requests belong to
         self._failure: BaseException | None = None
         self._task = asyncio.create_task(self._own(), name=f"mcp-server:{server.name}")
 
@@ -163,7 +166,8 @@ class McpConnection:
             yield client
 
     def _client_over(self, transport: AbstractAsyncContextManager[Any]) -> Client:
-        return Client(_watched(transport, self._hung_up), cache=None, client_info=CLIENT_INFO)
+        return Client(_watched(transport, self._hung_up), cache=None, client_info=CLIENT_INFO,
+                      elicitation_callback=self.in_flight.elicit, mode=self._mode)
 
 
 def _speaks_http(exc: BaseException) -> bool:

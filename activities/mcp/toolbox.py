@@ -8,7 +8,7 @@ the conversation goes on without that tool.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -18,15 +18,16 @@ import structlog
 from jsonschema.exceptions import best_match
 from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, Tool
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, Tool
 from pydantic import BaseModel
 
 from activities.mcp.catalog import CatalogEntry, build_catalog
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import progress_text, result_text
+from activities.mcp.elicitation import ElicitingCall
 from activities.mcp.patterns import BoundedSearch
-from contract import Risk, ToolDefinition, ToolOutcome
+from contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
 from rules.schemas import argument_errors
 
 log = structlog.get_logger()
@@ -48,6 +49,8 @@ class McpToolbox:
         self._config = config
         self._log_dir = log_dir
         self._connections: dict[str, McpConnection] = {}
+        # servers that send requests mid-call on the older protocol's back channel
+        self._legacy: set[str] = set()
         self._closing: set[asyncio.Task[None]] = set()
         self._catalog: dict[str, CatalogEntry] = {}
         self._closed = False
@@ -83,9 +86,12 @@ class McpToolbox:
         return entry.definition.risk if entry is not None else None
 
     async def call(self, exposed_name: str, arguments: dict[str, Any],
-                   on_progress: Callable[[str], None] | None = None) -> ToolOutcome:
+                   on_progress: Callable[[str], None] | None = None,
+                   elicited: list[ElicitAnswer] | None = None) -> ToolOutcome:
         """Run one tool. Only cancellation escapes: every failure is an error outcome. The
-        server's progress notifications of the call reach `on_progress` as lines of text."""
+        server's progress notifications of the call reach `on_progress` as lines of text. A
+        request of the server for input that `elicited` does not answer ends the call with it
+        as the question (`activities.mcp.elicitation`)."""
         entry = self._catalog.get(exposed_name)
         if entry is None:  # a name from another worker's discovery: list again
             await self.discover()
@@ -96,15 +102,39 @@ class McpToolbox:
         if problem is not None:
             return _error(f"invalid arguments for {exposed_name}{problem}")
 
+        outcome = await self._call(entry, arguments, on_progress, elicited or [])
+        if outcome is None:  # the server asks its client mid-call, which needs the older protocol
+            self._legacy.add(entry.server.name)
+            log.info("mcp server asks mid-call: speaking the 2025-11-25 protocol with it",
+                     server=entry.server.name)
+            outcome = await self._call(entry, arguments, on_progress, elicited or [])
+        return outcome or _server_error(entry.server, "it asked its client mid-call, and failed "
+                                                      "to on the older protocol too")
+
+    async def _call(self, entry: CatalogEntry, arguments: dict[str, Any],
+                    on_progress: Callable[[str], None] | None,
+                    elicited: list[ElicitAnswer]) -> ToolOutcome | None:
+        """`call` on the server's session; None if the server sent a request mid-call that the
+        session's protocol has no channel for (the SDK's servers on 2026-07-28, using
+        `ctx.elicit` or `ctx.session.create_message`), on a session not yet on the older one."""
         server, timeout = entry.server, entry.definition.timeout_s
         bound = log.bind(server=server.name, tool=entry.tool)
         client: Client | None = None
+        asking = ElicitingCall(server.name, entry.tool, elicited)
         try:
             with anyio.fail_after(timeout):
                 connection = self._connection(server)
                 client = await connection.client()
-                result = await client.call_tool(entry.tool, arguments,
-                                                progress_callback=_progress_to(on_progress))
+                connection.in_flight.calls.add(asking)
+                try:
+                    result = await _unless_it_asks(asking, client.call_tool(
+                        entry.tool, arguments, progress_callback=_progress_to(on_progress)))
+                finally:
+                    asking.over.set()
+                    connection.in_flight.calls.discard(asking)
+            if result is None:
+                bound.info("mcp tool asks for input", request=asking.asked.request)
+                return ToolOutcome(status="needs_input", question=asking.asked)
         except ServerUnavailable as exc:
             return _server_error(server, str(exc))
         except Exception as exc:
@@ -112,6 +142,9 @@ class McpToolbox:
                 return _server_error(server, f"tool {entry.tool} did not answer within "
                                              f"{timeout:g} s (its server was still starting)")
             why, broken = _call_failure(exc, entry.tool, timeout)
+            if NO_BACK_CHANNEL in why and server.name not in self._legacy:
+                self._discard(connection)
+                return None
             why = server.redact(why)
             bound.warning("mcp tool call failed", error=why, session_discarded=broken)
             if broken:
@@ -152,7 +185,8 @@ class McpToolbox:
         if connection is None or not connection.alive:
             if connection is not None:
                 self._retire(connection)
-            connection = self._connections[server.name] = McpConnection(server, self._log_dir)
+            connection = self._connections[server.name] = McpConnection(
+                server, self._log_dir, legacy=server.name in self._legacy)
         return connection
 
     def _discard(self, connection: McpConnection) -> None:
@@ -167,6 +201,11 @@ class McpToolbox:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
+
+
+# The SDK's words for a request mid-call on a session of the 2026-07-28 protocol, which has no
+# channel for it (its servers must ask through "input required" results there).
+NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
 
 async def _all_tools(client: Client) -> list[Tool]:
     tools: list[Tool] = []
@@ -214,3 +253,22 @@ def _progress_to(on_progress: Callable[[str], None] | None) -> ProgressFnT | Non
         on_progress(progress_text(progress, total, message))
 
     return report
+
+
+async def _unless_it_asks(asking: ElicitingCall, call: Awaitable[CallToolResult]
+                          ) -> CallToolResult | None:
+    """The call's result, or None once its server asks what no answer covers: the call is then
+    abandoned (cancelled here, told cancel there)."""
+    done: list[CallToolResult] = []
+    async with anyio.create_task_group() as group:
+        async def run() -> None:
+            done.append(await call)
+            group.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await asking.waits.wait()
+            group.cancel_scope.cancel()
+
+        group.start_soon(run)
+        group.start_soon(watch)
+    return done[0] if done else None

@@ -1,0 +1,112 @@
+"""MCP servers that ask back: an elicitation during a call becomes the conversation's question,
+asked once, across a worker SIGKILLed while it waits; the answer reaches the server when the
+call runs again (`activities.mcp.elicitation`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.mcp import McpToolbox, load_mcp_config
+from contract import AnswerRequest, ElicitAnswer
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.devserver import worker_env
+from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
+from tests.mcp_support import PYTHON, SERVERS
+from tests.processes import WorkerProcess
+from workflows.conversation import ConversationWorkflow
+
+
+def asking_config(tmp_path: Path) -> tuple[Path, Path]:
+    log = tmp_path / "asking.log"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"asking": {
+        "command": PYTHON, "args": [str(SERVERS / "asking_server.py")],
+        "env": {"ASKING_LOG": str(log)}, "timeout_s": 20, "risk": "safe"}}}))
+    return config, log
+
+
+def told(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+async def test_a_call_that_asks_ends_with_the_question_and_its_answer_reaches_the_server_later(
+    tmp_path: Path,
+):
+    config, log = asking_config(tmp_path)
+    toolbox = McpToolbox(load_mcp_config(config, {}))
+    try:
+        await toolbox.discover()
+        asked = await toolbox.call("asking__book", {"city": "Lyon"})
+        assert asked.status == "needs_input" and asked.question is not None
+        question = asked.question
+        assert (question.kind, question.message, question.server, question.tool) == (
+            "elicitation", "How many nights in Lyon?", "asking", "book")
+        assert question.answer_schema["properties"]["nights"]["maximum"] == 30
+        # Abandoned at the question, nothing after it; the first run, on the 2026-07-28
+        # protocol, had no channel to ask on, so the call ran again on the older one.
+        assert told(log) == [{"run": "Lyon"}, {"run": "Lyon"}]
+
+        answer = ElicitAnswer(request=question.request, action="accept",
+                              content={"nights": 3, "breakfast": True})
+        done = await toolbox.call("asking__book", {"city": "Lyon"}, elicited=[answer])
+        assert (done.status, done.observation) == ("ok", "booked 3 nights in Lyon")
+        assert told(log)[2:] == [{"run": "Lyon"}, {"city": "Lyon", "action": "accept",
+                                 "data": {"nights": 3, "breakfast": True}}]
+
+        # An answer to another request answers nothing: this one is asked anew.
+        other = await toolbox.call("asking__book", {"city": "Oslo"}, elicited=[answer])
+        assert other.status == "needs_input" and other.question.message == "How many nights in Oslo?"
+        declined = ElicitAnswer(request=other.question.request, action="decline")
+        said_no = await toolbox.call("asking__book", {"city": "Oslo"}, elicited=[declined])
+        assert said_no.observation == "not booked (decline)"
+    finally:
+        await toolbox.aclose()
+
+
+async def test_an_mcp_question_waits_across_a_worker_kill_is_asked_once_and_reaches_the_server(
+    client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path, cli,
+):
+    """The issue's "done when": an eliciting tool's question waits across a worker SIGKILL, is
+    answered once (an answer that misses the schema refused first), and its answer reaches the
+    server on the call's next run; the history replays."""
+    config, log = asking_config(tmp_path)
+    queue = unique("asking")
+    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url,
+                                      tmp_path / "data", AGENT_MCP_CONFIG=str(config)), tmp_path)
+    trigger = script(model, unique("asking"),
+                     ScriptedReply(tool_calls=[tool_call("asking__book", {"city": "Lyon"})]),
+                     ScriptedReply(content="{last_tool}"))
+    worker.start()
+    try:
+        handle = await start(client, queue, trigger)
+        waiting = await reaches(handle, "waiting_for_input", timeout_s=60)
+        question = waiting.pending_question
+        assert (question.kind, question.message, question.server, question.tool) == (
+            "elicitation", "How many nights in Lyon?", "asking", "book")
+        assert question.answer_schema["required"] == ["nights"]
+
+        env = {"AGENT_TASK_QUEUE": queue}
+        refused = await cli("answer", handle.id, '{"nights": 0}', extra_env=env)
+        assert refused.returncode == 1 and "is less than the minimum of 1" in refused.stdout
+        worker.kill()  # the question waits in the history, the call in no process
+        await handle.signal(ConversationWorkflow.answer, AnswerRequest(
+            request_id="asked-once", values=['{"nights": 3, "breakfast": true}']))
+        worker.start()
+        status = await settled(handle, timeout_s=90)
+        assert (await handle.query(ConversationWorkflow.signal_outcome, "asked-once")).accepted
+        await handle.signal(ConversationWorkflow.end)
+        await handle.result()
+    finally:
+        worker.stop()
+    assert status.final_answer == "booked 3 nights in Lyon"
+    accepted = [r for r in told(log) if r.get("action")]
+    assert accepted == [{"city": "Lyon", "action": "accept",
+                         "data": {"nights": 3, "breakfast": True}}]
+    # Four runs of the call, one question and one answer taken: each worker process first
+    # tried the 2026-07-28 protocol, which has no channel to ask on, then the older one (the
+    # first worker's asked; the second's got the answer from the history).
+    assert [r for r in told(log) if "run" in r] == [{"run": "Lyon"}] * 4
+    await replay(handle, record_as="mcp_elicitation_worker_killed")
