@@ -133,6 +133,8 @@ def question_schema(q: PendingQuestion) -> dict[str, Any]:
                       "uniqueItems": True}
         case "confirm":
             answer = {"type": "boolean"}
+        case "elicitation":  # an MCP server's request: its own schema
+            answer = q.answer_schema or {"type": "object"}
         case _:
             answer = {"type": "string", "minLength": 1}
     return {"type": "object", "properties": {"answer": answer}, "required": ["answer"],
@@ -222,10 +224,13 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
     if q is not None and entry.interrupt_id == interrupt_id(q):
         if entry.status == "cancelled":  # the question is withdrawn: the model reads so
             return AnswerRequest(request_id=request_id, values=[], call_id=q.call_id,
-                                 declined=True, sender=principal)
+                                 declined=True, cancelled=q.kind == "elicitation",
+                                 sender=principal)
         payload = entry.payload
         value = payload.get("answer") if isinstance(payload, dict) else payload
-        if isinstance(value, bool):
+        if q.kind == "elicitation" and isinstance(value, dict):  # the server's form, filled
+            values = [json.dumps(value)]
+        elif isinstance(value, bool):
             values = ["yes" if value else "no"]
         elif isinstance(value, str):
             values = [value]
@@ -233,8 +238,9 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
             values = value
         else:
             raise UsageError("the answer to a question is {\"answer\": ...}: a string, a list "
-                             "of strings, or a boolean")
-        checked = check_answer(Question(kind=q.kind, message=q.message, options=q.options), values)
+                             "of strings, a boolean, or (an MCP server's) an object")
+        checked = check_answer(Question(**q.model_dump(include=set(Question.model_fields))),
+                               values)
         if isinstance(checked, Refusal):
             raise UsageError(f"the answer to {entry.interrupt_id} is refused: {checked.reason}")
         return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id,

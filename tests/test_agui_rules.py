@@ -9,7 +9,7 @@ import pytest
 from ag_ui.core import EventType, ResumeEntry, RunAgentInput, UserMessage
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.agui import plan_resume, resume_request_id, run_agui
+from api.agui import plan_resume, question_schema, resume_request_id, run_agui
 from client.checks import UsageError
 from contract import (
     AnswerRequest,
@@ -86,6 +86,23 @@ def test_a_question_is_answered_checked_or_declined():
     declined = plan_resume([entry("call_q", "cancelled")], status, "alice", "r").requests["call_q"]
     assert isinstance(declined, AnswerRequest) and declined.declined
     assert DECLINED.startswith("no answer: the user declined")
+
+
+def test_an_mcp_servers_question_is_an_interrupt_with_its_own_schema():
+    schema = {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1}},
+              "required": ["nights"]}
+    q = PendingQuestion(call_id="call_m", ref="call_m", kind="elicitation",
+                        message="How many nights?", answer_schema=schema, server="hotel",
+                        tool="book")
+    assert question_schema(q)["properties"]["answer"] == schema
+    status = waiting(question=q)
+    answer = plan_resume([entry("call_m", answer={"nights": 3})], status, "al", "r"
+                         ).requests["call_m"]
+    assert isinstance(answer, AnswerRequest) and answer.values == ['{"nights": 3}']
+    with pytest.raises(UsageError, match="is less than the minimum of 1"):
+        plan_resume([entry("call_m", answer={"nights": 0})], status, "al", "r")
+    cancelled = plan_resume([entry("call_m", "cancelled")], status, "al", "r").requests["call_m"]
+    assert cancelled.declined and cancelled.cancelled  # the server is told cancel
 
 
 class Failing:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
+from playwright.async_api import expect
 from temporalio.client import Client
 
 from activities.mcp import McpToolbox, load_mcp_config
 from contract import AnswerRequest, ElicitAnswer
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ApiProcess
+from tests.console_support import Console, status_of
 from tests.devserver import worker_env
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
 from tests.mcp_support import PYTHON, SERVERS
@@ -110,3 +114,48 @@ async def test_an_mcp_question_waits_across_a_worker_kill_is_asked_once_and_reac
     # first worker's asked; the second's got the answer from the history).
     assert [r for r in told(log) if "run" in r] == [{"run": "Lyon"}] * 4
     await replay(handle, record_as="mcp_elicitation_worker_killed")
+
+
+async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
+    api: ApiProcess, model: ScriptedModelServer, console: Console,
+):
+    """In chromium: a question of kind `elicitation` is a form with a field per property of
+    its schema (a number, a checkbox, a pick list), and it answers with one JSON object."""
+    trigger = script(model, unique("console-elicit"),
+                     ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "Nights?"})]),
+                     ScriptedReply(content="ok"))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Book it ({trigger}).")
+    await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
+    shown = await status_of(api.url, cid)  # the question as an MCP server would have asked it
+    shown["pending_question"].update(kind="elicitation", message="How many nights in Lyon?",
+                                     server="hotel", tool="book", answer_schema=STAY_SCHEMA)
+    await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=shown))
+    posted: list[dict] = []
+
+    async def answered(route) -> None:
+        posted.append(route.request.post_data_json)
+        await route.fulfill(json={"request_id": "r", "accepted": True})
+
+    await page.route(f"**/conversations/{quote(cid)}/answer", answered)
+    await page.reload()
+    form = page.get_by_test_id("answer-form")
+    await expect(form).to_have_attribute("data-kind", "elicitation")
+    await expect(form).to_contain_text("asked by hotel's book")
+    await expect(form.get_by_test_id("elicit-field")).to_have_count(3)
+    await form.get_by_label("nights").fill("3")
+    await form.get_by_label("breakfast").check()
+    await form.get_by_label("room").select_option("double")
+    await form.get_by_test_id("answer-submit").click()
+    await expect(form.get_by_test_id("answer-outcome")).to_contain_text("Answered.")
+    question = shown["pending_question"]
+    assert posted == [{"values": ['{"nights":3,"breakfast":true,"room":"double"}'],
+                       "call_id": question["ref"] or question["call_id"]}]
+    assert console.errors == []
+
+
+STAY_SCHEMA = {"type": "object", "required": ["nights"], "properties": {
+    "nights": {"type": "integer", "minimum": 1, "description": "how many nights"},
+    "breakfast": {"type": "boolean"},
+    "room": {"type": "string", "enum": ["single", "double"]}}}

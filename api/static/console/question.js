@@ -1,4 +1,5 @@
-// A question form: input, choice, multi_choice or confirm, answered from the page.
+// A question form: input, choice, multi_choice or confirm, answered from the page; an MCP
+// server's question (elicitation) is a form of its schema's fields.
 import { api, conversationPath, refusalKind, refusalText } from './api.js';
 import { h, message, show } from './dom.js';
 import { refOf } from './approval.js';
@@ -26,6 +27,9 @@ export class QuestionForm {
       if (q.kind === 'input') {
         this.input = h('input', { type: 'text', name, testid: 'answer-input', placeholder: 'Your answer', 'aria-label': 'your answer' });
         fields.push(this.input);
+      } else if (q.kind === 'elicitation') {
+        this.schemaFields = schemaFields(q.answer_schema || {});
+        fields.push(h('div', { class: 'elicit-fields' }, this.schemaFields.map((f) => f.label)));
       } else {
         const type = q.kind === 'multi_choice' ? 'checkbox' : 'radio';
         fields.push(h('div', { class: 'choices' }, (q.options || []).map((option) => h('label', { class: 'choice' },
@@ -36,7 +40,8 @@ export class QuestionForm {
     this.denied = whyNot('decide', view.status.owner); // then: no controls, and why
     this.el = h('form', { class: 'answer-form', testid: 'answer-form', dataset: { callId: q.call_id, kind: q.kind } },
       h('div', { class: 'card-head' }, h('span', { class: 'card-title' }, 'The agent asks'),
-        h('span', { class: 'muted' }, { input: 'free text', choice: 'pick one', multi_choice: 'pick any', confirm: 'yes or no' }[q.kind] || q.kind),
+        h('span', { class: 'muted' }, { input: 'free text', choice: 'pick one', multi_choice: 'pick any', confirm: 'yes or no' }[q.kind]
+          || (q.kind === 'elicitation' ? `asked by ${q.server || 'an MCP server'}'s ${q.tool || 'tool'}` : q.kind)),
         this.dismiss),
       h('p', { class: 'question-text', testid: 'question-text' }, q.message),
       this.denied ? h('div', { class: 'inline-note denied', testid: 'decide-denied' }, this.denied)
@@ -55,6 +60,14 @@ export class QuestionForm {
   }
 
   values() {
+    if (this.kind === 'elicitation') {
+      const answer = {};
+      for (const f of this.schemaFields) {
+        const v = f.value();
+        if (v !== undefined) answer[f.name] = v;
+      }
+      return [JSON.stringify(answer)]; // the workflow checks it against the schema
+    }
     if (this.kind === 'input') {
       const v = this.input.value.trim();
       return v ? [v] : [];
@@ -63,7 +76,7 @@ export class QuestionForm {
   }
 
   controls(enabled) {
-    for (const c of this.el.querySelectorAll('input, button:not(.dismiss)')) c.disabled = !enabled;
+    for (const c of this.el.querySelectorAll('input, select, button:not(.dismiss)')) c.disabled = !enabled;
   }
 
   async send(values) {
@@ -93,4 +106,32 @@ export class QuestionForm {
     this.el.classList.add('retired');
     show(this.dismiss, true);
   }
+}
+
+// One input per property of an elicitation's schema (MCP asks flat objects of primitives): a
+// number, a checkbox, a list to pick from, or text. An empty optional field is left out.
+function schemaFields(schema) {
+  const required = new Set(schema.required || []);
+  return Object.entries(schema.properties || {}).map(([name, p]) => {
+    const title = `${p.title || name}${required.has(name) ? ' *' : ''}`;
+    const common = { name, testid: 'elicit-field', 'aria-label': name, dataset: { field: name } };
+    let input;
+    let value;
+    if (p.type === 'boolean') {
+      input = h('input', { type: 'checkbox', ...common, checked: Boolean(p.default) });
+      value = () => input.checked;
+    } else if (Array.isArray(p.enum)) {
+      input = h('select', common, [required.has(name) ? null : h('option', { value: '' }, ''),
+        ...p.enum.map((o) => h('option', { value: String(o) }, String(o)))]);
+      value = () => (input.value === '' ? undefined : input.value);
+    } else if (p.type === 'integer' || p.type === 'number') {
+      input = h('input', { type: 'number', step: p.type === 'integer' ? '1' : 'any', ...common });
+      value = () => (input.value === '' ? undefined : Number(input.value));
+    } else {
+      input = h('input', { type: 'text', ...common });
+      value = () => (input.value === '' ? undefined : input.value);
+    }
+    return { name, value, label: h('label', { class: 'elicit-field' }, title, ' ', input,
+      p.description ? h('span', { class: 'muted' }, ` ${p.description}`) : null) };
+  });
 }
