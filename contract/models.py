@@ -35,7 +35,7 @@ Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
     "running", "waiting_for_confirmation", "waiting_for_input", "idle", "completed", "failed"
 ]
-# `elicitation`: an MCP server asks for structured input during a call (its `schema`)
+# `elicitation`: an MCP server asks for structured input during a call (`Question.answer_schema`)
 QuestionKind = Literal["input", "choice", "multi_choice", "confirm", "elicitation"]
 ElicitAction = Literal["accept", "decline", "cancel"]
 StopReason = Literal[

@@ -202,10 +202,10 @@ class McpToolbox:
         task.add_done_callback(self._closing.discard)
 
 
-
 # The SDK's words for a request mid-call on a session of the 2026-07-28 protocol, which has no
 # channel for it (its servers must ask through "input required" results there).
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
+
 
 async def _all_tools(client: Client) -> list[Tool]:
     tools: list[Tool] = []
