@@ -65,7 +65,6 @@ from contract import (
     ConversationStatus,
     PendingConfirmation,
     PendingQuestion,
-    Question,
     RejectRequest,
     SayRequest,
     StreamEvent,
@@ -239,8 +238,7 @@ def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: st
         else:
             raise UsageError("the answer to a question is {\"answer\": ...}: a string, a list "
                              "of strings, a boolean, or (an MCP server's) an object")
-        checked = check_answer(Question(**q.model_dump(include=set(Question.model_fields))),
-                               values)
+        checked = check_answer(q.question(), values)
         if isinstance(checked, Refusal):
             raise UsageError(f"the answer to {entry.interrupt_id} is refused: {checked.reason}")
         return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id,

@@ -12,6 +12,7 @@ from contract.models import (
     Decision,
     JsonObject,
     ObservationStatus,
+    Question,
     QuestionKind,
     Risk,
     Status,
@@ -48,6 +49,10 @@ class PendingQuestion(BaseModel):
     request: str | None = None
     conversation_id: str | None = None  # a subagent's question: the child that asks it
     ref: str | None = None  # as in `PendingConfirmation`
+
+    def question(self) -> Question:
+        """The question as it was asked, which an answer is checked against."""
+        return Question(**self.model_dump(include=set(Question.model_fields)))
 
 
 class ChildRef(BaseModel):

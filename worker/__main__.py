@@ -33,7 +33,6 @@ from worker.app import (
 from contract.names import version_label
 from worker.deployment import (
     DeploymentRefused,
-    check_names,
     deployment_config,
     registered,
     version_from,
@@ -87,12 +86,6 @@ async def main(role: str = "all", deployment: str | None = None,
         tracing.install()
     client = await connect_patiently(temporal, runtime)
     await ensure_search_attributes(client, temporal.namespace)
-    if version is not None:
-        try:
-            await check_names(client, temporal.namespace, version)
-        except DeploymentRefused as err:
-            log.error("cannot start: bad deployment", error=str(err))
-            raise SystemExit(2) from None
     stop = asyncio.Event()
     refused = False  # the server never registered the deployment version
     loop = asyncio.get_running_loop()

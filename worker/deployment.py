@@ -5,8 +5,8 @@ turn boundary (`workflows.conversation`); operators promote versions with the te
 
 Temporal refuses some names silently: a worker polling with them is never registered and never
 gets a task. So the names are checked here before anything starts (the rules the server was seen
-to apply), the server is asked to validate them, and after the workers start `registered` waits
-until the server lists the version, failing with the reason otherwise.
+to apply), and after the workers start `registered` waits until the server lists the version,
+failing with the server's reason (its own validation) or, with none, after a while.
 """
 
 from __future__ import annotations
@@ -92,11 +92,6 @@ async def _described(client: Client, namespace: str, version: WorkerDeploymentVe
             raise DeploymentRefused("this Temporal server does not support Worker Deployments "
                                     "(run the worker without --deployment)") from None
         raise
-
-
-async def check_names(client: Client, namespace: str, version: WorkerDeploymentVersion) -> None:
-    """Before the workers start: the server's own validation of the names."""
-    await _described(client, namespace, version)
 
 
 async def registered(client: Client, namespace: str, version: WorkerDeploymentVersion,

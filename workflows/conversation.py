@@ -122,7 +122,7 @@ class ConversationWorkflow(TurnLoop, Standing):
                 await self._load_tools()
             else:
                 self._narrator.notifier.resume()  # what the previous run had not delivered
-                if self._on_new_version():
+                if self._moved_here():
                     await self._load_tools()  # the tools and rules of the version it moved to
             await self._serve()
         except asyncio.CancelledError:
@@ -333,7 +333,7 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     # ----- tools -----
 
-    def _on_new_version(self) -> bool:
+    def _moved_here(self) -> bool:
         """Whether this run, begun at a turn boundary from a carried state, runs on another
         Worker Deployment Version than the one that listed its tools (it moved)."""
         version = running_version()

@@ -361,8 +361,8 @@ class HumanDesk:
                            f"(call {open_question.call_id})", final=False)
         if request.declined or request.cancelled:
             return gate.AnswerCheck(text=DECLINED, values=[])
-        question = Question(**open_question.model_dump(include=set(Question.model_fields)))
-        return gate.check_answer(question, request.values, self._limits.message_bytes)
+        return gate.check_answer(open_question.question(), request.values,
+                                 self._limits.message_bytes)
 
     def answer(self, request: AnswerRequest) -> str | Refusal:
         """The accepted answer's text, or the refusal."""

@@ -53,8 +53,6 @@ class ElicitingCall:
             return ErrorData(code=INVALID_REQUEST, message="this client answers form "
                              "elicitation only, not URL mode")
         schema = params.requested_schema
-        schema = schema.model_dump(by_alias=True, exclude_none=True) if hasattr(
-            schema, "model_dump") else schema
         problem = _schema_problem(schema)
         if problem is not None:
             return ErrorData(code=INVALID_REQUEST, message=f"the requested schema {problem}")

@@ -102,12 +102,13 @@ class McpToolbox:
         if problem is not None:
             return _error(f"invalid arguments for {exposed_name}{problem}")
 
-        outcome = await self._call(entry, arguments, on_progress, elicited or [])
+        elicited = elicited or []
+        outcome = await self._call(entry, arguments, on_progress, elicited)
         if outcome is None:  # the server asks its client mid-call, which needs the older protocol
             self._legacy.add(entry.server.name)
             log.info("mcp server asks mid-call: speaking the 2025-11-25 protocol with it",
                      server=entry.server.name)
-            outcome = await self._call(entry, arguments, on_progress, elicited or [])
+            outcome = await self._call(entry, arguments, on_progress, elicited)
         return outcome or _server_error(entry.server, "it asked its client mid-call, and failed "
                                                       "to on the older protocol too")
 
