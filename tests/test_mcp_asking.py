@@ -121,7 +121,8 @@ async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
     api: ApiProcess, model: ScriptedModelServer, console: Console,
 ):
     """In chromium: a question of kind `elicitation` is a form with a field per property of
-    its schema (a number, a checkbox, a pick list), and it answers with one JSON object."""
+    its schema (a number, a checkbox, a pick list), and it answers with one JSON object; the
+    facts name the version the conversation runs on."""
     trigger = script(model, unique("console-elicit"),
                      ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "Nights?"})]),
                      ScriptedReply(content="ok"))
@@ -132,6 +133,7 @@ async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
     shown = await status_of(api.url, cid)  # the question as an MCP server would have asked it
     shown["pending_question"].update(kind="elicitation", message="How many nights in Lyon?",
                                      server="hotel", tool="book", answer_schema=STAY_SCHEMA)
+    shown["version"] = "agents:b7"  # as a versioned worker's status says it (issue 36)
     await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=shown))
     posted: list[dict] = []
 
@@ -144,6 +146,7 @@ async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
     form = page.get_by_test_id("answer-form")
     await expect(form).to_have_attribute("data-kind", "elicitation")
     await expect(form).to_contain_text("asked by hotel's book")
+    await expect(page.get_by_test_id("facts")).to_contain_text("version agents:b7")
     await expect(form.get_by_test_id("elicit-field")).to_have_count(3)
     await form.get_by_label("nights").fill("3")
     await form.get_by_label("breakfast").check()
