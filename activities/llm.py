@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
 import openai
 import structlog
@@ -18,8 +15,8 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities import telemetry
 from activities.context_cache import ContextCache
+from activities.endpoints import Endpoint, Endpoints
 from activities.heartbeat import heartbeating
 from activities.llm_stream import counted, stream_completion
 from activities.llm_errors import (
@@ -29,8 +26,6 @@ from activities.llm_errors import (
     classified,
     error_detail,
 )
-from activities.models import ModelEntry
-from activities.pricing import Prices
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
 from contract import (
@@ -51,7 +46,6 @@ from contract.names import TOKENS_TOPIC
 from rules import delta
 
 log = structlog.get_logger()
-T = TypeVar("T")
 
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
 # Fetching a prompt this worker does not hold, by a query of the conversation. A live worker
@@ -111,84 +105,19 @@ class ContextMiss(Exception):
     """The worker cannot rebuild the prompt a delta request names (`rules.delta`)."""
 
 
-@dataclass
-class Endpoint:
-    """A model entry as a call uses it: its name, spec, client, prices and concurrency slots."""
-
-    name: str
-    spec: ModelEntry
-    client: openai.AsyncOpenAI
-    prices: Prices
-    server: str | None  # server.address, on spans
-    label: str  # its model as metrics name it (`telemetry.model_label`)
-    slots: asyncio.Semaphore | None = None  # the entry's max_concurrency, in this process
-
-    def traced(self, attributes: dict[str, Any], content: dict[str, Any] | None = None
-               ) -> AbstractContextManager[telemetry.ModelCall]:
-        """The call's span and metrics (`telemetry.model_call`), with the entry's attributes."""
-        return telemetry.model_call(self.spec.model, self.label, {
-            "gen_ai.conversation.id": activity.info().workflow_id,
-            "server.address": self.server, "agent.model_entry": self.name, **attributes},
-            content)
-
-    async def in_slot(self, call: Awaitable[T]) -> T:
-        """`call`, once one of the entry's slots is free. Waiting for it is part of the call:
-        a caller heartbeats through both, or a queued call would time out, be retried, and the
-        old attempt send its request anyway once it got the slot."""
-        if self.slots is None:
-            return await call
-        async with self.slots:
-            return await call
-
-
 class LLMActivities:
     def __init__(self, settings: ActivitySettings, client: openai.AsyncOpenAI | None = None,
                  temporal: Client | None = None, cache: ContextCache | None = None):
-        self._settings = settings
-        self._models = settings.model_entries()
-        # By (base URL, key variable), made once: an endpoint's client and its host
-        # (server.address); `client` serves the default entry.
-        self._endpoints: dict[tuple[str | None, str | None],
-                              tuple[openai.AsyncOpenAI, str | None]] = {}
-        if client is not None:
-            default = self._models.entries[self._models.default]
-            self._endpoints[(default.base_url, default.api_key_env)] = self._endpoint(client)
-        self._known = telemetry.known_models(settings)  # what a metric may name
-        self._slots = {name: asyncio.Semaphore(e.max_concurrency)
-                       for name, e in self._models.entries.items() if e.max_concurrency}
+        self._endpoints = Endpoints(settings, client)  # `client` serves the default entry
         self._temporal = temporal  # asks a conversation for a prompt this worker does not hold
         self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
 
-    def _entry(self, model: str | None, entry: str | None) -> Endpoint:
-        """The entry a call goes to: the one the conversation fell back to, else the one its
-        model names (`Models.resolve`)."""
-        if entry is None:
-            name, spec = self._models.resolve(model)
-        elif entry in self._models.entries:
-            name, spec = entry, self._models.entries[entry]
-        else:
-            raise ApplicationError(f"this worker has no model entry {entry!r} (AGENT_MODELS)",
-                                   type="LLMModelUnavailable", non_retryable=True)
-        key = (spec.base_url, spec.api_key_env)
-        if key not in self._endpoints:
-            self._endpoints[key] = self._endpoint(openai.AsyncOpenAI(
-                api_key=self._settings.api_key(spec), base_url=spec.base_url,
-                max_retries=0))  # Temporal's retry policy owns retries
-        client, server = self._endpoints[key]
-        prices = self._settings.prices.for_entry(spec.base_url, spec.free, spec.price)
-        return Endpoint(name, spec, client, prices, server,
-                        telemetry.model_label(spec.model, self._known), self._slots.get(name))
-
-    @staticmethod
-    def _endpoint(client: openai.AsyncOpenAI) -> tuple[openai.AsyncOpenAI, str | None]:
-        return client, urlsplit(str(client.base_url)).hostname
-
     @activity.defn(name=LLM_CALL_ACTIVITY)
     async def llm_call(self, request: LLMRequest) -> LLMReply:
         """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
-        return await self._complete(self._entry(request.model, request.entry),
+        return await self._complete(self._endpoints.get(request.model, request.entry),
                                     [m.to_openai() for m in request.messages], request.tools,
                                     request.tool_choice, request.turn, request.step,
                                     request.response_format)
@@ -202,9 +131,9 @@ class LLMActivities:
             messages, tools = await heartbeating(self._rebuild(request))
         except ContextMiss as miss:
             raise ApplicationError(str(miss), type="ContextMiss", non_retryable=True) from None
-        return await self._complete(self._entry(request.model, request.entry), messages, tools,
-                                    request.tool_choice, request.turn, request.step,
-                                    request.response_format)
+        endpoint = self._endpoints.get(request.model, request.entry)
+        return await self._complete(endpoint, messages, tools, request.tool_choice, request.turn,
+                                    request.step, request.response_format)
 
     async def _rebuild(self, request: LLMStepRequest) -> tuple[list[dict[str, Any]], list[dict]]:
         """The prompt's messages as the endpoint receives them, and its tools."""
@@ -337,7 +266,7 @@ class LLMActivities:
     @activity.defn(name=SUMMARIZE_ACTIVITY)
     async def summarize(self, request: SummaryRequest) -> SummaryReply:
         """Fold turns into the conversation's running summary: one chat completion, not streamed."""
-        endpoint = self._entry(request.model, request.entry)
+        endpoint = self._endpoints.get(request.model, request.entry)
         model = endpoint.spec.model
         # the fold is a model call of its own, in the turn's trace
         with endpoint.traced({"agent.purpose": "summary",

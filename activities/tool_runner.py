@@ -13,7 +13,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
+from activities.endpoints import Endpoints
 from activities.heartbeat import heartbeating
+from activities.mcp.sampling import CallSampler
 from activities.memory.search import search
 from activities.models import model_routes
 from activities.settings import ActivitySettings
@@ -67,6 +69,7 @@ class ToolActivities:
         self._local = settings.local_tools and not self._activity_queues
         # Memory is on where the worker has it and its registry has the built-in memory tools
         self._memory = settings.memory and registry.get(RECALL_TOOL) is recall
+        self._endpoints: Endpoints | None = None  # the model entries, once a server samples
 
     @activity.defn(name=RECALL_ACTIVITY)
     async def recall_memories(self, request: RecallRequest) -> Recalled:
@@ -153,16 +156,7 @@ class ToolActivities:
                                risk=risk)
         reporter = CallReporter(name, invocation.call_id, invocation.turn, invocation.step)
         if spec is None and self._mcp is not None:
-            try:  # the server's progress notifications reach the live stream, as a tool's do
-                outcome = await heartbeating(
-                    self._mcp.call(name, invocation.arguments, on_progress=reporter.progress,
-                                   elicited=invocation.elicited),
-                    beat=reporter.beat)
-            finally:
-                await reporter.aclose()
-            log.info("mcp tool done", status=outcome.status,
-                     observation_bytes=len(outcome.observation.encode()))
-            return bounded(outcome, invocation.max_observation_bytes)
+            return await self._run_mcp(name, invocation, reporter)
         try:
             parsed = spec.args_model.model_validate(invocation.arguments)
         except ValidationError as exc:
@@ -193,6 +187,32 @@ class ToolActivities:
         log.info("tool done", observation_bytes=len(observation.encode()))
         return bounded(ToolOutcome(status="ok", observation=observation),
                        invocation.max_observation_bytes)
+
+
+    async def _run_mcp(self, name: str, invocation: ToolInvocation, reporter: CallReporter
+                       ) -> ToolOutcome:
+        """An MCP server's tool: its progress notifications reach the live stream, as a tool's
+        do, and its sampling requests, with a grant, the conversation's model."""
+        assert self._mcp is not None
+        sampler = None
+        if invocation.sampling is not None:
+            if self._endpoints is None:
+                self._endpoints = Endpoints(self._settings)
+            sampler = CallSampler(self._endpoints, invocation.sampling,
+                                  self._mcp.server_of(name) or name)
+        try:
+            outcome = await heartbeating(
+                self._mcp.call(name, invocation.arguments, on_progress=reporter.progress,
+                               elicited=invocation.elicited,
+                               sampler=sampler.sample if sampler is not None else None),
+                beat=reporter.beat)
+        finally:
+            await reporter.aclose()
+        if sampler is not None and sampler.sampled:
+            outcome = outcome.model_copy(update={"sampled": sampler.sampled})
+        log.info("mcp tool done", status=outcome.status, sampled=len(outcome.sampled),
+                 observation_bytes=len(outcome.observation.encode()))
+        return bounded(outcome, invocation.max_observation_bytes)
 
 
 def bounded(outcome: ToolOutcome, max_bytes: int) -> ToolOutcome:

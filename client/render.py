@@ -109,6 +109,12 @@ def render_history(records: list[AuditRecord]) -> str:
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "
                          f"recalled memories: {shown(r.text)}")
             continue
+        if r.kind == "sampling":
+            entry = f" on {shown(r.entry)}" if r.entry else ""
+            lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} step {r.step}  "
+                         f"MCP server {shown(r.by)} asked the model{entry} ({tokens}): "
+                         f"{shown(r.text)}")
+            continue
         if r.kind in INPUTS:
             said = f": {shown(r.text)}" if r.text else ""
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn}  "

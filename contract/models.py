@@ -162,6 +162,9 @@ class ToolDefinition(BaseModel):
     asks: QuestionKind | None = None
     # Set for a subagent (`agent__<profile>`): a call runs a child conversation.
     agent: AgentSpec | None = None
+    # An MCP tool whose server's entry says `"sampling": true`: its calls carry a grant of the
+    # conversation's model (`ToolInvocation.sampling`)
+    samples: bool = False
 
     @property
     def retry_safe(self) -> bool:
@@ -340,6 +343,29 @@ class ToolInvocation(BaseModel):
     # the answers to what an MCP server asked during earlier runs of this call, in order: the
     # same request asked again on this run gets its answer from here, never from a human again
     elicited: list[ElicitAnswer] = []
+    # what the server may ask of the conversation's model during the call (`samples` tools only)
+    sampling: SamplingGrant | None = None
+
+
+class SamplingGrant(BaseModel):
+    """What an MCP server's sampling requests during one call may use: the conversation's
+    model (the entry it names, then that entry's fallbacks), within what is left of the
+    conversation's budgets (None: no budget)."""
+
+    model: str | None = None
+    tokens_left: int | None = None
+    usd_left: float | None = None
+
+
+class Sampled(BaseModel):
+    """One sampling request of an MCP server during a call, and what answering it used: a
+    model call of the conversation, counted in its usage and budgets."""
+
+    server: Text
+    asked: Text  # what it asked, clipped (`MAX_SAMPLING_ASKED_BYTES`)
+    entry: str | None = None  # the model entry that answered
+    usage: Usage = Usage()
+    error: Text | None = None  # why it went unanswered (the server was told so)
 
 
 class ElicitAnswer(BaseModel):
@@ -386,3 +412,4 @@ class ToolOutcome(BaseModel):
     risk: Risk | None = None  # set with status "needs_approval": the tool's risk as the worker sees it
     full_bytes: int | None = None  # the observation's size before truncation, when truncated
     ms: int | None = None  # execution time, measured by the workflow
+    sampled: list[Sampled] = []  # the server's sampling requests during the call (MCP)

@@ -175,6 +175,18 @@ class ConversationState(BaseModel):
         """Keep a notice for the status (the latest few, each clipped)."""
         self.notices = keep_last([*self.notices, clip(text, MAX_ERROR_BYTES) or ""], MAX_NOTICES)
 
+    def count_model_call(self, usage: Usage, failed: bool = False) -> None:
+        """One more model call of the current turn, and what it used; a failed one reported no
+        tokens (counted apart, `Usage.failed_calls`), and is no call in `llm_calls`."""
+        turn = self.current
+        if failed:
+            usage = Usage(failed_calls=1)
+        else:
+            self.llm_calls += 1
+            turn.llm_calls += 1
+        self.usage = self.usage + usage
+        turn.usage = turn.usage + usage
+
 
 class CarriedState(BaseModel):
     """What continue-as-new carried before `ConversationState`. Runs started by earlier versions

@@ -90,7 +90,8 @@ class AuditRecord(BaseModel):
     A `start`, `message`, `answer` or `end` record is a person's input (`by`: who, `text`: the
     message or the answer), at the turn that answers it (or takes the answer). A `recall`
     record is what the turn recalled of its owner's memories (`text`: their ids), before its
-    first step."""
+    first step. A `sampling` record is the conversation's model answering an MCP server's
+    sampling request during the step's tool call (`by`: the server, `text`: what it asked)."""
 
     at: datetime
     turn: int
@@ -100,7 +101,7 @@ class AuditRecord(BaseModel):
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
     kind: Literal["step", "summary", "start", "message", "answer", "end", "notify",
-                  "recall"] = "step"
+                  "recall", "sampling"] = "step"
     entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)

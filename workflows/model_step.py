@@ -258,7 +258,7 @@ class Thinker:
         ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,
                                                    ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens
-        self.count(reply.usage)
+        self._state.count_model_call(reply.usage)
         return reply
 
     async def _step(self, messages: list[ChatMessage], tools: list[dict], tool_choice: str,
@@ -306,7 +306,8 @@ class Thinker:
                     entry)
             except ActivityError as err:
                 if self._real:  # its tokens are not known: the turn says so, not "0 tokens"
-                    self.count_failed()
+                    # (counted apart, so a refused request leaves a budget enforceable)
+                    self._state.count_model_call(Usage(), failed=True)
                 why = fallback_reason(err)
                 if n == len(chain) - 1 or why is None:
                     raise
@@ -343,21 +344,6 @@ class Thinker:
         """A model call's start-to-close and heartbeat timeouts, in seconds."""
         limits, llm = self.limits(entry), self._input.llm
         return limits.timeout_s or llm.timeout_s, limits.heartbeat_s or llm.heartbeat_timeout_s
-
-    def count(self, usage: Usage) -> None:
-        """One more completed model call, and what it used."""
-        state, turn = self._state, self._state.current
-        state.llm_calls += 1
-        turn.llm_calls += 1
-        state.usage = state.usage + usage
-        turn.usage = turn.usage + usage
-
-    def count_failed(self) -> None:
-        """A model call that failed: the endpoint reported no tokens for it (counted apart, so
-        that a token or cost budget is not made unenforceable by a refused request)."""
-        failed = Usage(failed_calls=1)
-        self._state.usage = self._state.usage + failed
-        self._state.current.usage = self._state.current.usage + failed
 
     def failure(self, err: ActivityError) -> str:
         """Why a model call failed, as the turn's error: the endpoint's reason, how often it was
@@ -410,7 +396,7 @@ class Thinker:
             raise_if_cancelled(err)
             reply, problem = SummaryReply(text=""), f"summarizing failed: {failure_reason(err)}"
         else:
-            self.count(reply.usage)
+            self._state.count_model_call(reply.usage)
             problem = None if reply.text.strip() else "the summary came back empty"
         if problem is None:
             summary = clip_bytes(reply.text.strip(), MAX_SUMMARY_BYTES, "summary")

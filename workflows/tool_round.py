@@ -20,11 +20,13 @@ from temporalio.exceptions import TimeoutError
 
 from contract import (
     AuditAction,
+    AuditRecord,
     ChatMessage,
     ConversationInput,
     Decision,
     ElicitAnswer,
     Question,
+    SamplingGrant,
     ToolCall,
     ToolInvocation,
     ToolOutcome,
@@ -249,6 +251,7 @@ class ToolRound:
             started = workflow.now()
             self._narrator.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
             outcome = await self._run_activity(item, args, key, answer, approval, elicited)
+            self._count_sampled(outcome)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
             self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
@@ -294,6 +297,7 @@ class ToolRound:
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
             step=turn.steps, approval=approval, risk=tool.risk, owner=self._input.owner,
             elicited=list(elicited or []),
+            sampling=self._grant() if tool.samples else None,
         )
         options = dict(
             result_type=ToolOutcome,
@@ -322,6 +326,30 @@ class ToolRound:
                 status="timed_out" if isinstance(cause_of(err), TimeoutError) else "error",
                 observation=loop.tool_failure_observation(tool, reason, attempts),
             )
+
+    def _grant(self) -> SamplingGrant:
+        """What a call's MCP server may ask of the conversation's model: what is left of its
+        budgets (each request is then counted as one of its model calls)."""
+        inp, used = self._input, self._state.usage
+        return SamplingGrant(
+            model=inp.model,
+            tokens_left=None if inp.max_total_tokens is None
+            else max(0, inp.max_total_tokens - used.total_tokens),
+            usd_left=None if inp.max_cost_usd is None
+            else max(0.0, inp.max_cost_usd - used.known_cost))
+
+    def _count_sampled(self, outcome: ToolOutcome) -> None:
+        """The server's sampling requests the call's run had answered: model calls of the
+        conversation, in its usage and budgets, and each in the audit trail."""
+        turn = self._state.current
+        for sampled in outcome.sampled:
+            self._state.count_model_call(sampled.usage, failed=sampled.error is not None)
+            said = sampled.asked if sampled.error is None else \
+                f"{sampled.asked} [unanswered: {sampled.error}]"
+            self._narrator.record(AuditRecord(
+                at=workflow.now(), turn=turn.number, step=turn.steps, thought=None,
+                tokens=sampled.usage, kind="sampling", by=sampled.server, text=said,
+                entry=sampled.entry))
 
     async def _ask(self, call_id: str, question: Question) -> str | None:
         """Ask the human one question (others wait their turn); None if it went unanswered."""

@@ -70,6 +70,7 @@ def tool_definition(server: McpServerConfig, tool: Tool, name: str) -> ToolDefin
         risk=override.risk or server.risk or tool_risk(hints),
         idempotent=hinted_idempotent if override.idempotent is None else override.idempotent,
         timeout_s=override.timeout_s or server.timeout_s,
+        samples=server.sampling,
     )
 
 

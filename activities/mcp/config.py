@@ -51,6 +51,8 @@ class _ServerConfig(BaseModel):
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     enabled_tools: list[str] | None = None
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
+    # Its sampling requests are answered by the conversation's model (`activities.mcp.sampling`)
+    sampling: bool = False
     _secrets: frozenset[str] = PrivateAttr(default=frozenset())
 
     def redact(self, text: str) -> str:

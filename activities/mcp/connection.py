@@ -85,7 +85,7 @@ class McpConnection:
         self._stopped = anyio.Event()
         self._scope = anyio.CancelScope(deadline=anyio.current_time() + server.timeout_s)
         self._client: Client | None = None
-        self.in_flight = InFlight()  # its calls, which its elicitation requests belong to
+        self.in_flight = InFlight()  # its calls, which its servers' requests belong to
         self._failure: BaseException | None = None
         self._task = asyncio.create_task(self._own(), name=f"mcp-server:{server.name}")
 
@@ -166,8 +166,11 @@ class McpConnection:
             yield client
 
     def _client_over(self, transport: AbstractAsyncContextManager[Any]) -> Client:
+        # Sampling is offered only to a server whose entry says so: the others are not told
+        # this client samples, and the SDK refuses their requests ("Sampling not supported").
         return Client(_watched(transport, self._hung_up), cache=None, client_info=CLIENT_INFO,
-                      elicitation_callback=self.in_flight.elicit, mode=self._mode)
+                      elicitation_callback=self.in_flight.elicit, mode=self._mode,
+                      sampling_callback=self.in_flight.sample if self.server.sampling else None)
 
 
 def _speaks_http(exc: BaseException) -> bool:

@@ -8,9 +8,9 @@ run the server asks again, and each request that matches the next answer, by its
 (message and schema), gets that answer from the history, never from a human again. A server
 that asks something different on the rerun is asked anew.
 
-Elicitation requests carry no link to the call they belong to (not on stdio), so a request is
-routed to the one call in flight on its session; with several in flight it is refused, with a
-reason the server reads, rather than guessed.
+Requests carry no link to the call they belong to (not on stdio), so a request, elicitation or
+sampling (`activities.mcp.sampling`), is routed to the one call in flight on its session; with
+several in flight it is refused, with a reason the server reads, rather than guessed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp.types import ElicitRequestFormParams, ElicitResult, ErrorData
+from mcp.types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestFormParams,
+    ElicitResult,
+    ErrorData,
+)
 
 from contract import ElicitAnswer, Question
 from contract.bounds import canonical_json, clip
@@ -31,6 +38,8 @@ MAX_MESSAGE_BYTES = 4_000
 MAX_SCHEMA_BYTES = 16_384
 INVALID_REQUEST = -32600
 
+Sampler = Callable[[CreateMessageRequestParams], Awaitable[CreateMessageResult | ErrorData]]
+
 
 def request_digest(message: str, schema: Any) -> str:
     """Which request an answer belongs to: the same message and schema, the same request."""
@@ -38,11 +47,13 @@ def request_digest(message: str, schema: Any) -> str:
                           ).hexdigest()[:32]
 
 
-class ElicitingCall:
-    """One run of one MCP tool call, as its session's elicitation requests see it."""
+class AskingCall:
+    """One run of one MCP tool call, as its session's requests (elicitation, sampling) see
+    it; `sampler` answers sampling requests (None: the call was given no model)."""
 
-    def __init__(self, server: str, tool: str, answers: list[ElicitAnswer]):
-        self.server, self.tool = server, tool
+    def __init__(self, server: str, tool: str, answers: list[ElicitAnswer],
+                 sampler: Sampler | None = None):
+        self.server, self.tool, self._sampler = server, tool, sampler
         self._answers = list(answers)  # in the order they were given
         self.asked: Question | None = None  # set once the call must wait for a human
         self.waits = asyncio.Event()
@@ -71,6 +82,13 @@ class ElicitingCall:
         await self.over.wait()  # abandoned: the server's call is cancelled anyway
         return ElicitResult(action="cancel")
 
+    async def sample(self, params: CreateMessageRequestParams
+                     ) -> CreateMessageResult | ErrorData:
+        if self._sampler is None:
+            return ErrorData(code=INVALID_REQUEST, message=f"the conversation gave this call of "
+                             f"{self.tool} no model to sample with")
+        return await self._sampler(params)
+
 
 def _schema_problem(schema: Any) -> str | None:
     if not isinstance(schema, dict):
@@ -83,16 +101,25 @@ def _schema_problem(schema: Any) -> str | None:
 
 
 class InFlight:
-    """The calls in flight on one session, for its elicitation requests to find theirs."""
+    """The calls in flight on one session, for its requests to find theirs."""
 
     def __init__(self) -> None:
-        self.calls: set[ElicitingCall] = set()
+        self.calls: set[AskingCall] = set()
 
     async def elicit(self, context: Any, params: Any) -> ElicitResult | ErrorData:
+        call = self._sole()
+        return await call.elicit(params) if isinstance(call, AskingCall) else call
+
+    async def sample(self, context: Any, params: CreateMessageRequestParams
+                     ) -> CreateMessageResult | ErrorData:
+        call = self._sole()
+        return await call.sample(params) if isinstance(call, AskingCall) else call
+
+    def _sole(self) -> AskingCall | ErrorData:
         calls = [c for c in self.calls if not c.over.is_set()]
-        if len(calls) != 1:
-            return ErrorData(code=INVALID_REQUEST, message=(
-                "no call of this client is in flight" if not calls else
-                f"{len(calls)} calls are in flight on this session; the client cannot tell "
-                "which one asks, so it answers none"))
-        return await calls[0].elicit(params)
+        if len(calls) == 1:
+            return calls[0]
+        return ErrorData(code=INVALID_REQUEST, message=(
+            "no call of this client is in flight" if not calls else
+            f"{len(calls)} calls are in flight on this session; the client cannot tell "
+            "which one asks, so it answers none"))

@@ -25,7 +25,7 @@ from activities.mcp.catalog import CatalogEntry, build_catalog
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import progress_text, result_text
-from activities.mcp.elicitation import ElicitingCall
+from activities.mcp.elicitation import AskingCall, Sampler
 from activities.mcp.patterns import BoundedSearch
 from contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
 from rules.schemas import argument_errors
@@ -85,13 +85,20 @@ class McpToolbox:
             entry = self._catalog.get(exposed_name)
         return entry.definition.risk if entry is not None else None
 
+    def server_of(self, exposed_name: str) -> str | None:
+        """The name of the server whose tool this is, as this worker last listed them."""
+        entry = self._catalog.get(exposed_name)
+        return entry.server.name if entry is not None else None
+
     async def call(self, exposed_name: str, arguments: dict[str, Any],
                    on_progress: Callable[[str], None] | None = None,
-                   elicited: list[ElicitAnswer] | None = None) -> ToolOutcome:
+                   elicited: list[ElicitAnswer] | None = None,
+                   sampler: Sampler | None = None) -> ToolOutcome:
         """Run one tool. Only cancellation escapes: every failure is an error outcome. The
         server's progress notifications of the call reach `on_progress` as lines of text. A
         request of the server for input that `elicited` does not answer ends the call with it
-        as the question (`activities.mcp.elicitation`)."""
+        as the question (`activities.mcp.elicitation`); its sampling requests go to `sampler`
+        (`activities.mcp.sampling`)."""
         entry = self._catalog.get(exposed_name)
         if entry is None:  # a name from another worker's discovery: list again
             await self.discover()
@@ -103,25 +110,26 @@ class McpToolbox:
             return _error(f"invalid arguments for {exposed_name}{problem}")
 
         elicited = elicited or []
-        outcome = await self._call(entry, arguments, on_progress, elicited)
+        outcome = await self._call(entry, arguments, on_progress, elicited, sampler)
         if outcome is None:  # the server asks its client mid-call, which needs the older protocol
             self._legacy.add(entry.server.name)
             log.info("mcp server asks mid-call: speaking the 2025-11-25 protocol with it",
                      server=entry.server.name)
-            outcome = await self._call(entry, arguments, on_progress, elicited)
+            outcome = await self._call(entry, arguments, on_progress, elicited, sampler)
         return outcome or _server_error(entry.server, "it asked its client mid-call, and failed "
                                                       "to on the older protocol too")
 
     async def _call(self, entry: CatalogEntry, arguments: dict[str, Any],
                     on_progress: Callable[[str], None] | None,
-                    elicited: list[ElicitAnswer]) -> ToolOutcome | None:
+                    elicited: list[ElicitAnswer], sampler: Sampler | None
+                    ) -> ToolOutcome | None:
         """`call` on the server's session; None if the server sent a request mid-call that the
         session's protocol has no channel for (the SDK's servers on 2026-07-28, using
         `ctx.elicit` or `ctx.session.create_message`), on a session not yet on the older one."""
         server, timeout = entry.server, entry.definition.timeout_s
         bound = log.bind(server=server.name, tool=entry.tool)
         client: Client | None = None
-        asking = ElicitingCall(server.name, entry.tool, elicited)
+        asking = AskingCall(server.name, entry.tool, elicited, sampler)
         try:
             with anyio.fail_after(timeout):
                 connection = self._connection(server)
@@ -256,7 +264,7 @@ def _progress_to(on_progress: Callable[[str], None] | None) -> ProgressFnT | Non
     return report
 
 
-async def _unless_it_asks(asking: ElicitingCall, call: Awaitable[CallToolResult]
+async def _unless_it_asks(asking: AskingCall, call: Awaitable[CallToolResult]
                           ) -> CallToolResult | None:
     """The call's result, or None once its server asks what no answer covers: the call is then
     abandoned (cancelled here, told cancel there)."""

@@ -1,13 +1,16 @@
-"""An MCP stdio server whose tool asks its client for input in the middle of a call (form
-elicitation), and writes down every run of the call and what it was told, for the tests of
-durable elicitation. `ASKING_LOG` names the file."""
+"""An MCP stdio server whose tools ask their client in the middle of a call: for input (form
+elicitation), and for a completion of its model (sampling). It writes down every run of a call
+and what it was told, for the tests of servers that ask back. `ASKING_LOG` names the file."""
 
 from __future__ import annotations
 
 import json
 import os
 
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
 server = MCPServer("asking")
@@ -34,6 +37,24 @@ async def book(city: str, ctx: Context) -> str:
     if data is None:
         return f"not booked ({stay.action})"
     return f"booked {data.nights} nights in {city}"
+
+
+@server.tool()
+async def headline(text: str, ctx: Context) -> str:
+    """Writes a headline for `text`, asking the client's model for it."""
+    _write({"run": text})
+    ask = SamplingMessage(role="user", content=TextContent(type="text",
+                                                           text=f"A headline for: {text}"))
+    try:
+        result = await ctx.session.create_message([ask], max_tokens=5_000,
+                                                  system_prompt="You write headlines.")
+    except NoBackChannelError:
+        raise  # the client then speaks the older protocol, which has one
+    except MCPError as exc:
+        _write({"refused": str(exc)})
+        return f"no headline: {exc}"
+    _write({"headline": result.content.text, "model": result.model})
+    return f"headline: {result.content.text}"
 
 
 if __name__ == "__main__":

@@ -28,14 +28,22 @@ function auditStep(r, actions) {
     : null;
   return h('tr', { testid: 'audit-row', dataset: { turn: r.turn, step: r.step, kind: r.kind } },
     h('td', { class: 'nowrap' }, h('time', { datetime: r.at, title: r.at }, clock(r.at))),
-    h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}`, fork ? h('div', null, fork) : null),
+    h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}${r.kind === 'sampling' ? ' · sampling' : ''}`, fork ? h('div', null, fork) : null),
     h('td', { class: 'thought' }, r.thought || h('span', { class: 'muted' }, '—')),
     h('td', null, (r.actions || []).length
       ? h('ul', { class: 'audit-actions' }, r.actions.map(auditAction),
         r.actions_left_out ? h('li', { class: 'muted' }, `${r.actions_left_out} more action(s) left out of the record`) : null)
-      : h('span', { class: 'muted' }, r.kind === 'summary' ? 'folded older turns' : 'no tool call')),
+      : r.kind === 'sampling' ? sampling(r)
+        : h('span', { class: 'muted' }, r.kind === 'summary' ? 'folded older turns' : 'no tool call')),
     h('td', { class: 'nowrap num' }, number((r.tokens || {}).total_tokens)),
     h('td', { class: 'nowrap' }, r.stop_reason || ''));
+}
+
+/** An MCP server's sampling request, answered by the conversation's model during a call. */
+function sampling(r) {
+  return h('span', { class: 'audit-sampling', testid: 'audit-sampling' },
+    'MCP server ', h('strong', null, r.by || 'unknown'), ' asked the model',
+    r.entry ? ` (${r.entry})` : '', ': ', h('q', { class: 'audit-text' }, r.text || ''));
 }
 
 /** A person's input, across the step columns: who, and what they wrote. */

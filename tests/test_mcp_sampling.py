@@ -1,0 +1,190 @@
+"""MCP servers that ask the conversation's model (sampling): offered only to servers whose entry
+says `"sampling": true`, answered by the conversation's model entry and its fallbacks, without
+tools and within bounds, and counted and audited as the conversation's own model calls
+(`activities.mcp.sampling`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import httpx
+from mcp.types import (
+    CreateMessageRequestParams,
+    ImageContent,
+    SamplingMessage,
+    TextContent,
+    Tool,
+)
+from temporalio.client import Client
+from temporalio.common import RawValue
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import ActivityEnvironment
+
+from activities.endpoints import Endpoints
+from activities.mcp import McpToolbox, load_mcp_config
+from activities.mcp.sampling import MAX_PROMPT_BYTES, MAX_SAMPLING_TOKENS, CallSampler, _prompt
+from activities.models import ModelEntry, Models
+from activities.settings import ActivitySettings
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry
+from contract import Sampled, SamplingGrant, ToolInvocation, ToolOutcome, Usage
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import replay, script, settled, start, tool_call, unique
+from tests.mcp_support import PYTHON, SERVERS
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
+
+
+def sampling_config(tmp_path: Path, sampling: bool = True) -> tuple[Path, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "asking.log"
+    config = tmp_path / "mcp.json"
+    entry = {"command": PYTHON, "args": [str(SERVERS / "asking_server.py")],
+             "env": {"ASKING_LOG": str(log)}, "timeout_s": 20, "risk": "safe"}
+    config.write_text(json.dumps({"mcpServers": {"asking": {**entry, "sampling": sampling}}}))
+    return config, log
+
+
+def told(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def ask(*texts: str, **params) -> CreateMessageRequestParams:
+    return CreateMessageRequestParams(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=t))
+                  for t in texts], max_tokens=params.pop("max_tokens", 100), **params)
+
+
+async def test_only_a_server_whose_entry_says_so_is_offered_sampling(tmp_path: Path):
+    """A server without `"sampling": true` is not told this client samples, and its request
+    is refused with a reason it reads; one with it is, and its tools are marked as sampling,
+    but a call given no model (no grant) is refused all the same."""
+    for trusted, refusal in ((False, "Sampling not supported"),
+                             (True, "the conversation gave this call of headline no model")):
+        config, log = sampling_config(tmp_path / str(trusted), sampling=trusted)
+        async with McpToolbox(load_mcp_config(config, {})) as toolbox:
+            found = {t.name: t for t in (await toolbox.discover()).tools}
+            assert found["asking__headline"].samples is trusted
+            assert found["asking__book"].samples is trusted  # the server's, every tool of it
+            outcome = await toolbox.call("asking__headline", {"text": "rain"})
+        assert outcome.status == "ok" and outcome.observation.startswith("no headline: ")
+        assert refusal in outcome.observation
+        assert told(log)[-1] == {"refused": outcome.observation.removeprefix("no headline: ")}
+
+
+async def test_a_sampling_request_is_answered_by_the_conversations_model_counted_and_audited(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings,
+    tmp_path: Path,
+):
+    """The issue's "done when": the server's request is answered by the conversation's model,
+    without tools and within this client's bound of tokens; it counts as one of the
+    conversation's model calls, in its usage, and the audit names the server and what it
+    asked; the history replays."""
+    config, log = sampling_config(tmp_path)
+    story = unique("story")  # the sampling request's scenario: its own first user message
+    script(model, story, ScriptedReply(content="Rain Stops Play"))
+    trigger = script(model, unique("sampling"),
+                     ScriptedReply(tool_calls=[tool_call("asking__headline", {"text": story})]),
+                     ScriptedReply(content="{last_tool}"))
+    queue = unique("sampling")
+    async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
+        async with build_worker(client, queue, activity_settings, http, ToolRegistry([]),
+                                mcp=toolbox):
+            handle = await start(client, queue, trigger)
+            status = await settled(handle, timeout_s=60)
+            trail = await handle.query(ConversationWorkflow.history)
+            await handle.signal(ConversationWorkflow.end)
+            await handle.result()
+    assert status.final_answer == "headline: Rain Stops Play", status
+    assert told(log)[-1] == {"headline": "Rain Stops Play", "model": "scripted"}
+
+    [asked] = [r for r in model.requests if r.trigger == story]
+    body = asked.body
+    assert body["max_tokens"] == MAX_SAMPLING_TOKENS  # the server asked for 5,000
+    assert "tools" not in body and "tool_choice" not in body
+    assert body["messages"] == [{"role": "system", "content": "You write headlines."},
+                                {"role": "user", "content": f"A headline for: {story}"}]
+
+    steps = [r for r in model.requests if r.trigger == trigger]
+    assert status.llm_calls == len(steps) + 1 == 3  # two steps, and the server's request
+    [sampled] = [r for r in trail if r.kind == "sampling"]
+    assert (sampled.by, sampled.text, sampled.step) == ("asking", f"A headline for: {story}", 1)
+    assert sampled.tokens.total_tokens > 0 and sampled.entry == "default"
+    step_tokens = sum(r.tokens.total_tokens for r in trail if r.kind == "step")
+    assert status.usage.total_tokens == step_tokens + sampled.tokens.total_tokens
+    await replay(handle, record_as="mcp_sampling")
+
+
+def tool_env() -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.payload_converter = pydantic_data_converter.payload_converter
+    env.info = dataclasses.replace(env.info, activity_type="asking__headline")
+    return env
+
+
+async def test_a_failing_entry_falls_back_and_a_spent_budget_is_refused(
+    model: ScriptedModelServer, activity_settings: ActivitySettings, tmp_path: Path,
+):
+    """The conversation's entry fails (its endpoint is down): its fallback answers. With the
+    conversation's token budget spent, the server is refused, and no model is asked."""
+    config, log = sampling_config(tmp_path)
+    story = script(model, unique("story"), ScriptedReply(content="Sun Returns"))
+    models = Models({"main": ModelEntry(model="main-model", base_url="http://127.0.0.1:9/v1"),
+                     "backup": ModelEntry(model="backup-model", base_url=model.base_url,
+                                          api_key_env=None)},
+                    default="main", fallbacks={"main": ["backup"]})
+    settings = dataclasses.replace(activity_settings, models=models)
+    env = tool_env()
+    async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
+        tools = ToolActivities(ToolRegistry([]), settings, http, mcp=toolbox)
+
+        async def run(grant: SamplingGrant) -> ToolOutcome:
+            invocation = ToolInvocation(call_id="c", arguments={"text": story},
+                                        idempotency_key=unique("key"), sampling=grant)
+            payload = env.payload_converter.to_payloads([invocation])[0]
+            return await env.run(tools.run_tool, [RawValue(payload)])
+
+        fell_back = await run(SamplingGrant(model="main"))
+        spent = await run(SamplingGrant(model="main", tokens_left=0))
+    assert fell_back.observation == "headline: Sun Returns"
+    [sampled] = fell_back.sampled
+    assert (sampled.server, sampled.entry, sampled.error) == ("asking", "backup", None)
+    assert sampled.usage.total_tokens > 0
+    assert spent.observation == "no headline: the conversation's token budget is used up"
+    assert spent.sampled == [] and model.count(story) == 1
+
+
+def test_what_a_request_may_ask_is_bounded():
+    """Text only, no tools, within a size; and what an answer may take: the server's ask
+    within this client's bound, the entry's, and what is left of the budget."""
+    assert isinstance(_prompt(ask("hi", system_prompt="be brief")), list)
+    tool = Tool(name="search", input_schema={"type": "object"})
+    assert _prompt(ask("hi", tools=[tool])) == "this client gives sampling requests no tools"
+    image = SamplingMessage(role="user", content=ImageContent(type="image", data="AA==",
+                                                              mime_type="image/png"))
+    assert _prompt(CreateMessageRequestParams(messages=[image], max_tokens=5)) == \
+        "this client samples text only, not image"
+    assert _prompt(ask("x" * (MAX_PROMPT_BYTES + 1))).startswith("the sampling request is ")
+    assert _prompt(CreateMessageRequestParams(messages=[], max_tokens=5,
+                                              system_prompt="only this")) == \
+        "the sampling request has no messages"
+
+    models = Models({"small": ModelEntry(model="m", max_output_tokens=300),
+                     "params": ModelEntry(model="m", params={"max_tokens": 200}),
+                     "open": ModelEntry(model="m")}, default="open")
+    endpoints = Endpoints(dataclasses.replace(ActivitySettings(), models=models))
+    sampler = CallSampler(endpoints, SamplingGrant(tokens_left=500), "s")
+    bound = {name: sampler._max_tokens(endpoints.get(None, name), 5_000) for name in models.entries}
+    assert bound == {"small": 300, "params": 200, "open": 500}
+    assert sampler._max_tokens(endpoints.get(None, "open"), 40) == 40
+    sampler.sampled.append(Sampled(server="s", asked="a", usage=Usage(total_tokens=450)))
+    assert sampler._max_tokens(endpoints.get(None, "open"), 5_000) == 50
+    sampler.sampled.append(Sampled(server="s", asked="a", usage=Usage(total_tokens=60)))
+    assert sampler._refusal() == "the conversation's token budget is used up"
+    unbounded = CallSampler(endpoints, SamplingGrant(), "s")
+    assert unbounded._max_tokens(endpoints.get(None, "open"), 5_000) == MAX_SAMPLING_TOKENS
+    unbounded.sampled = [Sampled(server="s", asked="a")] * 8
+    assert unbounded._refusal() == "this client answers at most 8 sampling requests during " \
+                                   "one tool call"
