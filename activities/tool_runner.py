@@ -25,6 +25,8 @@ from activities.tools.reporter import CallReporter
 from activities.windows import Windows
 from contract import (
     LIST_TOOLS_ACTIVITY,
+    MCP_LISTING_ACTIVITY,
+    McpListing,
     Risk,
     ToolInvocation,
     ToolListRequest,
@@ -113,11 +115,20 @@ class ToolActivities:
             for error in discovery.errors:
                 log.warning("tool source unavailable", error=error)
             tools, errors = tools + discovery.tools, discovery.errors
+            rules["mcp_listing"] = discovery.listing
         tools = tools + profiles.tools()
         if request is None:
             return WorkerHandshake(tools=tools, errors=errors, **rules)
         return WorkerHandshake(tools=profiles.allowed(request.profile, tools), errors=errors, **rules,
                            system_prompt=profiles.agents[request.profile].system_prompt)
+
+    @activity.defn(name=MCP_LISTING_ACTIVITY)
+    async def mcp_listing(self) -> McpListing:
+        """Before a turn of a conversation with MCP servers: each server that lists its tools,
+        and their digest, listed again where a server said its tools changed."""
+        if self._mcp is None:
+            return McpListing()
+        return McpListing(servers=await heartbeating(self._mcp.listing()))
 
     @activity.defn(dynamic=True)
     async def run_tool(self, args: Sequence[RawValue]) -> ToolOutcome:

@@ -22,9 +22,10 @@ LLM_CALL_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun befor
 LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`rules.delta`)
 SUMMARIZE_ACTIVITY = "summarize"
 LIST_TOOLS_ACTIVITY = "list_tools"
+MCP_LISTING_ACTIVITY = "mcp_listing"  # before a turn: whether an MCP server's tools changed
 NOTIFY_ACTIVITY = "notify"
 RUNTIME_ACTIVITIES = frozenset({LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY,
-                                LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY})  # the runtime's own
+                                LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY, MCP_LISTING_ACTIVITY})  # the runtime's own
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -212,6 +213,9 @@ class WorkerHandshake(BaseModel):
     model_fallbacks: dict[str, list[str]] = {}
     model_queues: dict[str, str] = {}
     model_limits: dict[str, EntryLimits] = {}  # by entry: its window, deadline, heartbeat
+    # Each MCP server that listed its tools, and a digest of them (None: the worker has no MCP
+    # servers): the conversation lists again before a turn once a server's differs (`McpListing`)
+    mcp_listing: dict[str, str] | None = None
     # where model calls ("models") and tool runs ("tools") go, when workers split the roles
     activity_queues: dict[str, str] = {}
     webhooks: list[WebhookRef] = []  # AGENT_WEBHOOKS
@@ -323,6 +327,13 @@ class LLMReply(BaseModel):
     # Whether its text went to the live stream as it came; if not (it came whole within the first
     # batch), the conversation puts it there with the reply (`activities.llm.TokenRelay`).
     streamed: bool = True
+
+
+class McpListing(BaseModel):
+    """The `mcp_listing` activity's answer: each MCP server that lists its tools now, and a
+    digest of them, listed again where a server said its list changed."""
+
+    servers: dict[str, str] = {}
 
 
 class ToolInvocation(BaseModel):

@@ -158,6 +158,8 @@ class ConversationState(BaseModel):
     # the Worker Deployment Version (`NAME:ID`) whose handshake filled the catalog, entries and
     # rules above: a run that starts on another version at a turn boundary shakes hands again
     handshake_version: str | None = None
+    # each MCP server's digest of its tools, as the handshake listed them (None: no MCP servers)
+    mcp_listing: dict[str, str] | None = None
     notices: list[str] = []  # what went wrong outside any turn: tool sources, a refused first message
     llm_calls: int = 0
     usage: Usage = Field(default_factory=Usage)

@@ -120,8 +120,9 @@ def build_worker(
 
 def local_activities(tools: ToolActivities) -> list[Any]:
     """What a conversation's workflow task may run itself, as local activities: the handshake,
-    the quick safe reads its handshake marked local, and a turn's recall of memories."""
-    return [tools.list_tools, tools.run_tool, tools.recall_memories]
+    the quick safe reads its handshake marked local, a turn's recall of memories, and its look
+    at whether an MCP server's tools changed."""
+    return [tools.list_tools, tools.run_tool, tools.recall_memories, tools.mcp_listing]
 
 
 def interceptors(tracing: Tracing | None) -> list[Interceptor]:
@@ -169,7 +170,8 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
                           activities=local_activities(lister), no_remote_activities=True,
                           sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT, **common),
                    Worker(client, task_queue=task_queue,
-                          activities=[lister.list_tools, hooks.notify], **common)]
+                          activities=[lister.list_tools, lister.mcp_listing, hooks.notify],
+                          **common)]
     elif role == "models":
         workers = [Worker(client, task_queue=queues["models"], activities=model_activities(llm),
                           **common)]

@@ -41,7 +41,7 @@ from rules.gate import Refusal
 from rules.start_input import first_state, settled_input
 from workflows.decisions import DECISIONS, decision_signal, decision_update
 from workflows.handover import carried, next_input
-from workflows.handshake import shake_hands
+from workflows.handshake import shake_hands, tools_changed
 from workflows.human_desk import HumanDesk, HumanRequest, Taken
 from workflows.model_step import Thinker
 from workflows.patches import (
@@ -105,6 +105,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         self._reported: ChildReport | None = None  # a subagent's last report to its parent
         self._reports: list[asyncio.Future[None]] = []
         self._settler: asyncio.Future[None] | None = None  # `HumanDesk.settle_when_nothing_comes`
+        self._listed = False  # the tools were listed since the last turn (`_relist_if_changed`)
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
@@ -146,6 +147,7 @@ class ConversationWorkflow(TurnLoop, Standing):
             elif state.inbox:
                 if self._new_version():  # a turn about to begin: it runs on the new version
                     await self._continue_as_new(move=True)
+                await self._relist_if_changed()
                 await self._run_turn(self._desk.next_message())
             elif state.end_requested:
                 state.current.stop_reason = "ended"
@@ -340,7 +342,17 @@ class ConversationWorkflow(TurnLoop, Standing):
         return (version is not None and version != self._state.handshake_version
                 and not self._state.current.in_progress)
 
+    async def _relist_if_changed(self) -> None:
+        """Before a turn: shake hands again if an MCP server's tools changed since the last
+        handshake (`notifications/tools/list_changed`), unless this run just did."""
+        listed, self._listed = self._listed, False
+        if not listed and await tools_changed(self._state, local=self._local_reads):
+            await self._load_tools()
+            self._thinker.tools_changed()
+            self._listed = False
+
     async def _load_tools(self) -> None:
+        self._listed = True  # the turn about to begin has the tools as listed now
         self._state.handshake_version = running_version()
         with self._desk.awaiting_results():
             refusal = await shake_hands(self._state, self._limits, self._input.approval,

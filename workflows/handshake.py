@@ -11,7 +11,9 @@ from temporalio.common import RetryPolicy
 
 from contract import (
     LIST_TOOLS_ACTIVITY,
+    MCP_LISTING_ACTIVITY,
     ApprovalPolicy,
+    McpListing,
     ToolListRequest,
     WorkerHandshake,
 )
@@ -19,6 +21,7 @@ from contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
 from contract.memory import RECALL_TOOL
 from contract.state import ConversationState, ModelRoutes
 from rules.gate import policy_refusal
+from rules.listing import changed_servers
 from rules.questions import ASK_TOOLS
 from rules.start_input import admitted_tools
 from workflows.failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
@@ -62,9 +65,34 @@ async def shake_hands(state: ConversationState, limits: Limits,
                                shared=catalog.activity_queues.get("models"),
                                limits=catalog.model_limits)
     state.tool_queue = catalog.activity_queues.get("tools")
+    state.mcp_listing = catalog.mcp_listing
     state.memory = catalog.memory and RECALL_TOOL in state.catalog
     state.webhooks, state.webhook_retry_s = list(catalog.webhooks), catalog.webhook_retry_s
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,
                                                  "system prompt")
     return policy_refusal(policy, state.catalog.values(), catalog.auto_approvable)
+
+
+async def tools_changed(state: ConversationState, local: bool = False) -> list[str]:
+    """Before a turn of a conversation with MCP servers: the servers whose tools changed since
+    its handshake (one said so, and the worker lists them otherwise now). A look that fails
+    changes nothing: the conversation keeps the tools it has."""
+    if state.mcp_listing is None:
+        return []
+    options = dict(result_type=McpListing, start_to_close_timeout=timedelta(seconds=60),
+                   retry_policy=RetryPolicy(maximum_attempts=3), summary="MCP tools changed?")
+    try:
+        if local:
+            now = await workflow.execute_local_activity(MCP_LISTING_ACTIVITY, **options)
+        else:
+            now = await workflow.execute_activity(MCP_LISTING_ACTIVITY, **options)
+    except ACTIVITY_FAILURES as err:
+        raise_if_cancelled(err)
+        workflow.logger.warning("could not tell whether MCP tools changed: %s",
+                                failure_reason(err))
+        return []
+    changed = changed_servers(state.mcp_listing, now.servers)
+    if changed:
+        workflow.logger.info("the tools of %s changed: listing them again", ", ".join(changed))
+    return changed

@@ -78,7 +78,7 @@ class Thinker:
         self._narrator = narrator
         self._pace = pace
         # The catalog as the model sees it, and its estimated tokens: fixed once the tools are
-        # loaded, before the first step.
+        # loaded, before the first step (and again once they are listed again).
         self._tools: list[dict] | None = None
         self._tools_tokens = 0
         self._tools_digest = ""
@@ -94,6 +94,10 @@ class Thinker:
         self._real = real_models
         self.sent_tokens = 0  # the estimated tokens of the prompt last sent (endpoint tokens)
         self._estimated = 0  # the same, as estimated before calibration
+
+    def tools_changed(self) -> None:
+        """The catalog was listed again: the next step offers it as it is now, sent whole."""
+        self._tools, self._sent = None, None
 
     def tool_schemas(self) -> list[dict]:
         if self._tools is None:

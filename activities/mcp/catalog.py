@@ -8,9 +8,10 @@ listings.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mcp.types import Tool, ToolAnnotations
@@ -100,3 +101,14 @@ def build_catalog(
             name = _with_digest(name, server.name, tool.name)
         catalog[name] = CatalogEntry(server, tool.name, tool_definition(server, tool, name))
     return catalog, errors
+
+
+def listing_digests(catalog: dict[str, CatalogEntry], servers: Iterable[str]) -> dict[str, str]:
+    """Each listed server's digest of its tools as the catalog offers them (none: a digest
+    too), for a conversation to tell when one changed (`rules.listing`)."""
+    offered: dict[str, list[dict]] = {name: [] for name in servers}
+    for entry in catalog.values():
+        offered.setdefault(entry.server.name, []).append(entry.definition.model_dump(mode="json"))
+    return {name: hashlib.sha256(json.dumps(sorted(tools, key=lambda t: t["name"]),
+                                            sort_keys=True).encode()).hexdigest()[:16]
+            for name, tools in offered.items()}

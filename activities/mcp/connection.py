@@ -19,9 +19,11 @@ import anyio
 import httpx2
 import structlog
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import Implementation
+from mcp.types import Implementation, ToolListChangedNotification
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from activities.mcp.config import HttpServerConfig, McpServerConfig, StdioServerConfig
 from activities.mcp.elicitation import InFlight
@@ -77,8 +79,11 @@ class _HangupSignal:
 class McpConnection:
     """Opened on creation, in the background; `client()` waits for the handshake."""
 
-    def __init__(self, server: McpServerConfig, log_dir: Path | None, legacy: bool = False):
+    def __init__(self, server: McpServerConfig, log_dir: Path | None, legacy: bool = False,
+                 on_tools_changed: Callable[[str], None] | None = None):
+        """`on_tools_changed` hears the server's name when it says its list of tools changed."""
         self.server = server
+        self._on_tools_changed = on_tools_changed
         self._mode = "legacy" if legacy else "auto"  # legacy: the 2025-11-25 handshake
         self._log_dir = log_dir
         self._ready = anyio.Event()
@@ -118,11 +123,14 @@ class McpConnection:
     async def _own(self) -> None:
         try:
             with self._scope:
-                async with self._session() as client:
+                async with self._session() as client, anyio.create_task_group() as group:
                     self._scope.deadline = math.inf
                     self._client = client
                     self._ready.set()
+                    if _listens(client):
+                        group.start_soon(self._listen, client)
                     await self._stopped.wait()
+                    group.cancel_scope.cancel()
         except Exception as exc:
             self._failure = exc
             log.info("mcp server session failed", server=self.server.name,
@@ -130,6 +138,28 @@ class McpConnection:
         finally:
             self._stopped.set()
             self._ready.set()
+
+    async def _tools_changed(self, message: IncomingMessage) -> None:
+        """The 2025-11-25 protocol's `notifications/tools/list_changed`."""
+        if isinstance(message, ToolListChangedNotification):
+            self._tools_changed_now()
+
+    async def _listen(self, client: Client) -> None:
+        """The 2026-07-28 protocol's: a `subscriptions/listen` stream of tool list changes,
+        for the session's life. A stream that fails counts as a change (one may be missed)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    self._tools_changed_now()
+        except Exception as exc:
+            log.info("mcp server's tool changes not heard", server=self.server.name,
+                     error=self.server.redact(describe(exc)))
+            self._tools_changed_now()
+
+    def _tools_changed_now(self) -> None:
+        log.info("mcp server says its tools changed", server=self.server.name)
+        if self._on_tools_changed is not None:
+            self._on_tools_changed(self.server.name)
 
     def _hung_up(self) -> None:
         # A failed attempt before the SSE fallback also ends its stream; only a live session counts.
@@ -170,7 +200,15 @@ class McpConnection:
         # this client samples, and the SDK refuses their requests ("Sampling not supported").
         return Client(_watched(transport, self._hung_up), cache=None, client_info=CLIENT_INFO,
                       elicitation_callback=self.in_flight.elicit, mode=self._mode,
+                      message_handler=self._tools_changed,
                       sampling_callback=self.in_flight.sample if self.server.sampling else None)
+
+
+def _listens(client: Client) -> bool:
+    """Whether the server tells of tool list changes on a `subscriptions/listen` stream."""
+    tools = client.server_capabilities.tools
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(
+        tools is not None and tools.list_changed)
 
 
 def _speaks_http(exc: BaseException) -> bool:

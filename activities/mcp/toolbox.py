@@ -21,7 +21,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, Tool
 from pydantic import BaseModel
 
-from activities.mcp.catalog import CatalogEntry, build_catalog
+from activities.mcp.catalog import CatalogEntry, build_catalog, listing_digests
 from activities.mcp.config import McpConfig, McpServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import progress_text, result_text
@@ -39,6 +39,7 @@ _ANSWERED = frozenset({INVALID_PARAMS, METHOD_NOT_FOUND, INTERNAL_ERROR})
 class McpDiscovery(BaseModel):
     tools: list[ToolDefinition]
     errors: list[str]  # one line per server or tool left out
+    listing: dict[str, str] = {}  # each server that listed, and its tools' digest
 
 
 class McpToolbox:
@@ -53,6 +54,8 @@ class McpToolbox:
         self._legacy: set[str] = set()
         self._closing: set[asyncio.Task[None]] = set()
         self._catalog: dict[str, CatalogEntry] = {}
+        self._listing: dict[str, str] | None = None  # as last discovered (`listing`)
+        self._tools_changed = False  # a server said so since
         self._closed = False
 
     async def __aenter__(self) -> McpToolbox:
@@ -65,16 +68,31 @@ class McpToolbox:
 
     async def discover(self) -> McpDiscovery:
         """Every server's tools, listed concurrently; a server that fails costs only its own tools."""
+        self._tools_changed = False  # a change said while listing marks it again
         listings = await asyncio.gather(*(self._list_tools(s) for s in self._config.servers))
-        catalog, errors = build_catalog([listing for listing in listings if not isinstance(listing, str)])
+        listed = [listing for listing in listings if not isinstance(listing, str)]
+        catalog, errors = build_catalog(listed)
         self._catalog = catalog
+        self._listing = listing_digests(catalog, (server.name for server, _ in listed))
         errors = (
             [f"MCP config: {error}" for error in self._config.errors]
             + [listing for listing in listings if isinstance(listing, str)]
             + errors
         )
         log.info("mcp tools discovered", tools=len(catalog), errors=len(errors))
-        return McpDiscovery(tools=[entry.definition for entry in catalog.values()], errors=errors)
+        return McpDiscovery(tools=[entry.definition for entry in catalog.values()], errors=errors,
+                            listing=self._listing)
+
+    async def listing(self) -> dict[str, str]:
+        """Each server that lists its tools, and their digest: as last discovered, or listed
+        again if a server said its tools changed since (or this process never listed)."""
+        if self._listing is None or self._tools_changed:
+            await self.discover()
+        assert self._listing is not None
+        return self._listing
+
+    def _tools_changed_by(self, server: str) -> None:
+        self._tools_changed = True
 
     async def current_risk(self, exposed_name: str) -> Risk | None:
         """The tool's risk as this worker knows it now (listing again for a name it does not know);
@@ -195,7 +213,8 @@ class McpToolbox:
             if connection is not None:
                 self._retire(connection)
             connection = self._connections[server.name] = McpConnection(
-                server, self._log_dir, legacy=server.name in self._legacy)
+                server, self._log_dir, legacy=server.name in self._legacy,
+                on_tools_changed=self._tools_changed_by)
         return connection
 
     def _discard(self, connection: McpConnection) -> None:

@@ -1,6 +1,7 @@
 """An MCP stdio server whose tools ask their client in the middle of a call: for input (form
-elicitation), and for a completion of its model (sampling). It writes down every run of a call
-and what it was told, for the tests of servers that ask back. `ASKING_LOG` names the file."""
+elicitation), and for a completion of its model (sampling); and one that changes its list of
+tools. It writes down every run of a call and what it was told, for the tests of servers that
+ask back. `ASKING_LOG` names the file."""
 
 from __future__ import annotations
 
@@ -55,6 +56,21 @@ async def headline(text: str, ctx: Context) -> str:
         return f"no headline: {exc}"
     _write({"headline": result.content.text, "model": result.model})
     return f"headline: {result.content.text}"
+
+
+def vault() -> str:
+    """Opens the vault (listed once `unlock` ran)."""
+    return "the vault is open"
+
+
+@server.tool()
+async def unlock(ctx: Context) -> str:
+    """Adds the tool `vault`, and says the list of tools changed."""
+    _write({"run": "unlock"})
+    server.add_tool(vault)
+    await ctx.notify_tools_changed()  # 2026-07-28: to `subscriptions/listen` streams
+    await ctx.session.send_tool_list_changed()  # 2025-11-25: a notification
+    return "unlocked"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,90 @@
+"""An MCP server's `notifications/tools/list_changed` (or, on the 2026-07-28 protocol, its
+`subscriptions/listen` event) is honoured at the conversation's next turn: the worker lists that
+server again, and the conversation shakes hands again when its listing differs
+(`rules.listing`, `workflows.handshake.tools_changed`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client
+
+from activities.mcp import McpToolbox, load_mcp_config
+from activities.settings import ActivitySettings
+from activities.tools import ToolRegistry
+from contract import ElicitAnswer, SayRequest
+from rules.listing import changed_servers
+from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.helpers import replay, script, settled, start, tool_call, unique
+from tests.mcp_support import PYTHON, SERVERS
+from worker.app import build_worker
+from workflows.conversation import ConversationWorkflow
+
+
+def changing_config(tmp_path: Path) -> Path:
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        '{"mcpServers": {"asking": {"command": "%s", "args": ["%s"], "risk": "safe", '
+        '"env": {"ASKING_LOG": "%s"}}}}' % (PYTHON, SERVERS / "asking_server.py",
+                                           tmp_path / "asking.log"))
+    return config
+
+
+def test_only_a_server_that_lists_otherwise_now_is_a_change():
+    kept = {"a": "1", "b": "2"}
+    assert changed_servers(kept, kept) == []
+    assert changed_servers(kept, {"a": "1"}) == []  # b is down now: its tools stay offered
+    assert changed_servers(kept, {"a": "9", "b": "2", "c": "3"}) == ["a", "c"]
+    assert changed_servers({}, {}) == []
+
+
+async def test_the_toolbox_lists_again_once_a_server_says_its_tools_changed(tmp_path: Path):
+    """On either protocol: the 2026-07-28 one (a listen stream), and the 2025-11-25 one (a
+    notification), which the worker speaks with a server once it elicited."""
+    async with McpToolbox(load_mcp_config(changing_config(tmp_path), {})) as toolbox:
+        before = await toolbox.listing()
+        assert await toolbox.listing() is before  # nothing said: not listed again
+        assert (await toolbox.call("asking__unlock", {})).observation == "unlocked"
+        after = await toolbox.listing()
+        assert after["asking"] != before["asking"]
+        assert await toolbox.current_risk("asking__vault") == "safe"
+
+        asked = await toolbox.call("asking__book", {"city": "Oslo"})  # now on 2025-11-25
+        answer = ElicitAnswer(request=asked.question.request, action="decline")
+        await toolbox.call("asking__book", {"city": "Oslo"}, elicited=[answer])
+        settled_listing = await toolbox.listing()
+        await toolbox.call("asking__unlock", {})  # the same tools: a change said, none made
+        assert await toolbox.listing() == settled_listing
+    (tmp_path / "fresh").mkdir()
+    async with McpToolbox(load_mcp_config(changing_config(tmp_path / "fresh"), {})) as fresh:
+        assert "asking__vault" not in {t.name for t in (await fresh.discover()).tools}
+
+
+async def test_a_conversation_sees_a_servers_new_tool_at_its_next_turn(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings,
+    tmp_path: Path,
+):
+    """Turn 1 runs the tool that adds another; the model is offered the new tool in turn 2,
+    and not before; the history replays."""
+    trigger = script(model, unique("changing"),
+                     ScriptedReply(tool_calls=[tool_call("asking__unlock", {})]),
+                     ScriptedReply(content="{last_tool}"),
+                     ScriptedReply(tool_calls=[tool_call("asking__vault", {})]),
+                     ScriptedReply(content="{last_tool}"))
+    queue = unique("changing")
+    config = changing_config(tmp_path)
+    async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
+        async with build_worker(client, queue, activity_settings, http, ToolRegistry([]),
+                                mcp=toolbox):
+            handle = await start(client, queue, trigger)
+            first = await settled(handle, timeout_s=60)
+            await handle.signal(ConversationWorkflow.say, SayRequest(text="and now?"))
+            second = await settled(handle, turn=2, timeout_s=60)
+            await handle.signal(ConversationWorkflow.end)
+            await handle.result()
+    assert (first.final_answer, second.final_answer) == ("unlocked", "the vault is open")
+    offered = [{t["function"]["name"] for t in r.body["tools"]}
+               for r in model.requests if r.trigger == trigger]
+    assert ["asking__vault" in names for names in offered] == [False, False, True, True]
+    await replay(handle, record_as="mcp_tools_changed")
