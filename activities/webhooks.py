@@ -128,9 +128,11 @@ def body_of(hook: Webhook, request: NotifyRequest, webhooks: Webhooks,
     conversation = payload["conversation_id"]
     payload["console_url"] = f"{webhooks.public_url}/#/c/{conversation}"
     call_id, args_hash = payload.get("call_id"), request.args_hash
-    if request.event == "approval_requested" and secret and call_id and args_hash:
+    # an approval's links approve or reject it; an MCP server's question's says no to it
+    actions = {"approval_requested": ("approve", "reject"), "question_asked": ("decline",)}
+    if secret and call_id and args_hash and request.event in actions:
         expires = int(time.time()) + webhooks.link_ttl_s
-        for action in ("approve", "reject"):
+        for action in actions[request.event]:
             token = sign_link(secret, LinkClaims(c=conversation, k=call_id, h=args_hash,
                                                  a=action, x=expires, n=request.key,
                                                  t=request.ticket, to=hook.addressee))
@@ -142,7 +144,7 @@ def body_of(hook: Webhook, request: NotifyRequest, webhooks: Webhooks,
 
 def slack_text(p: dict[str, Any]) -> str:
     """The message in Slack's mrkdwn. The model, a tool or a person wrote everything in it but
-    our own three links, so all the rest is escaped and clipped: it can make no link, no
+    our own links, so all the rest is escaped and clipped: it can make no link, no
     mention, no fake Approve."""
     where = _slack_link(p["console_url"], p["conversation_id"])
     if p["event"] == "approval_requested":
@@ -154,7 +156,13 @@ def slack_text(p: dict[str, Any]) -> str:
                      f"{_slack_link(p['reject_url'], 'Reject')}")
         return text
     if p["event"] == "question_asked":
-        return f"{where} asks: {_slack_plain(p.get('question'))}"
+        text = f"{where} asks: {_slack_plain(p.get('question'))}"
+        if p.get("server"):
+            text += f" (for {_slack_code(p['server'])}'s {_slack_code(p.get('tool'))})"
+        if p.get("decline_url"):
+            text += (f"\n{_slack_link(p['console_url'], 'Answer in the console')} · "
+                     f"{_slack_link(p['decline_url'], 'Decline')}")
+        return text
     turn = _slack_plain(p.get("turn"))
     if p["event"] == "conversation_failed":
         return f"{where} failed in turn {turn}: {_slack_plain(p.get('error'))}"

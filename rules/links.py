@@ -6,7 +6,8 @@ A link names the exact call it was made for: the conversation that owns the call
 subagent's own id for its calls), the call's id there (`k`), the call's ticket (`t`, drawn from
 its idempotency key, so a call id used again later is another call), the sha256 of the
 arguments it decides (`h`), the action, the expiry, the delivery it came in (`n`) and whom it
-decides as (`to`, or nobody)."""
+decides as (`to`, or nobody). A `decline` link says no to an MCP server's question instead:
+`k` is the id of the call that asks, and `h` the request's digest (`Question.request`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Action = Literal["approve", "reject"]
+Action = Literal["approve", "reject", "decline"]
 MAX_CLAIM_CHARS = 1000
 
 
@@ -29,7 +30,8 @@ class LinkClaims(BaseModel):
 
     c: str = Field(min_length=1, max_length=MAX_CLAIM_CHARS)  # the conversation that owns it
     k: str = Field(min_length=1, max_length=MAX_CLAIM_CHARS)  # the call's id there
-    h: str = Field(min_length=1, max_length=MAX_CLAIM_CHARS)  # sha256 of its arguments
+    h: str = Field(min_length=1, max_length=MAX_CLAIM_CHARS)  # sha256 of its arguments (or
+    # a question's request digest)
     a: Action
     x: int  # expires at (Unix seconds)
     n: str = Field(min_length=1, max_length=MAX_CLAIM_CHARS)  # the delivery's key

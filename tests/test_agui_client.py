@@ -14,12 +14,8 @@ it, and does not deep-freeze its inputs. Nothing here needs the test-mode behavi
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +26,7 @@ import pytest
 from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.helpers import note_rows, script, unique
+from tests.npm_support import npm_installed
 
 CLIENT_DIR = ROOT / "tests" / "agui_client"
 STEP_TIMEOUT_S = 30
@@ -39,21 +36,6 @@ LOST_RESPONSE = "Agent execution failed: TypeError: fetch failed (simulated"
 
 # ----- the client, installed from its lock file -----
 
-def _installed_matches_lock() -> bool:
-    """Whether node_modules holds exactly what package-lock.json pins (npm keeps a copy of
-    what it installed in node_modules/.package-lock.json)."""
-    hidden = CLIENT_DIR / "node_modules" / ".package-lock.json"
-    if not hidden.exists():
-        return False
-
-    def pinned(path: Path) -> dict[str, str | None]:
-        packages = json.loads(path.read_text())["packages"]
-        return {name: p.get("integrity") or p.get("version")
-                for name, p in packages.items() if name.startswith("node_modules/")}
-
-    return pinned(hidden) == pinned(CLIENT_DIR / "package-lock.json")
-
-
 @dataclass(frozen=True)
 class AguiClient:
     node: str
@@ -62,23 +44,8 @@ class AguiClient:
 
 @pytest.fixture(scope="session")
 def agui_client() -> AguiClient:
-    """Node and the driver, with `npm ci` run first when node_modules is missing or stale. One
-    xdist worker installs; the other waits on the lock, then finds it installed."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("the AG-UI client tests need Node.js 20+ and npm on PATH "
-                    "(Debian: sudo apt-get install -y nodejs npm)")
-    with open(Path(tempfile.gettempdir()) / "react-agent-agui-client.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        if not _installed_matches_lock():
-            done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=CLIENT_DIR,
-                                  capture_output=True, text=True, timeout=600, check=False)
-            if done.returncode != 0:
-                pytest.fail(f"`npm ci` in {CLIENT_DIR} failed ({done.returncode}): "
-                            f"{(done.stderr or done.stdout)[-2000:]}")
-            if not _installed_matches_lock():
-                pytest.fail(f"`npm ci` in {CLIENT_DIR} did not install what package-lock.json "
-                            "pins")
+    """Node and the driver, installed from the lock file (`tests.npm_support`)."""
+    node = npm_installed(CLIENT_DIR, "the AG-UI client")
     return AguiClient(node, CLIENT_DIR / "drive.mjs")
 
 

@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
-from playwright.async_api import expect
+import httpx
+from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
 from activities.mcp import McpToolbox, load_mcp_config
+from activities.settings import ActivitySettings
 from contract import AnswerRequest, ElicitAnswer
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
@@ -20,6 +22,7 @@ from tests.devserver import worker_env
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
 from tests.mcp_support import PYTHON, SERVERS
 from tests.processes import WorkerProcess
+from tests.webhook_support import Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
 
 
@@ -163,3 +166,47 @@ STAY_SCHEMA = {"type": "object", "required": ["nights"], "properties": {
     "nights": {"type": "integer", "minimum": 1, "description": "how many nights"},
     "breakfast": {"type": "boolean"},
     "room": {"type": "string", "enum": ["single", "double"]}}}
+
+
+async def test_a_one_time_link_declines_an_mcp_question_once_in_chromium(
+    client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings,
+    temporal_address: str, browser: Browser, tmp_path: Path,
+):
+    """The question's webhook delivery names the server, the tool and the schema, with a link
+    to the console and a one-time decline link. In chromium the link's page shows the
+    question and declines it: the server is told decline, and the link works once."""
+    config, log = asking_config(tmp_path)
+    receiver = Receiver()
+    trigger = script(model, unique("decline-link"),
+                     ScriptedReply(tool_calls=[tool_call("asking__book", {"city": "Rome"})]),
+                     ScriptedReply(content="{last_tool}"))
+    try:
+        async with McpToolbox(load_mcp_config(config, {})) as toolbox, worker_with_links(
+                client, activity_settings, receiver, temporal_address, [None], None,
+                events=("question_asked",), mcp=toolbox) as (queue, api):
+            handle = await start(client, queue, trigger)
+            [delivery] = await receiver.until("question_asked", timeout_s=60)
+            body = delivery["json"]
+            assert (body["kind"], body["server"], body["tool"]) == ("elicitation", "asking", "book")
+            assert body["answer_schema"]["required"] == ["nights"]
+            assert body["console_url"] == f"{api.url}/#/c/{handle.id}"
+            page = await browser.new_page()
+            try:
+                await page.goto(body["decline_url"])
+                await expect(page.locator("h1")).to_have_text("Decline asking's question?")
+                await expect(page.locator("pre")).to_have_text("How many nights in Rome?")
+                await page.get_by_role("button", name="Decline").click()
+                await expect(page.locator("h1")).to_have_text("Question declined")
+            finally:
+                await page.close()
+            status = await settled(handle, timeout_s=60)
+            async with httpx.AsyncClient(timeout=30) as http:
+                again = await http.post(body["decline_url"])
+            await handle.signal(ConversationWorkflow.end)
+            await handle.result()
+    finally:
+        receiver.close()
+    assert status.final_answer == "not booked (decline)"
+    assert [r for r in told(log) if r.get("action")] == [
+        {"city": "Rome", "action": "decline", "data": None}]
+    assert again.status_code == 409 and "no longer waiting" in again.text

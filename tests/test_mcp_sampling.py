@@ -9,6 +9,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from urllib.parse import quote
+
 import httpx
 from mcp.types import (
     CreateMessageRequestParams,
@@ -17,6 +19,7 @@ from mcp.types import (
     TextContent,
     Tool,
 )
+from playwright.async_api import expect
 from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -29,8 +32,11 @@ from activities.models import ModelEntry, Models
 from activities.settings import ActivitySettings
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
-from contract import Sampled, SamplingGrant, ToolInvocation, ToolOutcome, Usage
+from client.render import render_history
+from contract import AuditRecord, Sampled, SamplingGrant, ToolInvocation, ToolOutcome, Usage
 from scripted_model import ScriptedModelServer, ScriptedReply
+from tests.api_support import ApiProcess
+from tests.console_support import Console
 from tests.helpers import replay, script, settled, start, tool_call, unique
 from tests.mcp_support import PYTHON, SERVERS
 from worker.app import build_worker
@@ -188,3 +194,36 @@ def test_what_a_request_may_ask_is_bounded():
     unbounded.sampled = [Sampled(server="s", asked="a")] * 8
     assert unbounded._refusal() == "this client answers at most 8 sampling requests during " \
                                    "one tool call"
+
+
+SAMPLING_RECORD = AuditRecord(
+    at="2026-12-03T09:00:00Z", turn=1, step=1, thought=None, kind="sampling", by="writer",
+    text="A headline for: the rain", entry="backup", tokens=Usage(total_tokens=42))
+
+
+def test_the_cli_history_names_the_server_and_what_it_asked():
+    line = render_history([SAMPLING_RECORD])
+    assert line == ("2026-12-03T09:00:00+00:00  turn 1 step 1  MCP server writer asked the "
+                    "model on backup (42 tokens): A headline for: the rain")
+
+
+async def test_the_console_audit_shows_a_sampling_record(
+    api: ApiProcess, model: ScriptedModelServer, console: Console,
+):
+    """In chromium: the audit trail's sampling row names the server, the entry and what it
+    asked, at the step of its call."""
+    trigger = script(model, unique("console-sampling"), ScriptedReply(content="ok"))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Hello ({trigger}).")
+    record = SAMPLING_RECORD.model_dump(mode="json")
+    await page.route(f"**/conversations/{quote(cid)}/history",
+                     lambda route: route.fulfill(json=[record]))
+    await page.reload()
+    await page.get_by_test_id("tab-audit").click()
+    row = page.get_by_test_id("audit").locator('[data-testid="audit-row"][data-kind="sampling"]')
+    await expect(row).to_contain_text("turn 1 · step 1 · sampling")
+    await expect(row.get_by_test_id("audit-sampling")).to_have_text(
+        "MCP server writer asked the model (backup): A headline for: the rain")
+    await expect(row).to_contain_text("42")
+    assert console.errors == []

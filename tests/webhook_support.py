@@ -19,6 +19,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from activities.mcp import McpToolbox
 from activities.settings import ActivitySettings
 from activities.webhooks import Webhook, Webhooks
 from tests.api_support import ApiProcess
@@ -86,14 +87,16 @@ def hooks_of(*urls: str, addressee: str | None = None, public_url: str = "") -> 
 @asynccontextmanager
 async def worker_with_links(client: Client, settings: ActivitySettings, receiver: Receiver,
                             temporal_address: str, addressees: Iterable[str | None],
-                            tokens: str) -> AsyncIterator[tuple[str, ApiProcess]]:
-    """A worker whose approvals reach `receiver` through one webhook per addressee, with one-time
-    links, and an API with `tokens` serving them: (its task queue, the API)."""
+                            tokens: str | None, events: tuple[str, ...] = ("approval_requested",),
+                            mcp: McpToolbox | None = None) -> AsyncIterator[tuple[str, ApiProcess]]:
+    """A worker whose approvals (or other `events`) reach `receiver` through one webhook per
+    addressee, with one-time links, and an API with `tokens` serving them: (its task queue, the
+    API). `mcp`: the worker's MCP servers."""
     queue = f"links-{uuid.uuid4().hex[:8]}"
     api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS,
-                     AGENT_API_TOKENS=tokens).start()
+                     **({"AGENT_API_TOKENS": tokens} if tokens else {})).start()
     hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
-                              events=["approval_requested"]) for to in addressees],
+                              events=list(events)) for to in addressees],
                      public_url=api.url)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TEST_HOOK_SECRET", SECRET)
@@ -101,7 +104,7 @@ async def worker_with_links(client: Client, settings: ActivitySettings, receiver
         try:
             async with httpx.AsyncClient(timeout=10) as http:
                 async with build_worker(client, queue, dataclasses.replace(settings, webhooks=hooks),
-                                        http, registry_with_test_tools()):
+                                        http, registry_with_test_tools(), mcp=mcp):
                     yield queue, api
         finally:
             api.stop()

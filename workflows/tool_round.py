@@ -357,9 +357,11 @@ class ToolRound:
             self._desk.ask(call_id, question)
             self._narrator.emit("question_asked", call_id=call_id, text=question.message,
                                 options=question.options, question_kind=question.kind)
-            self._narrator.notifier.notify(
-                "question_asked", self._state.current.number, call_id=call_id,
-                question=question.message, kind=question.kind, options=question.options)
+            self._narrator.notifier.notify(  # an MCP server's: its one-time decline link
+                "question_asked", self._state.current.number, args_hash=question.request,
+                call_id=call_id, question=question.message, kind=question.kind,
+                options=question.options, server=question.server, tool=question.tool,
+                answer_schema=question.answer_schema)
             self._sync_status()
             self._desk.settle(workflow.now())  # an answer that came with the result asking it
             try:

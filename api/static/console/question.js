@@ -109,29 +109,54 @@ export class QuestionForm {
 }
 
 // One input per property of an elicitation's schema (MCP asks flat objects of primitives): a
-// number, a checkbox, a list to pick from, or text. An empty optional field is left out.
+// checkbox, a list to pick one from (`enum`, titled by `enumNames`, or `oneOf` consts with
+// titles), checkboxes to pick several (an array of such items), a number, or text (an email, a
+// URL or a date as such). Defaults are filled in; an empty optional field is left out.
 function schemaFields(schema) {
   const required = new Set(schema.required || []);
   return Object.entries(schema.properties || {}).map(([name, p]) => {
     const title = `${p.title || name}${required.has(name) ? ' *' : ''}`;
     const common = { name, testid: 'elicit-field', 'aria-label': name, dataset: { field: name } };
+    const picks = choices(p);
+    const several = p.type === 'array' ? choices(p.items || {}) : null;
     let input;
     let value;
     if (p.type === 'boolean') {
       input = h('input', { type: 'checkbox', ...common, checked: Boolean(p.default) });
       value = () => input.checked;
-    } else if (Array.isArray(p.enum)) {
+    } else if (several) {
+      const chosen = new Set(Array.isArray(p.default) ? p.default.map(String) : []);
+      const boxes = several.map(([v, label]) => h('label', { class: 'choice' },
+        h('input', { type: 'checkbox', value: v, 'aria-label': `${name} ${label}`, checked: chosen.has(v) }), ' ', label));
+      input = h('span', { ...common, role: 'group' }, boxes);
+      value = () => {
+        const picked = [...input.querySelectorAll('input:checked')].map((i) => i.value);
+        return picked.length || required.has(name) ? picked : undefined;
+      };
+    } else if (picks) {
       input = h('select', common, [required.has(name) ? null : h('option', { value: '' }, ''),
-        ...p.enum.map((o) => h('option', { value: String(o) }, String(o)))]);
+        ...picks.map(([v, label]) => h('option', { value: v, selected: String(p.default) === v }, label))]);
       value = () => (input.value === '' ? undefined : input.value);
     } else if (p.type === 'integer' || p.type === 'number') {
-      input = h('input', { type: 'number', step: p.type === 'integer' ? '1' : 'any', ...common });
+      input = h('input', { type: 'number', step: p.type === 'integer' ? '1' : 'any', ...common, value: p.default ?? '' });
       value = () => (input.value === '' ? undefined : Number(input.value));
     } else {
-      input = h('input', { type: 'text', ...common });
+      const type = { email: 'email', uri: 'url', date: 'date' }[p.format] || 'text';
+      input = h('input', { type, ...common, value: p.default ?? '' });
       value = () => (input.value === '' ? undefined : input.value);
     }
     return { name, value, label: h('label', { class: 'elicit-field' }, title, ' ', input,
       p.description ? h('span', { class: 'muted' }, ` ${p.description}`) : null) };
   });
+}
+
+/** The values one may pick of a property, each with its label: `enum` (titled by the legacy
+ * `enumNames`), or `oneOf`/`anyOf` of `{const, title}`; null if it has none. */
+function choices(p) {
+  if (Array.isArray(p.enum)) return p.enum.map((v, i) => [String(v), String((p.enumNames || [])[i] ?? v)]);
+  const titled = p.oneOf || p.anyOf;
+  if (Array.isArray(titled) && titled.length && titled.every((o) => o && 'const' in o)) {
+    return titled.map((o) => [String(o.const), String(o.title ?? o.const)]);
+  }
+  return null;
 }
