@@ -89,20 +89,30 @@ async def test_a_sampling_request_is_answered_by_the_conversations_model_counted
     conversation's model calls, in its usage, and the audit names the server and what it
     asked; the history replays."""
     config, log = sampling_config(tmp_path)
-    story = unique("story")  # the sampling request's scenario: its own first user message
-    script(model, story, ScriptedReply(content="Rain Stops Play"))
-    trigger = script(model, unique("sampling"),
-                     ScriptedReply(tool_calls=[tool_call("asking__headline", {"text": story})]),
-                     ScriptedReply(content="{last_tool}"))
+
+    def headline(budget: int | None = None) -> tuple[str, str, dict]:
+        story = unique("story")  # the sampling request's scenario: its own first user message
+        script(model, story, ScriptedReply(content="Rain Stops Play"))
+        trigger = script(model, unique("sampling"), ScriptedReply(tool_calls=[
+            tool_call("asking__headline", {"text": story})]),
+            ScriptedReply(content="{last_tool}"))
+        return story, trigger, {"max_total_tokens": budget} if budget else {}
+
     queue = unique("sampling")
     async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
         async with build_worker(client, queue, activity_settings, http, ToolRegistry([]),
                                 mcp=toolbox):
+            story, trigger, _ = headline()
             handle = await start(client, queue, trigger)
             status = await settled(handle, timeout_s=60)
             trail = await handle.query(ConversationWorkflow.history)
             await handle.signal(ConversationWorkflow.end)
             await handle.result()
+            # The same, with a budget that step 1 leaves one token of: the server's request
+            # may take that one, and its tokens end the turn.
+            first_step = next(r for r in trail if r.kind == "step").tokens.total_tokens
+            short_story, short, budget = headline(first_step + 1)
+            spent = await settled(await start(client, queue, short, **budget), timeout_s=60)
     assert status.final_answer == "headline: Rain Stops Play", status
     assert told(log)[-1] == {"headline": "Rain Stops Play", "model": "scripted"}
 
@@ -121,6 +131,11 @@ async def test_a_sampling_request_is_answered_by_the_conversations_model_counted
     step_tokens = sum(r.tokens.total_tokens for r in trail if r.kind == "step")
     assert status.usage.total_tokens == step_tokens + sampled.tokens.total_tokens
     await replay(handle, record_as="mcp_sampling")
+
+    [short_ask] = [r.body for r in model.requests if r.trigger == short_story]
+    assert short_ask["max_tokens"] == 1
+    assert spent.stop_reason == "budget_exceeded" and spent.llm_calls == 2, spent
+    assert spent.usage.total_tokens > first_step + 1
 
 
 def tool_env() -> ActivityEnvironment:
