@@ -199,7 +199,6 @@ class ToolActivities:
         return bounded(ToolOutcome(status="ok", observation=observation),
                        invocation.max_observation_bytes)
 
-
     async def _run_mcp(self, name: str, invocation: ToolInvocation, reporter: CallReporter
                        ) -> ToolOutcome:
         """An MCP server's tool: its progress notifications reach the live stream, as a tool's

@@ -173,6 +173,16 @@ class AnswerBody(Body):
                     f"{DEFAULT_MESSAGE_BYTES // 1024} KiB of a message")
 
 
+class DeclineBody(Body):
+    call_id: str | None = Field(
+        default=None, max_length=MAX_REF_CHARS,
+        description="the question said no to, by its ref (`pending_question.ref`): a later "
+                    "question, or another subagent's, refuses it; unset, whichever is open")
+    cancel: bool = Field(
+        default=False, description="an MCP server's question: tell the server cancel rather "
+                                   "than decline")
+
+
 class EndBody(Body):
     pass
 

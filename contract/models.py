@@ -24,8 +24,9 @@ SUMMARIZE_ACTIVITY = "summarize"
 LIST_TOOLS_ACTIVITY = "list_tools"
 MCP_LISTING_ACTIVITY = "mcp_listing"  # before a turn: whether an MCP server's tools changed
 NOTIFY_ACTIVITY = "notify"
-RUNTIME_ACTIVITIES = frozenset({LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY,
-                                LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY, MCP_LISTING_ACTIVITY})  # the runtime's own
+RUNTIME_ACTIVITIES = frozenset({  # the runtime's own
+    LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY, LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY,
+    MCP_LISTING_ACTIVITY})
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -373,7 +374,7 @@ class Sampled(BaseModel):
     model call of the conversation, counted in its usage and budgets."""
 
     server: Text
-    asked: Text  # what it asked, clipped (`MAX_SAMPLING_ASKED_BYTES`)
+    asked: Text  # what it asked, clipped (`activities.mcp.sampling.MAX_ASKED_BYTES`)
     entry: str | None = None  # the model entry that answered
     usage: Usage = Usage()
     error: Text | None = None  # why it went unanswered (the server was told so)

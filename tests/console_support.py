@@ -76,3 +76,25 @@ async def call(method: str, url: str, **kwargs) -> httpx.Response:
 
 async def status_of(api_url: str, cid: str) -> dict:
     return (await call("GET", f"{api_url}/conversations/{quote(cid)}")).json()
+
+
+async def as_if_asked(console: Console, api_url: str, cid: str, question: dict,
+                      **status: object) -> tuple[dict, list[dict]]:
+    """The console's page of `cid` shown as if its pending question were `question` (over the
+    one it has), and the rest of its status `status`: the conversation's status and answer
+    routes are served from here, and the page reloaded. Returns the status shown, and what the
+    page posts as answers (each taken)."""
+    shown = await status_of(api_url, cid)
+    shown["pending_question"].update(question)
+    shown.update(status)
+    page = console.page
+    await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=shown))
+    posted: list[dict] = []
+
+    async def answered(route) -> None:
+        posted.append(route.request.post_data_json)
+        await route.fulfill(json={"request_id": "r", "accepted": True})
+
+    await page.route(f"**/conversations/{quote(cid)}/answer", answered)
+    await page.reload()
+    return shown, posted

@@ -91,6 +91,7 @@ VALID_BODIES = {
     "/conversations/{cid}/confirm": {"call_ids": ["call_1"]},
     "/conversations/{cid}/reject": {"call_ids": ["call_1"], "reason": "no"},
     "/conversations/{cid}/answer": {"values": ["yes"]},
+    "/conversations/{cid}/decline": {},
     "/conversations/{cid}/end": {},
     "/conversations/{cid}/fork": {"at_step": 1},
 }

@@ -133,6 +133,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "reported",  # a subagent from before numbered reports
     "memory",  # a conversation from before memory recalls nothing
     "handshake_version",  # from before versioned workers: unversioned
+    "mcp_listing",  # from before tool list changes were heard: never looks
 }
 
 
@@ -196,6 +197,7 @@ def full_state() -> ConversationState:
     state.tool_queue = "q.tools"
     state.memory = True
     state.handshake_version = "agents:b7"
+    state.mcp_listing = {"asking": "a4374ffe9712f4d7"}
     state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
     state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",

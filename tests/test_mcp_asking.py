@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 from playwright.async_api import Browser, expect
@@ -17,7 +16,7 @@ from activities.settings import ActivitySettings
 from contract import AnswerRequest, ElicitAnswer
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
-from tests.console_support import Console, status_of
+from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
 from tests.mcp_support import PYTHON, SERVERS
@@ -133,19 +132,11 @@ async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
     await page.goto(f"{api.url}/")
     cid = await console.start(f"Book it ({trigger}).")
     await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
-    shown = await status_of(api.url, cid)  # the question as an MCP server would have asked it
-    shown["pending_question"].update(kind="elicitation", message="How many nights in Lyon?",
-                                     server="hotel", tool="book", answer_schema=STAY_SCHEMA)
-    shown["version"] = "agents:b7"  # as a versioned worker's status says it (issue 36)
-    await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=shown))
-    posted: list[dict] = []
-
-    async def answered(route) -> None:
-        posted.append(route.request.post_data_json)
-        await route.fulfill(json={"request_id": "r", "accepted": True})
-
-    await page.route(f"**/conversations/{quote(cid)}/answer", answered)
-    await page.reload()
+    question = {"kind": "elicitation", "message": "How many nights in Lyon?",
+                "server": "hotel", "tool": "book", "answer_schema": STAY_SCHEMA}
+    # as an MCP server would have asked it, on a versioned worker (issue 36)
+    shown, posted = await as_if_asked(console, api.url, cid, question,
+                                      version="agents:b7")
     form = page.get_by_test_id("answer-form")
     await expect(form).to_have_attribute("data-kind", "elicitation")
     await expect(form).to_contain_text("asked by hotel's book")
@@ -168,18 +159,23 @@ STAY_SCHEMA = {"type": "object", "required": ["nights"], "properties": {
     "room": {"type": "string", "enum": ["single", "double"]}}}
 
 
-async def test_a_one_time_link_declines_an_mcp_question_once_in_chromium(
+async def test_an_mcp_question_is_declined_by_its_one_time_link_or_in_the_console(
     client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings,
     temporal_address: str, browser: Browser, tmp_path: Path,
 ):
     """The question's webhook delivery names the server, the tool and the schema, with a link
     to the console and a one-time decline link. In chromium the link's page shows the
-    question and declines it: the server is told decline, and the link works once."""
+    question and declines it: the server is told decline, and the link works once. Another
+    is declined from the console's form."""
     config, log = asking_config(tmp_path)
     receiver = Receiver()
-    trigger = script(model, unique("decline-link"),
-                     ScriptedReply(tool_calls=[tool_call("asking__book", {"city": "Rome"})]),
-                     ScriptedReply(content="{last_tool}"))
+
+    def books(city: str) -> str:
+        return script(model, unique("decline"),
+                      ScriptedReply(tool_calls=[tool_call("asking__book", {"city": city})]),
+                      ScriptedReply(content="{last_tool}"))
+
+    trigger, in_console = books("Rome"), books("Oslo")
     try:
         async with McpToolbox(load_mcp_config(config, {})) as toolbox, worker_with_links(
                 client, activity_settings, receiver, temporal_address, [None], None,
@@ -202,11 +198,22 @@ async def test_a_one_time_link_declines_an_mcp_question_once_in_chromium(
             status = await settled(handle, timeout_s=60)
             async with httpx.AsyncClient(timeout=30) as http:
                 again = await http.post(body["decline_url"])
-            await handle.signal(ConversationWorkflow.end)
-            await handle.result()
+
+            other = await start(client, queue, in_console)
+            await reaches(other, "waiting_for_input", timeout_s=60)
+            page = await browser.new_page()
+            try:
+                await page.goto(f"{api.url}/#/c/{other.id}")
+                form = page.get_by_test_id("answer-form")
+                await expect(form).to_have_attribute("data-kind", "elicitation")
+                await form.get_by_test_id("answer-decline").click()
+                await expect(form.get_by_test_id("answer-outcome")).to_contain_text("Declined.")
+            finally:
+                await page.close()
+            declined = await settled(other, timeout_s=60)
     finally:
         receiver.close()
-    assert status.final_answer == "not booked (decline)"
+    assert status.final_answer == declined.final_answer == "not booked (decline)"
     assert [r for r in told(log) if r.get("action")] == [
-        {"city": "Rome", "action": "decline", "data": None}]
+        {"city": city, "action": "decline", "data": None} for city in ("Rome", "Oslo")]
     assert again.status_code == 409 and "no longer waiting" in again.text

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from urllib.parse import quote
-
 import httpx
 import pytest
 from playwright.async_api import expect
@@ -22,7 +20,7 @@ from contract import AnswerRequest, ElicitAnswer
 from rules.gate import check_answer
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT, ApiProcess
-from tests.console_support import Console, status_of
+from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.npm_support import npm_installed
@@ -149,17 +147,9 @@ async def test_the_console_form_of_its_schema_answers_it(
         await page.goto(f"{api.url}/")
         cid = await console.start(f"Ask me ({trigger}).")
         await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
-        shown = await status_of(api.url, cid)  # the server's question, as a worker shows it
-        shown["pending_question"].update(asked.model_dump(mode="json", exclude_none=True))
-        await page.route(f"**/conversations/{quote(cid)}", lambda r: r.fulfill(json=shown))
-        posted: list[dict] = []
-
-        async def answered(route) -> None:
-            posted.append(route.request.post_data_json)
-            await route.fulfill(json={"request_id": "r", "accepted": True})
-
-        await page.route(f"**/conversations/{quote(cid)}/answer", answered)
-        await page.reload()
+        # the server's question, as a worker shows it
+        _, posted = await as_if_asked(console, api.url, cid,
+                                      asked.model_dump(mode="json", exclude_none=True))
         form = page.get_by_test_id("answer-form")
         await expect(form).to_contain_text("asked by everything's trigger-elicitation-request")
         await expect(form.get_by_label("integer", exact=True)).to_have_value("42")

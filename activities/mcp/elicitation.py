@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.types import (
+    INVALID_REQUEST,
     CreateMessageRequestParams,
     CreateMessageResult,
     ElicitRequestFormParams,
@@ -36,7 +37,6 @@ from rules.schemas import schema_problem
 # What enters the conversation of a request: its message, and its schema's canonical JSON.
 MAX_MESSAGE_BYTES = 4_000
 MAX_SCHEMA_BYTES = 16_384
-INVALID_REQUEST = -32600
 
 Sampler = Callable[[CreateMessageRequestParams], Awaitable[CreateMessageResult | ErrorData]]
 

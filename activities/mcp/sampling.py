@@ -22,6 +22,7 @@ import openai
 import structlog
 from mcp.types import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     CreateMessageRequestParams,
     CreateMessageResult,
     ErrorData,
@@ -42,7 +43,6 @@ MAX_SAMPLING_TOKENS = 1_024  # what one answer may take, unless the entry allows
 MAX_PROMPT_BYTES = 32_768  # what one request may ask, its system prompt included
 MAX_ASKED_BYTES = 1_000  # what the audit keeps of a request
 MAX_STOP_SEQUENCES = 4  # what OpenAI's API takes
-INVALID_REQUEST = -32600
 
 
 class CallSampler:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from api.bodies import (
     AnswerBody,
     ConfirmBody,
+    DeclineBody,
     EndBody,
     MessageBody,
     RejectBody,
@@ -75,6 +76,19 @@ async def answer(cid: Cid, body: AnswerBody, s: Conversations, who: Who,
     it), refused (409) if another question is open by then."""
     return await s.decide(cid, AnswerRequest(request_id=rid, values=body.values,
                                              call_id=body.call_id, sender=who.name),
+                          by_update=True)
+
+
+@router.post("/conversations/{cid}/decline", response_model=SignalOutcome,
+             responses=given)
+async def decline(cid: Cid, body: DeclineBody, s: Conversations, who: Who,
+                  _: Annotated[None, allowed("decide")], rid: RequestId) -> Any:
+    """Say no to the pending question instead of answering it: the model reads that it was
+    declined; an MCP server's question tells the server decline (or, with `cancel`,
+    cancel). Refused (409) if another question is open by then."""
+    return await s.decide(cid, AnswerRequest(request_id=rid, values=[], call_id=body.call_id,
+                                             declined=True, cancelled=body.cancel,
+                                             sender=who.name),
                           by_update=True)
 
 

@@ -36,6 +36,9 @@ export class QuestionForm {
           h('input', { type, name, value: option, testid: 'answer-option' }), ' ', option))));
       }
       buttons.push(h('button', { type: 'submit', class: 'primary', testid: 'answer-submit' }, 'Answer'));
+      if (q.kind === 'elicitation') { // the server is told decline
+        buttons.push(h('button', { type: 'button', testid: 'answer-decline', onclick: () => this.send(null) }, 'Decline'));
+      }
     }
     this.denied = whyNot('decide', view.status.owner); // then: no controls, and why
     this.el = h('form', { class: 'answer-form', testid: 'answer-form', dataset: { callId: q.call_id, kind: q.kind } },
@@ -79,14 +82,16 @@ export class QuestionForm {
     for (const c of this.el.querySelectorAll('input, select, button:not(.dismiss)')) c.disabled = !enabled;
   }
 
+  /** Answer with `values`, or (null) decline. */
   async send(values) {
     message(this.refusal, '');
     this.controls(false);
     message(this.outcome, 'Sending…');
     try {
       // bound to the question shown: a later one (or another subagent's) refuses it
-      await api('POST', conversationPath(this.view.cid, '/answer'), { values, call_id: this.callId });
-      message(this.outcome, 'Answered. The conversation goes on.', 'ok');
+      await api('POST', conversationPath(this.view.cid, values ? '/answer' : '/decline'),
+        values ? { values, call_id: this.callId } : { call_id: this.callId });
+      message(this.outcome, values ? 'Answered. The conversation goes on.' : 'Declined. The conversation goes on.', 'ok');
       this.view.soon();
       refreshList();
     } catch (err) {
