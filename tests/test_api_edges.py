@@ -126,6 +126,7 @@ async def first_events(http: httpx.AsyncClient, cid: str, headers: dict | None =
     return events
 
 
+@pytest.mark.long  # a stress-scale run: `make test-long`
 async def test_every_stream_offset_has_a_defined_start(http: httpx.AsyncClient,
                                                        model: ScriptedModelServer):
     for params, headers in [({"from_offset": "-1"}, {}), ({"from_offset": "x"}, {}),
@@ -272,6 +273,7 @@ async def test_temporal_refusals_are_logged_not_echoed(temporal_address: str, ta
 
 # ----- the fuzzer -----
 
+@pytest.mark.long  # a stress-scale run: `make test-long`
 async def test_fuzzing_every_route_finds_no_5xx_hang_or_log_flood(edge_api,
                                                                   http: httpx.AsyncClient):
     api, log = edge_api

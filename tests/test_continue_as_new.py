@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -69,6 +70,7 @@ OFTEN = {"continue_as_new_after_events": 40}
 OFTENER = {"continue_as_new_after_events": 25}
 
 
+@pytest.mark.long  # a stress-scale run: `make test-long`
 async def test_a_long_turn_and_many_messages_cross_runs_without_loss(
     eager_client: tuple[Client, str], model: ScriptedModelServer
 ):

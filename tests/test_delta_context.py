@@ -7,6 +7,7 @@ import json
 import random
 
 import httpx
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -210,6 +211,7 @@ def model_inputs(history) -> list[int]:
             and e.activity_task_scheduled_event_attributes.activity_type.name == "llm_step"]
 
 
+@pytest.mark.long  # a stress-scale run: `make test-long`
 async def test_two_workers_alternating_on_one_conversation_fetch_what_they_lack(
     client: Client, model: ScriptedModelServer, activity_settings: ActivitySettings
 ):

@@ -189,6 +189,7 @@ async def test_a_prompt_too_long_for_the_model_is_folded_and_asked_again(
     assert "maximum context length is 2048 tokens" in stopped.error
 
 
+@pytest.mark.long  # a stress-scale run: `make test-long`
 async def test_max_requests_per_s_holds_across_two_worker_processes(
         client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
     """12 model calls on an entry limited to 2 per second, over two worker processes: the
