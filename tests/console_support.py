@@ -11,7 +11,9 @@ from urllib.parse import quote, unquote
 import httpx
 from playwright.async_api import Page, Request, expect
 
+from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
+from tests.helpers import script, tool_call, unique
 
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 # The docs' screenshots are written again only when asked: a test run leaves the tree as it was.
@@ -78,16 +80,22 @@ async def status_of(api_url: str, cid: str) -> dict:
     return (await call("GET", f"{api_url}/conversations/{quote(cid)}")).json()
 
 
-async def as_if_asked(console: Console, api_url: str, cid: str, question: dict,
-                      **status: object) -> tuple[dict, list[dict]]:
-    """The console's page of `cid` shown as if its pending question were `question` (over the
-    one it has), and the rest of its status `status`: the conversation's status and answer
-    routes are served from here, and the page reloaded. Returns the status shown, and what the
-    page posts as answers (each taken)."""
+async def as_if_asked(console: Console, api_url: str, model: ScriptedModelServer,
+                      question: dict, **status: object) -> tuple[dict, list[dict]]:
+    """The console's page of a new conversation that waits on a question (`ask_input`), shown
+    as if that question were `question` (over the one it has), and the rest of its status
+    `status`: the conversation's status and answer routes are served from here, and the page
+    reloaded. Returns the status shown, and what the page posts as answers (each taken)."""
+    trigger = script(model, unique("as-if-asked"),
+                     ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "?"})]),
+                     ScriptedReply(content="ok"))
+    page = console.page
+    await page.goto(f"{api_url}/")
+    cid = await console.start(f"Ask me ({trigger}).")
+    await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
     shown = await status_of(api_url, cid)
     shown["pending_question"].update(question)
     shown.update(status)
-    page = console.page
     await page.route(f"**/conversations/{quote(cid)}", lambda route: route.fulfill(json=shown))
     posted: list[dict] = []
 

@@ -4,9 +4,26 @@ conftest.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 PYTHON = sys.executable
 SERVERS = Path(__file__).parent / "mcp_servers"
 TOKEN = "tok-3f9a1c77e2b04d5a"  # what the HTTP server expects as a bearer token: a secret
+
+
+def asking_config(directory: Path, **entry: object) -> tuple[Path, Path]:
+    """An `mcpServers` file in `directory` with the server `asking` (mcp_servers/asking_server.py,
+    as safe; `entry`'s keys over that), and the file it writes down what it was told in."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log, config = directory / "asking.log", directory / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"asking": {
+        "command": PYTHON, "args": [str(SERVERS / "asking_server.py")],
+        "env": {"ASKING_LOG": str(log)}, "risk": "safe", **entry}}}))
+    return config, log
+
+
+def told(log: Path) -> list[dict]:
+    """What the `asking` server wrote down, one record per line."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []

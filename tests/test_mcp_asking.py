@@ -4,7 +4,6 @@ call runs again (`activities.mcp.elicitation`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -19,29 +18,16 @@ from tests.api_support import ApiProcess
 from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
-from tests.mcp_support import PYTHON, SERVERS
+from tests.mcp_support import asking_config, told
 from tests.processes import WorkerProcess
 from tests.webhook_support import Receiver, worker_with_links
 from workflows.conversation import ConversationWorkflow
 
 
-def asking_config(tmp_path: Path) -> tuple[Path, Path]:
-    log = tmp_path / "asking.log"
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"asking": {
-        "command": PYTHON, "args": [str(SERVERS / "asking_server.py")],
-        "env": {"ASKING_LOG": str(log)}, "timeout_s": 20, "risk": "safe"}}}))
-    return config, log
-
-
-def told(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
 async def test_a_call_that_asks_ends_with_the_question_and_its_answer_reaches_the_server_later(
     tmp_path: Path,
 ):
-    config, log = asking_config(tmp_path)
+    config, log = asking_config(tmp_path, timeout_s=20)
     toolbox = McpToolbox(load_mcp_config(config, {}))
     try:
         await toolbox.discover()
@@ -79,7 +65,7 @@ async def test_an_mcp_question_waits_across_a_worker_kill_is_asked_once_and_reac
     """The issue's "done when": an eliciting tool's question waits across a worker SIGKILL, is
     answered once (an answer that misses the schema refused first), and its answer reaches the
     server on the call's next run; the history replays."""
-    config, log = asking_config(tmp_path)
+    config, log = asking_config(tmp_path, timeout_s=20)
     queue = unique("asking")
     worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url,
                                       tmp_path / "data", AGENT_MCP_CONFIG=str(config)), tmp_path)
@@ -125,18 +111,11 @@ async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
     """In chromium: a question of kind `elicitation` is a form with a field per property of
     its schema (a number, a checkbox, a pick list), and it answers with one JSON object; the
     facts name the version the conversation runs on."""
-    trigger = script(model, unique("console-elicit"),
-                     ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "Nights?"})]),
-                     ScriptedReply(content="ok"))
-    page = console.page
-    await page.goto(f"{api.url}/")
-    cid = await console.start(f"Book it ({trigger}).")
-    await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
     question = {"kind": "elicitation", "message": "How many nights in Lyon?",
                 "server": "hotel", "tool": "book", "answer_schema": STAY_SCHEMA}
     # as an MCP server would have asked it, on a versioned worker (issue 36)
-    shown, posted = await as_if_asked(console, api.url, cid, question,
-                                      version="agents:b7")
+    shown, posted = await as_if_asked(console, api.url, model, question, version="agents:b7")
+    page = console.page
     form = page.get_by_test_id("answer-form")
     await expect(form).to_have_attribute("data-kind", "elicitation")
     await expect(form).to_contain_text("asked by hotel's book")
@@ -167,7 +146,7 @@ async def test_an_mcp_question_is_declined_by_its_one_time_link_or_in_the_consol
     to the console and a one-time decline link. In chromium the link's page shows the
     question and declines it: the server is told decline, and the link works once. Another
     is declined from the console's form."""
-    config, log = asking_config(tmp_path)
+    config, log = asking_config(tmp_path, timeout_s=20)
     receiver = Receiver()
 
     def books(city: str) -> str:

@@ -140,17 +140,10 @@ async def test_the_console_form_of_its_schema_answers_it(
     email field; the answer it sends fits the schema, and the server takes it."""
     async with McpToolbox(load_mcp_config(everything_config(tmp_path, node), {})) as toolbox:
         asked = (await toolbox.call(ELICITS, {})).question
-        trigger = script(model, unique("console-everything"),
-                         ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "?"})]),
-                         ScriptedReply(content="ok"))
-        page = console.page
-        await page.goto(f"{api.url}/")
-        cid = await console.start(f"Ask me ({trigger}).")
-        await expect(page.get_by_test_id("answer-form")).to_have_attribute("data-kind", "input")
         # the server's question, as a worker shows it
-        _, posted = await as_if_asked(console, api.url, cid,
+        _, posted = await as_if_asked(console, api.url, model,
                                       asked.model_dump(mode="json", exclude_none=True))
-        form = page.get_by_test_id("answer-form")
+        form = console.page.get_by_test_id("answer-form")
         await expect(form).to_contain_text("asked by everything's trigger-elicitation-request")
         await expect(form.get_by_label("integer", exact=True)).to_have_value("42")
         await expect(form.get_by_label("email", exact=True)).to_have_attribute("type", "email")

@@ -6,7 +6,6 @@ tools and within bounds, and counted and audited as the conversation's own model
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from urllib.parse import quote
@@ -38,23 +37,9 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.console_support import Console
 from tests.helpers import replay, script, settled, start, tool_call, unique
-from tests.mcp_support import PYTHON, SERVERS
+from tests.mcp_support import asking_config, told
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-
-
-def sampling_config(tmp_path: Path, sampling: bool = True) -> tuple[Path, Path]:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    log = tmp_path / "asking.log"
-    config = tmp_path / "mcp.json"
-    entry = {"command": PYTHON, "args": [str(SERVERS / "asking_server.py")],
-             "env": {"ASKING_LOG": str(log)}, "timeout_s": 20, "risk": "safe"}
-    config.write_text(json.dumps({"mcpServers": {"asking": {**entry, "sampling": sampling}}}))
-    return config, log
-
-
-def told(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def ask(*texts: str, **params) -> CreateMessageRequestParams:
@@ -69,7 +54,7 @@ async def test_only_a_server_whose_entry_says_so_is_offered_sampling(tmp_path: P
     but a call given no model (no grant) is refused all the same."""
     for trusted, refusal in ((False, "Sampling not supported"),
                              (True, "the conversation gave this call of headline no model")):
-        config, log = sampling_config(tmp_path / str(trusted), sampling=trusted)
+        config, log = asking_config(tmp_path / str(trusted), timeout_s=20, sampling=trusted)
         async with McpToolbox(load_mcp_config(config, {})) as toolbox:
             found = {t.name: t for t in (await toolbox.discover()).tools}
             assert found["asking__headline"].samples is trusted
@@ -88,7 +73,7 @@ async def test_a_sampling_request_is_answered_by_the_conversations_model_counted
     without tools and within this client's bound of tokens; it counts as one of the
     conversation's model calls, in its usage, and the audit names the server and what it
     asked; the history replays."""
-    config, log = sampling_config(tmp_path)
+    config, log = asking_config(tmp_path, timeout_s=20, sampling=True)
 
     def headline(budget: int | None = None) -> tuple[str, str, dict]:
         story = unique("story")  # the sampling request's scenario: its own first user message
@@ -150,7 +135,7 @@ async def test_a_failing_entry_falls_back_and_a_spent_budget_is_refused(
 ):
     """The conversation's entry fails (its endpoint is down): its fallback answers. With the
     conversation's token budget spent, the server is refused, and no model is asked."""
-    config, log = sampling_config(tmp_path)
+    config, log = asking_config(tmp_path, timeout_s=20, sampling=True)
     story = script(model, unique("story"), ScriptedReply(content="Sun Returns"))
     models = Models({"main": ModelEntry(model="main-model", base_url="http://127.0.0.1:9/v1"),
                      "backup": ModelEntry(model="backup-model", base_url=model.base_url,

@@ -17,18 +17,9 @@ from contract import ElicitAnswer, SayRequest
 from rules.listing import changed_servers
 from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.helpers import replay, script, settled, start, tool_call, unique
-from tests.mcp_support import PYTHON, SERVERS
+from tests.mcp_support import asking_config
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
-
-
-def changing_config(tmp_path: Path) -> Path:
-    config = tmp_path / "mcp.json"
-    config.write_text(
-        '{"mcpServers": {"asking": {"command": "%s", "args": ["%s"], "risk": "safe", '
-        '"env": {"ASKING_LOG": "%s"}}}}' % (PYTHON, SERVERS / "asking_server.py",
-                                           tmp_path / "asking.log"))
-    return config
 
 
 def test_only_a_server_that_lists_otherwise_now_is_a_change():
@@ -42,7 +33,7 @@ def test_only_a_server_that_lists_otherwise_now_is_a_change():
 async def test_the_toolbox_lists_again_once_a_server_says_its_tools_changed(tmp_path: Path):
     """On either protocol: the 2026-07-28 one (a listen stream), and the 2025-11-25 one (a
     notification), which the worker speaks with a server once it elicited."""
-    async with McpToolbox(load_mcp_config(changing_config(tmp_path), {})) as toolbox:
+    async with McpToolbox(load_mcp_config(asking_config(tmp_path)[0], {})) as toolbox:
         before = await toolbox.listing()
         assert await toolbox.listing() is before  # nothing said: not listed again
         assert (await toolbox.call("asking__unlock", {})).observation == "unlocked"
@@ -56,8 +47,7 @@ async def test_the_toolbox_lists_again_once_a_server_says_its_tools_changed(tmp_
         settled_listing = await toolbox.listing()
         await toolbox.call("asking__unlock", {})  # the same tools: a change said, none made
         assert await toolbox.listing() == settled_listing
-    (tmp_path / "fresh").mkdir()
-    async with McpToolbox(load_mcp_config(changing_config(tmp_path / "fresh"), {})) as fresh:
+    async with McpToolbox(load_mcp_config(asking_config(tmp_path / "fresh")[0], {})) as fresh:
         assert "asking__vault" not in {t.name for t in (await fresh.discover()).tools}
 
 
@@ -73,7 +63,7 @@ async def test_a_conversation_sees_a_servers_new_tool_at_its_next_turn(
                      ScriptedReply(tool_calls=[tool_call("asking__vault", {})]),
                      ScriptedReply(content="{last_tool}"))
     queue = unique("changing")
-    config = changing_config(tmp_path)
+    config, _ = asking_config(tmp_path)
     async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
         async with build_worker(client, queue, activity_settings, http, ToolRegistry([]),
                                 mcp=toolbox):

@@ -5,6 +5,7 @@ first; what was left out, and why, goes to the status."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -45,10 +46,7 @@ async def shake_hands(state: ConversationState, limits: Limits,
         summary="list tools" if profile is None else f"list tools of agent {profile}",
     )
     try:
-        if local:
-            catalog = await workflow.execute_local_activity(LIST_TOOLS_ACTIVITY, **options)
-        else:
-            catalog = await workflow.execute_activity(LIST_TOOLS_ACTIVITY, **options)
+        catalog = await _listing_activity(LIST_TOOLS_ACTIVITY, local, **options)
     except ACTIVITY_FAILURES as err:
         raise_if_cancelled(err)
         state.notice(f"tools unavailable: {failure_reason(err)}")
@@ -83,10 +81,7 @@ async def tools_changed(state: ConversationState, local: bool = False) -> list[s
     options = dict(result_type=McpListing, start_to_close_timeout=timedelta(seconds=60),
                    retry_policy=RetryPolicy(maximum_attempts=3), summary="MCP tools changed?")
     try:
-        if local:
-            now = await workflow.execute_local_activity(MCP_LISTING_ACTIVITY, **options)
-        else:
-            now = await workflow.execute_activity(MCP_LISTING_ACTIVITY, **options)
+        now = await _listing_activity(MCP_LISTING_ACTIVITY, local, **options)
     except ACTIVITY_FAILURES as err:
         raise_if_cancelled(err)
         workflow.logger.warning("could not tell whether MCP tools changed: %s",
@@ -96,3 +91,11 @@ async def tools_changed(state: ConversationState, local: bool = False) -> list[s
     if changed:
         workflow.logger.info("the tools of %s changed: listing them again", ", ".join(changed))
     return changed
+
+
+async def _listing_activity(name: str, local: bool, **options: Any) -> Any:
+    """A listing activity, run by the worker of this workflow task as a local activity (every
+    worker of the task queue lists the tools), or else on the task queue."""
+    if local:
+        return await workflow.execute_local_activity(name, **options)
+    return await workflow.execute_activity(name, **options)
