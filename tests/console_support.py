@@ -85,7 +85,8 @@ async def as_if_asked(console: Console, api_url: str, model: ScriptedModelServer
     """The console's page of a new conversation that waits on a question (`ask_input`), shown
     as if that question were `question` (over the one it has), and the rest of its status
     `status`: the conversation's status and answer routes are served from here, and the page
-    reloaded. Returns the status shown, and what the page posts as answers (each taken)."""
+    reloaded. Returns the status shown, and what the page posts as answers or declines (each
+    taken)."""
     trigger = script(model, unique("as-if-asked"),
                      ScriptedReply(tool_calls=[tool_call("ask_input", {"message": "?"})]),
                      ScriptedReply(content="ok"))
@@ -103,6 +104,7 @@ async def as_if_asked(console: Console, api_url: str, model: ScriptedModelServer
         posted.append(route.request.post_data_json)
         await route.fulfill(json={"request_id": "r", "accepted": True})
 
-    await page.route(f"**/conversations/{quote(cid)}/answer", answered)
+    for said in ("answer", "decline"):
+        await page.route(f"**/conversations/{quote(cid)}/{said}", answered)
     await page.reload()
     return shown, posted
