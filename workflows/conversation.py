@@ -36,7 +36,7 @@ from contract.bounds import (
     Limits,
 )
 from contract.names import CHILD_STATUS_SIGNAL
-from rules import context, loop
+from rules import context, loop, output
 from rules.gate import Refusal
 from rules.start_input import first_state, settled_input
 from workflows.decisions import DECISIONS, decision_signal, decision_update
@@ -79,6 +79,10 @@ class ConversationWorkflow(TurnLoop, Standing):
         )
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
+        # why the typed result's schema cannot be used, worked out once a run (it may take
+        # a good part of a second for a large schema)
+        self._output_problem = None if self._input.output_schema is None \
+            else output.output_schema_problem(self._input.output_schema)
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._seams = patches.has(GATE_SEAMS_PATCH)
         strict = patches.has(TRUSTED_SEAMS_PATCH)

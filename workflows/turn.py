@@ -290,7 +290,7 @@ class TurnLoop:
         schema, turn = self._input.output_schema, self._state.current
         if schema is None or turn.stop_reason not in ("answered", "max_steps"):
             return False
-        problem = output.output_schema_problem(schema)
+        problem = self._output_problem
         if problem is None:
             checked = output.check_output(turn.final_answer or "", schema)
             if isinstance(checked, output.Output):
