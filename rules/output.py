@@ -51,7 +51,9 @@ def unfenced(text: str) -> str:
 
 
 def output_schema_problem(schema: Any) -> str | None:
-    """Why a start input's `output_schema` cannot be used, or None."""
+    """Why a start input's `output_schema` cannot be used, or None (None too for no schema)."""
+    if schema is None:
+        return None
     if (size := json_size(schema)) > MAX_OUTPUT_SCHEMA_BYTES:
         return (f"the output schema is {size:,} bytes, over the limit of "
                 f"{MAX_OUTPUT_SCHEMA_BYTES:,} bytes")

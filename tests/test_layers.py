@@ -23,7 +23,7 @@ PRODUCT = ("contract", "rules", "workflows", "activities", "api", "client", "wor
 STDLIB = sys.stdlib_module_names
 # Pure libraries a rule may use: data, schemas, and patterns that cannot backtrack; and
 # temporalio.common (search attribute keys), which is plain data too.
-PURE = {"pydantic", "jsonschema", "referencing", "re2", "regex", "temporalio.common"}
+PURE = {"pydantic", "jsonschema", "jsonschema_specifications", "referencing", "re2", "regex", "temporalio.common"}
 
 
 def modules(package: str) -> dict[str, Path]:

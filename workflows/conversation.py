@@ -79,10 +79,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         )
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
-        # why the typed result's schema cannot be used, worked out once a run (it may take
-        # a good part of a second for a large schema)
-        self._output_problem = None if self._input.output_schema is None \
-            else output.output_schema_problem(self._input.output_schema)
+        self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._seams = patches.has(GATE_SEAMS_PATCH)
         strict = patches.has(TRUSTED_SEAMS_PATCH)
