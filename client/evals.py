@@ -22,17 +22,30 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
 from client.cases import recording
-from client.checks import CliError, UsageError
-from client.session import Session
-from contract import AnswerRequest, ConfirmRequest, ConversationInput, RejectRequest, SayRequest
-from contract.case import Case, CaseError, load_case
+from client.checks import CliError, NotFound, UsageError
+from client.session import POLL_INTERVAL_S, Session
+from contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    ConversationInput,
+    EndRequest,
+    RejectRequest,
+    SayRequest,
+)
+from contract.case import MAX_CASE_BYTES, Case, CaseError, load_case
+from contract.names import END_SIGNAL
 from rules.cases import ASK_PREFIX, RecordedTools, build_case
 from rules.scores import ANSWER_MODES, CALLS_MODES, Check, Score, score
 
 EVAL_OWNER = "eval"  # who starts, decides and answers in an eval, in its audit trail
 NO_DECISION = "the case being evaluated recorded no decision for this call"
 CASE_TURN_TIMEOUT_S = 300.0
+ENDING_S = 15.0  # what a case's conversation gets to close once asked to end
+NOT_ENDED = "the eval that ran it is over, and it did not end when asked"
 
 
 @dataclass
@@ -78,13 +91,24 @@ def load_cases(paths: list[str]) -> list[tuple[Path, Case]]:
             raise UsageError(f"no such case file or folder: {given}")
     if not files:
         raise UsageError(f"no cases (*.json) in {', '.join(paths)}")
-    cases = []
-    for path in files:
-        try:
-            cases.append((path, load_case(path.read_text(), str(path))))
-        except (CaseError, UnicodeDecodeError) as err:
-            raise UsageError(str(err)) from None
-    return cases
+    return [(path, read_case(path)) for path in files]
+
+
+def read_case(path: Path) -> Case:
+    """The case of a file, read no further than a case may be long (`UsageError` naming it)."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_CASE_BYTES + 1)
+    except OSError as err:
+        raise UsageError(f"{path} cannot be read: {err.strerror or err}") from None
+    if len(data) > MAX_CASE_BYTES:
+        raise UsageError(f"{path} is larger than {MAX_CASE_BYTES // 2**20} MiB: not a case")
+    try:
+        return load_case(data.decode("utf-8-sig"), str(path))
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except CaseError as err:
+        raise UsageError(str(err)) from None
 
 
 def missing_tools(cases: list[tuple[Path, Case]], have: set[str]) -> list[str]:
@@ -128,10 +152,41 @@ class Runner:
             outcome.score = score(case, got, self._options.calls, self._options.answer)
             if self._options.answer == "judge":
                 outcome.score.checks.append(await self._judged(case, got))
-        except (CliError, UsageError, TimeoutError) as err:
-            outcome.error = str(err)
+        except Exception as err:  # noqa: BLE001 (a case's failure is its result; the others go on)
+            outcome.error = failure(err)
+        finally:  # a turn failed, a refusal, an error, a timeout, or the eval was interrupted
+            left = await self._ended(cid)
+        outcome.error = outcome.error or left
         outcome.seconds = time.monotonic() - began
         return outcome
+
+    async def _ended(self, cid: str) -> str | None:
+        """Close the case's conversation, whatever became of the case: its worker stops with
+        the eval, so one left running would wait forever on a task queue nobody polls. It is
+        asked to end, as a person ends one, and terminated if it has not closed within
+        `ENDING_S` (one whose workflow tasks fail takes no signal). Why it is still running, or
+        None."""
+        s = self._session
+        try:
+            async with asyncio.timeout(ENDING_S):
+                asked = False
+                while (await s.describe(cid)).status == WorkflowExecutionStatus.RUNNING:
+                    if not asked:
+                        await s.signal(cid, END_SIGNAL, EndRequest(
+                            request_id=uuid.uuid4().hex, sender=EVAL_OWNER))
+                        asked = True
+                    await asyncio.sleep(POLL_INTERVAL_S)
+            return None
+        except NotFound:  # never started, or closed meanwhile
+            return None
+        except (TimeoutError, RPCError):
+            pass
+        try:
+            await s.handle(cid).terminate(reason=NOT_ENDED)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: it closed meanwhile
+                return f"its conversation could not be ended: {err.message}"
+        return None
 
     async def _judged(self, case: Case, got: Case) -> Check:
         from worker.evals import judge  # noqa: PLC0415 (the worker's side: a model call)
@@ -192,6 +247,13 @@ class Runner:
                     "the answer")
             else:
                 return
+
+
+def failure(err: Exception) -> str:
+    """Why a case could not run, in words: the CLI's own errors as they say it."""
+    if isinstance(err, CliError | UsageError):
+        return str(err)
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 async def _taken(s: Session, cid: str, request: Any, what: str) -> None:

@@ -5,15 +5,23 @@ refuses any other version with a clear error rather than guess."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contract.bounds import clip, valid_json
 from contract.models import Usage
 
 CASE_SCHEMA = "durable-react-agent/case"
 CASE_VERSION = 1
+# A case holds less than the history it was read from, which Temporal caps at 50 MB.
+MAX_CASE_BYTES = 50 * 1024 * 1024
+# A case's own nesting (six levels to a call's arguments) and the arguments' (64 at most): deep
+# enough for any recording, and far from the recursion limit of whatever reads it next.
+MAX_CASE_DEPTH = 100
+MAX_CASE_INTEGER_DIGITS = 4300  # Python's own limit on reading an integer
 
 
 class CaseDecision(BaseModel):
@@ -91,22 +99,66 @@ class CaseError(ValueError):
 
 
 def load_case(text: str, source: str = "the case") -> Case:
-    """A case from its JSON, or a `CaseError` that says what is wrong with it."""
+    """A case from its JSON, or a `CaseError` that says what is wrong with it. A case is outside
+    input: its size and nesting are bounded here, its numbers must be ones a double (or Python)
+    can hold, and text that is not valid Unicode (a lone surrogate, valid in JSON's escapes) is
+    made so, as any outside text is."""
+    if len(text) > MAX_CASE_BYTES:
+        raise CaseError(f"{source} is larger than {MAX_CASE_BYTES // 2**20} MiB: not a case")
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_int=_integer, parse_float=_finite, parse_constant=_no_number)
     except json.JSONDecodeError as err:
         ended = text.rstrip().endswith(("}", "]"))
         cut = "" if ended else " (the file looks cut short)"
         raise CaseError(f"{source} is not valid JSON{cut}: {err.msg} at line {err.lineno}"
                         ) from None
+    except RecursionError:
+        raise CaseError(f"{source} nests too deeply to read: not a case") from None
+    except ValueError as err:  # from the parsers below
+        raise CaseError(f"{source} cannot be read: {err}") from None
+    if _deeper_than(raw, MAX_CASE_DEPTH):
+        raise CaseError(f"{source} nests more than {MAX_CASE_DEPTH} levels deep: not a case")
+    raw = valid_json(raw)
     if not isinstance(raw, dict) or raw.get("schema") != CASE_SCHEMA:
         raise CaseError(f"{source} is not a case: its \"schema\" must be {CASE_SCHEMA!r}")
     if raw.get("version") != CASE_VERSION:
-        raise CaseError(f"{source} has case schema version {raw.get('version')!r}; this version "
-                        f"reads version {CASE_VERSION}")
+        raise CaseError(f"{source} has case schema version {clip(repr(raw.get('version')), 40)}; "
+                        f"this version reads version {CASE_VERSION}")
     try:
         return Case.model_validate(raw)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise CaseError(f"{source} is not a valid case: {where}: {first['msg']}") from None
+
+
+def _no_number(constant: str) -> Any:
+    raise ValueError(f"it holds {constant}, which is no JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"it holds {clip(text, 40)}, beyond the range of a double")
+    return value
+
+
+def _integer(digits: str) -> int:
+    if len(digits) > MAX_CASE_INTEGER_DIGITS:
+        raise ValueError(f"it holds an integer of {len(digits.lstrip('-')):,} digits "
+                         f"(at most {MAX_CASE_INTEGER_DIGITS:,})")
+    return int(digits)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether a JSON value nests more than `limit` levels. Iterative, so it never recurses."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False

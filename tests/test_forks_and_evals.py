@@ -15,6 +15,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 from playwright.async_api import expect
+from temporalio.client import WorkflowExecutionStatus
 
 from activities.tools import default_registry
 from client.cases import export
@@ -108,12 +109,16 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     assert [c["detail"] for c in checks if c["name"] == "final answer"] == [
         "the judge (default) said: PASS: it says the same."]
 
-    # a recorded decision the gate refuses (edited args the schema refuses) ends the case
+    # a recorded decision the gate refuses (edited args the schema refuses) ends the case, and
+    # its conversation, which would otherwise wait for a decision on a queue nobody polls
     note.decision.edited_args = {"title": 5}
     (odd := tmp_path / "refused.json").write_text(case.dump())
-    refused = await evaluate(str(odd))
+    refused = await evaluate(str(odd), "--report", str(report))
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "error: the decision on create_note the case recorded was refused" in refused.stdout
+    left = json.loads(report.read_text())["results"][0]["conversation_id"]
+    ended = await client.get_workflow_handle(left).describe()
+    assert ended.status == WorkflowExecutionStatus.COMPLETED, ended.status
 
     # The same case against a model that checks Lyon's weather instead: red, the call named
     script(model, tag, ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Lyon"})]),
@@ -129,6 +134,19 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
     # it says so when the pass rate is allowed lower
     lenient = await evaluate(str(path), "--min-pass", "0")
     assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+
+
+async def test_an_eval_serves_the_queue_of_a_rate_limited_model_entry(
+        client, model, cli, tmp_path):
+    """With `max_requests_per_s` on the entry, a case's model calls go to the entry's own task
+    queue beside the eval's: the eval's workers serve it, as `python -m worker` does."""
+    models = tmp_path / "models.json"
+    models.write_text(json.dumps({"models": {"limited": {
+        "model": "scripted", "base_url": model.base_url, "max_requests_per_s": 20}}}))
+    evaluate = evaluating(cli, {**eval_env(model, tmp_path), "AGENT_MODELS": str(models)})
+    done = await evaluate(str(EVALS / "passing" / "weather_paris.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed 1/1" in done.stdout
 
 
 async def test_a_fork_sends_the_original_prefix_to_its_model_and_reruns_nothing(
@@ -184,6 +202,8 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
         "cut.json": (json.dumps(good)[:200], "cut short"),
         "alien.json": (json.dumps({**good, "steps": [{**good["steps"][0], "calls": [
             {"id": "c1", "tool": "launch_rockets", "args": {}}]}]}), "launch_rockets"),
+        # the rest of what a case file may hold is generated in tests/test_eval_cases.py
+        "deep.json": ("[" * 100_000 + "]" * 100_000, "deep.json nests too deeply"),
     }
     for name, (text, said) in files.items():
         (tmp_path / name).write_text(text)

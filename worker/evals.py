@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 import openai
@@ -31,7 +31,7 @@ from contract import (
     WorkerHandshake,
 )
 from rules.cases import RecordedTools
-from worker.app import build_worker
+from worker.app import build_worker, model_workers
 
 log = structlog.get_logger()
 
@@ -79,16 +79,19 @@ def eval_settings(settings: ActivitySettings) -> ActivitySettings:
 async def eval_worker(client: Client, task_queue: str, settings: ActivitySettings,
                       registry: ToolRegistry, books: dict[str, RecordedTools],
                       live_safe: bool = False) -> AsyncIterator[None]:
-    """Run an eval's worker on its own task queue while the block runs: `registry`'s tools,
-    answered from `books` (by conversation id)."""
+    """Run an eval's workers on its own task queue while the block runs: `registry`'s tools,
+    answered from `books` (by conversation id), and the model calls of its rate-limited model
+    entries on their own queues, as `python -m worker` serves them."""
     quiet = eval_settings(settings)
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30) as http, AsyncExitStack() as stack:
         tools = CaseTools(books, live_safe, registry, quiet, http)
-        worker = build_worker(client, task_queue, quiet, http, registry,
-                              llm=LLMActivities(quiet, temporal=client), sandboxed=False,
-                              tools=tools)
-        async with worker:
-            yield
+        llm = LLMActivities(quiet, temporal=client)
+        workers = [build_worker(client, task_queue, quiet, http, registry, llm=llm,
+                                sandboxed=False, tools=tools),
+                   *model_workers(client, task_queue, quiet, llm)]
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        yield
 
 
 JUDGE_MARK = "[eval judge]"  # the judge's request begins with it (a scripted model keys on it)
