@@ -47,7 +47,15 @@ from rules import delta
 
 log = structlog.get_logger()
 
-TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow
+TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow, at most
+# Each batch that reaches the workflow is a signal and a workflow task: at a local model's
+# 7 tokens/s, one every 200 ms made three steps 244 signals and 1,033 history events. So a batch
+# goes every 200 ms only while the text comes briskly (BRISK_CHARS by then), else once a second;
+# and past STEADY_BATCHES in a step, the spacing doubles every 8 batches, so that a step's batches
+# grow with the log of its length, whatever the model's pace.
+BRISK_CHARS = 64
+SLOW_BATCH = timedelta(seconds=1)
+STEADY_BATCHES = 32
 # Fetching a prompt this worker does not hold, by a query of the conversation. A live worker
 # that holds the conversation answers in milliseconds; a dead one would hold the query for the
 # sticky timeout and then have a worker replay the conversation for it. Past this deadline the
@@ -58,41 +66,71 @@ class TokenRelay:
     within the first batch is not sent: the conversation puts its text on the stream itself with
     the reply (`LLMReply.streamed` is False), which spares a signal and a workflow task. Past
     the first batch, or once a reset went out (a later attempt's, or a reply the server could
-    not parse), text goes out as it comes, a batch at a time."""
+    not parse), text goes out a batch at a time, as often as its pace deserves
+    (`BRISK_CHARS`, `SLOW_BATCH`, `STEADY_BATCHES`); what is held when the call ends goes then."""
 
     def __init__(self, topic: Any, turn: int, step: int, attempt: int):
         self._topic, self._turn, self._step, self._attempt = topic, turn, step, attempt
         self._held: list[str] = []
+        self._held_chars = 0
         self.live = False
-        self._timer = asyncio.get_running_loop().call_later(TOKEN_BATCH.total_seconds(),
-                                                            self._go_live)
+        self.batches = 0  # sent, of text
+        self._loop = asyncio.get_running_loop()
+        self._sent_at = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(
+            TOKEN_BATCH.total_seconds(), self._go_live)
         if attempt > 1:  # watchers drop what an earlier attempt streamed
             self._go_live()
             self._publish("reset", None)
 
     def text(self, text: str) -> None:
-        if self.live:
-            self._tokens(text)
-        else:
-            self._held.append(text)
+        self._held.append(text)
+        self._held_chars += len(text)
+        if self.live and self._timer is None:
+            self._timer = self._loop.call_later(TOKEN_BATCH.total_seconds(), self._tick)
 
     def reset(self, why: str) -> None:
         """The reply so far is void (the server could not parse it): watchers drop what they
         saw of it, and see why the call is asked again."""
         self._held.clear()
+        self._held_chars = 0
         self._go_live()
         self._publish("reset", why)
 
     def close(self) -> None:
-        self._timer.cancel()
+        """The call is over: what is held goes out now, if the stream is live."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.live:
+            self._send()
 
     def _go_live(self) -> None:
         if not self.live:
             self.live = True
-            self._tokens("".join(self._held))
-            self._held.clear()
+            self._timer = None
+            self._send()
 
-    def _tokens(self, text: str) -> None:
+    def _tick(self) -> None:
+        """Send what is held if its time has come, else look again a batch later."""
+        self._timer = None
+        if not self._held:
+            return  # the next text looks again
+        spaced = 2 ** max(0, (self.batches - STEADY_BATCHES) // 8)
+        waited = self._loop.time() - self._sent_at
+        brisk = self._held_chars >= BRISK_CHARS * spaced
+        if waited >= (TOKEN_BATCH if brisk else SLOW_BATCH).total_seconds() * spaced:
+            self._send()
+        else:
+            self._timer = self._loop.call_later(TOKEN_BATCH.total_seconds(), self._tick)
+
+    def _send(self) -> None:
+        text = "".join(self._held)
+        self._held.clear()
+        self._held_chars = 0
+        self._sent_at = self._loop.time()
+        if text:
+            self.batches += 1
         for i in range(0, len(text), TOKEN_ITEM_CHARS):  # stream items stay small
             self._publish("token", text[i:i + TOKEN_ITEM_CHARS])
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -22,7 +23,7 @@ from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply,
 class Lines:
     """A streaming response whose body is these lines, then maybe a transport failure."""
 
-    http_request = None
+    http_request = httpx.Request("POST", "http://endpoint.test/v1/chat/completions")
 
     def __init__(self, *lines: str, fail: Exception | None = None) -> None:
         self._lines, self._fail = lines, fail
@@ -127,6 +128,53 @@ async def test_a_reply_past_its_first_batch_streams_what_it_held_then_as_it_come
     assert [(e.kind, len(e.text or "")) for e in topic.published] == [
         ("token", 1024), ("token", 476), ("token", 4)]  # stream items stay small
     assert {(e.turn, e.step, e.attempt) for e in topic.published} == {(1, 2, 1)}
+
+
+def streamed(monkeypatch, tokens_per_s: float, seconds: float) -> tuple[int, str, str]:
+    """A model's reply of `seconds` at its pace, through a relay on a clock of the test's own:
+    the batches it sent (each a signal to the workflow), what they held, and the reply."""
+    loop = asyncio.get_event_loop()
+    clock = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    timers: list[list] = []
+
+    def call_later(delay: float, fn):
+        timer = [clock[0] + delay, fn]
+        timers.append(timer)
+        return type("Handle", (), {"cancel": lambda self: timer in timers and timers.remove(timer)})()
+
+    monkeypatch.setattr(loop, "call_later", call_later)
+    topic, sent, at = Topic(), [], []
+    published = topic.publish
+    topic.publish = lambda event: at.append(clock[0]) or published(event)
+    relay = TokenRelay(topic, turn=1, step=1, attempt=1)
+    for n in range(int(tokens_per_s * seconds)):
+        clock[0] += 1 / tokens_per_s
+        while due := [t for t in timers if t[0] <= clock[0]]:
+            timers.remove(due[0])
+            due[0][1]()
+        relay.text(f"t{n:03} ")  # four characters a token, as English has
+        sent.append(f"t{n:03} ")
+    relay.close()
+    monkeypatch.undo()
+    return len(set(at)), "".join(e.text for e in topic.published), "".join(sent)
+
+
+async def test_a_slow_models_step_costs_about_what_a_fast_ones_does(monkeypatch):
+    """The same 300 tokens from a hosted model at 80 tokens/s and a local one at 7 tokens/s: at
+    a batch every 200 ms the slow one sent 214 (each a signal and a workflow task); now it
+    sends a batch a second, about twice the fast one's, and every token reaches the stream in
+    order."""
+    fast, fast_streamed, fast_text = streamed(monkeypatch, 80, 300 / 80)
+    slow, slow_streamed, slow_text = streamed(monkeypatch, 7, 300 / 7)
+    assert fast_streamed == fast_text and slow_streamed == slow_text
+    assert 10 <= fast <= 20 and slow <= 2.5 * fast
+
+
+async def test_a_long_step_sends_batches_that_grow_with_the_log_of_its_length(monkeypatch):
+    ten, _, _ = streamed(monkeypatch, 7, 600)  # ten minutes of a slow model
+    twenty, went, text = streamed(monkeypatch, 7, 1200)
+    assert ten <= 90 and twenty - ten <= 10 and went == text
 
 
 async def test_resets_go_out_at_once_and_what_came_before_them_never():
