@@ -274,7 +274,14 @@ def value_errors(schema: dict[str, Any], value: Any, what: str, whose: str,
     parts, problem = _walk(value)
     if problem is not None:
         return f"{what} cannot be checked: {problem}"
-    budget = _steps_left.set([MAX_CHECK_STEPS + parts * STEPS_PER_PART])
+    # the budget is set in a context of the check's own, which ends with it
+    return contextvars.copy_context().run(_checked, schema, value, what, whose, search,
+                                          MAX_CHECK_STEPS + parts * STEPS_PER_PART)
+
+
+def _checked(schema: dict[str, Any], value: Any, what: str, whose: str, search: Search,
+             steps: int) -> list[ValidationError] | str:
+    _steps_left.set([steps])
     try:
         patterns_anywhere = any("patternProperties" in d for d in _objects(schema))
         validator = _validator_class(search, patterns_anywhere)(_one_dialect(schema),
@@ -284,8 +291,6 @@ def value_errors(schema: dict[str, Any], value: Any, what: str, whose: str,
         return f"{what} cannot be checked: {exc}"
     except Exception as exc:
         return f"{whose} cannot be applied: {_reason(exc)}"
-    finally:
-        _steps_left.reset(budget)
 
 
 def _spend() -> None:
