@@ -127,11 +127,12 @@ def test_a_store_keeps_owners_apart_ranks_and_forgets(store: MemoryStore):
     assert store.forget(lisbon.id, bob, unique("f"), bob) is None  # not bob's: as if absent
     key = unique("f")
     assert store.forget(lisbon.id, ann, key, ann) == lisbon
-    assert store.forget(lisbon.id, ann, key, ann) == lisbon  # a retry answers the same
+    # a retry answers the same memory, but not its text: the store keeps none
+    assert store.forget(lisbon.id, ann, key, ann) == lisbon.model_copy(update={"text": ""})
     assert store.forget(lisbon.id, ann, unique("f"), ann) is None
     assert lisbon not in store.search(ann, "favourite city Lisbon", 5)
-    [logged] = [e for e in store.log(ann) if e["memory_id"] == lisbon.id]
-    assert (logged["action"], logged["by"]) == ("forgotten", ann)
+    assert [(e["action"], e["by"]) for e in store.log(ann) if e["memory_id"] == lisbon.id] == [
+        ("remembered", ann), ("forgotten", ann)]
 
 
 def test_a_retry_stores_once_and_the_bound_evicts_the_least_used(store: MemoryStore):
@@ -146,12 +147,14 @@ def test_a_retry_stores_once_and_the_bound_evicts_the_least_used(store: MemorySt
     key4 = unique("k")
     full = store.add(owner, "fact four", key4, max_per_owner=3)
     assert [m.text for m in full.evicted] == ["fact 1"]
-    assert store.add(owner, "fact four", key4, max_per_owner=3).evicted == full.evicted
+    assert store.add(owner, "fact four", key4, max_per_owner=3).evicted == [
+        m.model_copy(update={"text": ""}) for m in full.evicted]  # the log keeps no text
     assert sorted(m.text for m in store.list(owner)) == ["fact 2", "fact four", "fact zero"]
-    assert [e["action"] for e in store.log(owner)] == ["evicted"]
+    assert [e["action"] for e in store.log(owner)] == ["remembered"] * 4 + ["evicted"]
     # a late retry of a call whose memory was forgotten since does not bring it back
     store.forget(first.memory.id, owner, unique("f"), owner)
-    assert not store.add(owner, "fact zero", key).new
+    late = store.add(owner, "fact zero", key)
+    assert not late.new and late.memory == first.memory
     assert first.memory not in store.list(owner)
 
 
@@ -216,6 +219,9 @@ async def test_the_tools_tell_the_owner_what_the_bound_pushed_out_and_need_an_ow
         assert "Tell the user" in second
         assert (await recall(ctx("ann"), query="where do I live")).endswith("I live in Porto now")
         assert await recall(ctx("bob"), query="live") == "No memory matches 'live'."
+        # forgotten, its text is not repeated into the conversation's history
+        [porto] = open_store(settings.memory_store_url).list("ann")
+        assert await forget(ctx("ann"), memory_id=porto.id) == f"Forgot [{porto.id}]."
         with pytest.raises(ToolError, match="no memory 'mem-0'"):
             await forget(ctx("ann"), memory_id="mem-0")
         with pytest.raises(ToolError, match="no owner"):
@@ -316,8 +322,8 @@ async def test_a_memory_is_stored_on_approval_and_recalled_for_its_owner_alone(
         assert "Lisbon" not in (await ask(ann, after))["final_answer"]
         assert "Lisbon" not in sent_to_model(model, after)
         assert (await ann.get("/memories")).json() == []
-    [logged] = [e for e in store.log("ann") if e["memory_id"] == memory["id"]]
-    assert (logged["action"], logged["by"]) == ("forgotten", "ann")
+    assert [(e["action"], e["by"]) for e in store.log("ann") if e["memory_id"] == memory["id"]] \
+        == [("remembered", "ann"), ("forgotten", "ann")]
     kind = "sqlite" if store.url.startswith("sqlite") else "postgresql"
     await replay(client.get_workflow_handle(waiting["workflow_id"]), f"memory_remember_{kind}")
     await replay(client.get_workflow_handle(later["workflow_id"]), f"memory_recall_{kind}")

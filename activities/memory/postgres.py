@@ -1,5 +1,8 @@
 """Memories in PostgreSQL (`AGENT_MEMORY_URL=postgresql://...`, a team's deployment), searched
-with a `tsvector` (English stemming) and ranked by `ts_rank`."""
+with a `tsvector` (English stemming) and ranked by `ts_rank`.
+
+A deleted row stays in its table, dead, until a vacuum: a removal vacuums the tables (`_erase`),
+so no row, live or dead, keeps a removed memory's text."""
 
 from __future__ import annotations
 
@@ -7,7 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from activities.memory.store import LOG_SCHEMA, MemoryStore, MemoryUnavailable, redacted
+from activities.memory.store import (
+    LOG_SCHEMA,
+    SCRUB_LOG,
+    MemoryStore,
+    MemoryUnavailable,
+    redacted,
+)
 
 SCHEMA_LOCK = 0x6D656D  # an advisory lock: workers that start together create the schema once
 SCHEMA = """
@@ -25,6 +34,9 @@ ALTER TABLE memories ADD COLUMN IF NOT EXISTS embedding TEXT;  -- a store made b
 CREATE INDEX IF NOT EXISTS memories_by_owner ON memories (owner, created_at);
 CREATE INDEX IF NOT EXISTS memories_by_words ON memories USING GIN (words);
 """ + LOG_SCHEMA
+LOGGED_TEXT = ("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+               "AND table_name = 'memory_log' AND column_name = 'text'")
+VACUUM = "VACUUM memories, memory_log"  # not in a transaction: on a connection in autocommit
 
 
 class PostgresMemories(MemoryStore):
@@ -46,8 +58,32 @@ class PostgresMemories(MemoryStore):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEMA_LOCK])
                 conn.execute(SCHEMA)
+                scrubbed = conn.execute(LOGGED_TEXT).fetchone() is not None
+                for sql in SCRUB_LOG if scrubbed else ():  # a store made when the log kept texts
+                    conn.execute(sql)
+            if scrubbed:
+                self._vacuum(conn)
             self._ready = True
         return conn
+
+    def _vacuum(self, conn: Any) -> None:
+        conn.autocommit = True
+        try:
+            conn.execute(VACUUM)
+        finally:
+            conn.autocommit = False
+
+    def _erase(self) -> None:
+        import psycopg
+
+        conn = self._connect()
+        try:
+            self._vacuum(conn)
+        except psycopg.Error as err:
+            raise MemoryUnavailable(f"the memory store {redacted(self.url)} removed the memory "
+                                    f"but could not yet vacuum it away: {err}") from err
+        finally:
+            conn.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:

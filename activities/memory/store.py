@@ -4,8 +4,10 @@ One implementation over SQL for both databases (`SqliteMemories`, `PostgresMemor
 differ in how they connect, their schema and their text search (SQLite's FTS5 with BM25,
 PostgreSQL's `tsvector` with `ts_rank`). Every write is keyed: `add` under the tool call's
 idempotency key (a retry finds the memory it stored), `forget` under its own key (a retry
-answers what it forgot), so a crash mid-write never stores or forgets twice. Forgets and
-evictions are kept in `memory_log`, the store's audit of removals.
+answers what it forgot), so a crash mid-write never stores or forgets twice. What was
+remembered, forgotten and evicted is kept in `memory_log`, the store's audit: who, when and why,
+never the memory's text. A removal is erased from the database's files too (`_erase`): a person
+who forgets "my bank PIN is 4921" expects it gone.
 
 Calls block: callers run them in a thread (`asyncio.to_thread`).
 """
@@ -26,7 +28,7 @@ from contract.memory import Memory
 from rules.memory import memory_text_problem, search_terms
 
 COLUMNS = "id, owner, text, created_at, conversation_id"
-LOGGED = "memory_id, owner, text, created_at, conversation_id"  # a removed memory, in the log
+LOGGED = "memory_id, owner, created_at, conversation_id"  # a memory in the log: never its text
 MAX_LISTED = 1000
 # With embeddings: how near a memory must be to count (cosine of unit vectors), how many of the
 # owner's newest are compared, and the constant of the reciprocal-rank fusion of both ranks
@@ -46,7 +48,8 @@ class MemoryUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Stored:
     """What `add` did: the memory, whether this call stored it (not a retry's earlier call), and
-    the memories it pushed out to keep the owner within their bound."""
+    the memories it pushed out to keep the owner within their bound (a retry's: their text "",
+    erased)."""
 
     memory: Memory
     new: bool
@@ -59,14 +62,13 @@ def memory_id(owner: str, key: str) -> str:
     return "mem-" + hashlib.sha256(f"{owner}\x00{key}".encode()).hexdigest()[:16]
 
 
-# The log of removals, the same in both databases
+# The log, the same in both databases: remembered, forgotten or evicted, by whom, when and why
 LOG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_log (
-    key TEXT UNIQUE,
+    key TEXT UNIQUE,  -- a forget's idempotency key
     action TEXT NOT NULL,
     memory_id TEXT NOT NULL,
     owner TEXT NOT NULL,
-    text TEXT NOT NULL,
     created_at TEXT NOT NULL,
     conversation_id TEXT,
     by_whom TEXT NOT NULL,
@@ -76,6 +78,9 @@ CREATE TABLE IF NOT EXISTS memory_log (
 CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
 CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
 """
+# A store made when the log kept the texts of removed memories: each erased, then the column
+# dropped, on the first open (a store without the column has nothing to do)
+SCRUB_LOG = ("UPDATE memory_log SET text = ''", "ALTER TABLE memory_log DROP COLUMN text")
 
 
 def fused(rankings: list[list[Memory]]) -> list[Memory]:
@@ -123,6 +128,12 @@ class MemoryStore(ABC):
         """SQL (and its parameters) for the ids of memories that match any of `terms`, best
         first, as a subquery `ranked(id, rank)`: lower rank is better."""
 
+    @abstractmethod
+    def _erase(self) -> None:
+        """Erase from the database's files what the last commit removed, so that no page, free
+        space, journal or text index keeps a removed memory's words: a retry of a removal calls
+        it again."""
+
     # ----- the store -----
 
     def _sql(self, sql: str) -> str:
@@ -133,40 +144,59 @@ class MemoryStore(ABC):
         return [Memory(id=r[0], owner=r[1], text=r[2], created_at=r[3], conversation_id=r[4])
                 for r in rows]
 
+    def _logged(self, conn: Any, where: str, params: Sequence[Any]) -> list[Memory]:
+        """The memories the log names where `where`, oldest entry first, as it keeps them: with
+        no text (""), which it never holds."""
+        rows = conn.execute(self._sql(f"SELECT {LOGGED} FROM memory_log WHERE {where} "
+                                      "ORDER BY at"), list(params)).fetchall()
+        return [Memory(id=r[0], owner=r[1], text="", created_at=r[2], conversation_id=r[3])
+                for r in rows]
+
     def add(self, owner: str, text: str, key: str, conversation_id: str | None = None,
             max_per_owner: int = 500, embedding: list[float] | None = None) -> Stored:
         """Store `text` for `owner` under `key` (with its unit `embedding`, if any); a second call
-        with the key returns the first's memory (and what it pushed out). Past `max_per_owner`,
-        the owner's least-used memories go, the oldest first, and are logged as evicted."""
+        with the key returns the first's memory (and the ids of what it pushed out: the log keeps
+        no text). Past `max_per_owner`, the owner's least-used memories go, the oldest first,
+        logged as evicted and erased as a forget is."""
         problem = memory_text_problem(text)
         if problem is not None:
             raise MemoryRefused(problem)
         mid = memory_id(owner, key)
         with self._transaction() as conn:
             found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?", [mid])
-            if found:
-                evicted = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE cause = ? "
-                                     "ORDER BY at", [mid])
-                return Stored(found[0], new=False, evicted=evicted)
-            removed = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE memory_id = ?",
-                                 [mid])
-            if removed:  # stored by an earlier attempt, and forgotten since: not stored again
-                return Stored(removed[0], new=False)
-            memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
-                            conversation_id=conversation_id)
-            conn.execute(self._sql(f"INSERT INTO memories ({COLUMNS}, uses, embedding) "
-                                   "VALUES (?, ?, ?, ?, ?, 0, ?)"),
-                         [mid, owner, text, memory.created_at, conversation_id,
-                          None if embedding is None else json.dumps(embedding)])
-            (count,) = conn.execute(self._sql("SELECT count(*) FROM memories WHERE owner = ?"),
-                                    [owner]).fetchone()
-            evicted = []
-            if count > max_per_owner:
-                evicted = self._rows(
-                    conn, f"SELECT {COLUMNS} FROM memories WHERE owner = ? AND id <> ? "
-                    "ORDER BY uses, created_at LIMIT ?", [owner, mid, count - max_per_owner])
-                for gone in evicted:
-                    self._remove(conn, gone, action="evicted", by="memory bound", cause=mid)
+            removed = [] if found else self._logged(
+                conn, "memory_id = ? AND action <> 'remembered'", [mid])
+            if found:  # a retry: what the first pushed out, by id, erased again below
+                stored = Stored(found[0], new=False, evicted=self._logged(conn, "cause = ?", [mid]))
+            elif removed:  # stored by an earlier attempt, and forgotten since: not stored again
+                return Stored(removed[0].model_copy(update={"text": text}), new=False)
+            else:
+                memory = Memory(id=mid, owner=owner, text=text, created_at=now(),
+                                conversation_id=conversation_id)
+                stored = self._insert(conn, memory, max_per_owner, embedding)
+        if stored.evicted:
+            self._erase()
+        return stored
+
+    def _insert(self, conn: Any, memory: Memory, max_per_owner: int,
+                embedding: list[float] | None) -> Stored:
+        """`memory` stored and logged; past `max_per_owner`, the owner's least-used memories
+        removed, the oldest first."""
+        conn.execute(self._sql(f"INSERT INTO memories ({COLUMNS}, uses, embedding) "
+                               "VALUES (?, ?, ?, ?, ?, 0, ?)"),
+                     [memory.id, memory.owner, memory.text, memory.created_at,
+                      memory.conversation_id, None if embedding is None else json.dumps(embedding)])
+        self._log(conn, "remembered", memory, by=memory.owner)
+        (count,) = conn.execute(self._sql("SELECT count(*) FROM memories WHERE owner = ?"),
+                                [memory.owner]).fetchone()
+        evicted = []
+        if count > max_per_owner:
+            evicted = self._rows(
+                conn, f"SELECT {COLUMNS} FROM memories WHERE owner = ? AND id <> ? "
+                "ORDER BY uses, created_at LIMIT ?",
+                [memory.owner, memory.id, count - max_per_owner])
+            for gone in evicted:
+                self._remove(conn, gone, action="evicted", by="memory bound", cause=memory.id)
         return Stored(memory, new=True, evicted=evicted)
 
     def search(self, owner: str, query: str, limit: int,
@@ -234,20 +264,24 @@ class MemoryStore(ABC):
 
     def forget(self, memory_id: str, owner: str | None, key: str, by: str) -> Memory | None:
         """Remove the memory `memory_id` of `owner` (None: of anyone, for an admin), logged with
-        who asked; None if there is none such. A second call with `key` answers as the first."""
+        who asked, and erase it from the database's files; None if there is none such. A second
+        call with `key` answers as the first, without the text (the store keeps none)."""
         with self._transaction() as conn:
-            done = self._rows(conn, f"SELECT {LOGGED} FROM memory_log WHERE key = ?", [key])
+            done = self._logged(conn, "key = ?", [key])
             if done:
-                return done[0]
-            found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?",
-                               [memory_id])
-            if not found or (owner is not None and found[0].owner != owner):
-                return None  # another owner's is as absent as one that never was
-            self._remove(conn, found[0], action="forgotten", by=by, key=key)
-        return found[0]
+                gone = done[0]
+            else:
+                found = self._rows(conn, f"SELECT {COLUMNS} FROM memories WHERE id = ?",
+                                   [memory_id])
+                if not found or (owner is not None and found[0].owner != owner):
+                    return None  # another owner's is as absent as one that never was
+                gone = found[0]
+                self._remove(conn, gone, action="forgotten", by=by, key=key)
+        self._erase()
+        return gone
 
     def log(self, owner: str | None = None) -> list[dict[str, Any]]:
-        """The removals: forgotten (by whom) and evicted memories, oldest first."""
+        """What was remembered, forgotten (by whom) and evicted, oldest first: no text."""
         where, params = ("WHERE owner = ?", [owner]) if owner is not None else ("", [])
         with self._transaction() as conn:
             rows = conn.execute(self._sql(
@@ -259,8 +293,12 @@ class MemoryStore(ABC):
     def _remove(self, conn: Any, memory: Memory, action: str, by: str,
                 key: str | None = None, cause: str | None = None) -> None:
         conn.execute(self._sql("DELETE FROM memories WHERE id = ?"), [memory.id])
+        self._log(conn, action, memory, by, key, cause)
+
+    def _log(self, conn: Any, action: str, memory: Memory, by: str,
+             key: str | None = None, cause: str | None = None) -> None:
         conn.execute(self._sql(
             f"INSERT INTO memory_log (key, action, {LOGGED}, by_whom, cause, at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            [key, action, memory.id, memory.owner, memory.text, memory.created_at,
-             memory.conversation_id, by, cause, now()])
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            [key, action, memory.id, memory.owner, memory.created_at, memory.conversation_id,
+             by, cause, now()])

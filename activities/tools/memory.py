@@ -30,7 +30,8 @@ def _owner(ctx: ToolContext) -> str:
 
 
 def describe(memory: Memory) -> str:
-    return f"[{memory.id}] {memory.text!r}"
+    """A memory as an answer names it: its id, and its text where the store still has it."""
+    return f"[{memory.id}] {memory.text!r}" if memory.text else f"[{memory.id}]"
 
 
 @tool(risk="sensitive", idempotent=False, keyed=True, timeout_s=15)
@@ -95,7 +96,8 @@ async def forget(ctx: ToolContext, memory_id: Annotated[str, Field(max_length=64
         raise ToolError(f"the user has no memory {memory_id!r}")
     telemetry.count_memories("forgotten", 1)
     log.info("memory forgotten", memory_id=gone.id, by=ctx.owner)
-    return f"Forgot {describe(gone)}."
+    # Not its text: the answer is kept in this conversation's history, which forget cannot erase
+    return f"Forgot [{gone.id}]."
 
 
 MEMORY_TOOLS = [remember, recall, forget]
