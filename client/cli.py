@@ -258,12 +258,29 @@ ID_HELP = "the conversation's id (its workflow id)"
 JSON_HELP = "print JSON instead of text"
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser that takes its options before, between or after its positionals, as
+    the commands we print place them (`answer ID --call-id REF "..."`): plain argparse binds an
+    empty list to `VALUE ...` before the option and refuses the text after it."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._intermixing:  # the intermixed parse's own passes
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--timeout", type=float, default=60.0,
                         help="seconds to wait for a worker to answer (default 60)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
 
     def command(name: str, func: Any, help_text: str, conversation: bool = True,
                 as_json: bool = False) -> argparse.ArgumentParser:

@@ -15,6 +15,11 @@ _HIDDEN = [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x200E, 0x200F, 0x2028, 0x202
            *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 _SHOWN = {c: f"\\u{c:04x}" for c in _HIDDEN if c not in (0x09, 0x0A)}
 CONTINUED = "  │ "  # begins every further line of outside text: none looks like one of ours
+# What the `answer` command `status` prints holds in place of the answer, by the question's kind:
+# a person puts their answer (a value each) there. An MCP server's question takes a JSON object.
+ANSWER_PLACEHOLDERS = {"input": ["your answer"], "choice": ["one option"],
+                       "multi_choice": ["option", "another option"], "confirm": ["yes|no"],
+                       "elicitation": ["{...}"]}
 
 
 def shown(text: object) -> str:
@@ -77,8 +82,9 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"question ({q.kind}){whose}: {shown(q.message)}")
         if q.options:
             lines.append("  options: " + " | ".join(map(shown, q.options)))
-        hint = {"input": ["your answer"], "choice": ["one option"],
-                "multi_choice": ["option", "another option"], "confirm": ["yes|no"]}[q.kind]
+        if q.answer_schema is not None:
+            lines.append(f"  schema: {shown(json.dumps(q.answer_schema, ensure_ascii=False))}")
+        hint = ANSWER_PLACEHOLDERS[q.kind]
         lines.append(f"  answer: {client_command('answer', wid, '--call-id', q.ref or q.call_id, *hint)}")
     for d in s.decisions:
         verdict = "approved" if d.approved else f"rejected ({shown(d.reason)})"
@@ -94,11 +100,29 @@ def render_status(s: ConversationStatus) -> str:
 INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended"}
 
 
+def in_order(records: list[AuditRecord]) -> list[AuditRecord]:
+    """The audit trail in the order things happened. A step's record is written once its
+    observations are in, so after the answers its questions got: each answer is put after the
+    record of the step it was given in, the next step record of its turn (if its turn has none,
+    it stays where it was written)."""
+    ordered: list[AuditRecord] = []
+    answers: list[AuditRecord] = []  # until the record of their step
+    for r in records:
+        if r.kind == "answer":
+            answers.append(r)
+        elif r.kind == "step" and answers:
+            ordered += [r, *answers] if r.turn == answers[0].turn else [*answers, r]
+            answers = []
+        else:
+            ordered.append(r)
+    return ordered + answers
+
+
 def render_history(records: list[AuditRecord]) -> str:
     if not records:
         return "no steps yet"
     lines = []
-    for r in records:
+    for r in in_order(records):
         tokens = f"{r.tokens.total_tokens} tokens"
         if r.kind == "summary":
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} before step {r.step}"

@@ -72,7 +72,8 @@ class Renderer:
                         f"   reject:  {client_command('reject', wid, ref, then=REASON)}")
             case "decision_taken":
                 why = f": {e.text}" if e.text else ""
-                return f"✓ {e.tool} call {e.call_id} {e.status} by {e.approver}{why}"
+                mark = "✗" if e.status == "rejected" else "✓"
+                return f"{mark} {e.tool} call {e.call_id} {e.status} by {e.approver}{why}"
             case "decision_refused":
                 return f"! refused: {e.text}"
             case "question_asked":

@@ -150,8 +150,24 @@ async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: Scr
     assert wrong.returncode == 1 and "not one of the options" in wrong.stdout
     answered = await cli("answer", conv, "blue", "--wait")
     assert answered.returncode == 0 and "answer: You chose blue." in answered.stdout
+    history = (await cli("history", conv)).stdout  # the question, then its answer
+    assert history.index("action:  ask_choice(") < history.index("answer by "), history
     again = await cli("answer", conv, "red")
     assert again.returncode == 1 and "no question is waiting" in again.stdout
+
+
+def test_options_and_values_come_in_any_order():
+    """As `status` prints `answer ID --call-id REF 'your answer'` (argparse alone binds no
+    values before the option and refuses those after it)."""
+    from client.cli import build_parser
+
+    parse = build_parser().parse_args
+    for argv in (["answer", "c", "--call-id", "call_0", "red", "blue"],
+                 ["answer", "c", "red", "--call-id", "call_0", "blue"]):
+        args = parse(argv)
+        assert (args.id, args.call_id, args.values) == ("c", "call_0", ["red", "blue"])
+    args = parse(["confirm", "c", "--as", "bob", "call_0", "call_1"])
+    assert (args.who, args.call_ids) == ("bob", ["call_0", "call_1"])
 
 
 @workflow.defn(name="ConversationWorkflow")
@@ -273,3 +289,32 @@ async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
         await asyncio.wait_for(session.status("x"), timeout=5)
     assert refused.value.status == RPCStatusCode.UNAUTHENTICATED
     assert not isinstance(refused.value, CliError)
+
+
+def to_a_closed_pipe(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -m client ARGS` with its output read by no one: as `... | head -1` once head
+    has exited."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+
+
+async def test_output_to_a_closed_pipe_ends_quietly(cli, model: ScriptedModelServer,
+                                                    temporal_address: str, task_queue: str):
+    """`status ID | head` and the like: no traceback, and 0 or 141 (128 + SIGPIPE), as Unix
+    tools exit; with Python's output buffered (the default) and unbuffered."""
+    trigger = script(model, unique("cli-pipe"), ScriptedReply(content="piped"))
+    conv = unique("cli-pipe-conv")
+    assert (await cli("start", "--id", conv, "--wait", "--one-shot", trigger)).returncode == 0
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+    buffered = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    runs = [(["status", conv], buffered), (["history", conv], {**env, "PYTHONUNBUFFERED": "1"}),
+            (["watch", conv], buffered), (["--help"], buffered)]
+    done = await asyncio.gather(*(asyncio.to_thread(to_a_closed_pipe, args, e)
+                                  for args, e in runs))
+    for (args, _), out in zip(runs, done):
+        assert out.returncode in (0, 141) and out.stderr == "", (args, out.returncode, out.stderr)

@@ -67,13 +67,14 @@ def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: Scri
     message = recover_tool_calls(assembler.result().message, CATALOG)
     state = ConversationState(context=ContextState(system_prompt="s"), catalog=dict(CATALOG))
     if message.tool_calls:
-        calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1, safe=True)
+        calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1, safe=True, no_dash=True)
         message = message.model_copy(update={"tool_calls": calls})
     message, refused = bound_reply(message, LIMITS)
     desk = HumanDesk(state, LIMITS)
     desk.owner = "alice"
     for call in message.tool_calls or []:
         assert SAFE_ID_CHARS.issuperset(call.id) and 0 < len(call.id) <= 64, call.id
+        assert not call.id.startswith("-"), call.id  # a printed command would take it as an option
         checked = loop.check_tool_call(call, CATALOG)
         if call.id in refused or isinstance(checked, loop.InvalidCall):
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,32 @@ def test_a_retried_delete_answers_what_it_did(tmp_path: Path):
     assert first == again == "Deleted note #1 'Once'."
     with pytest.raises(ToolError, match="no note is titled 'Once'"):
         _delete(tmp_path, DeleteNoteArgs(title="Once"), None, "key-other")  # a new call
+
+
+def test_a_deleted_notes_id_is_never_given_again(tmp_path: Path):
+    for key in ("a", "b", "c"):
+        _create(tmp_path, CreateNoteArgs(title=f"note {key}", body=key), key)
+    assert _delete(tmp_path, DeleteNoteArgs(note_id=3), None, "d") == "Deleted note #3 'note c'."
+    # "note 3" in an earlier approval still names the deleted note, not the next one
+    assert _create(tmp_path, CreateNoteArgs(title="new", body="n"), "e") == "Created note #4 'new'."
+
+
+def test_a_database_from_before_takes_no_deleted_id_again(tmp_path: Path):
+    with sqlite3.connect(tmp_path / "notes.sqlite3") as conn:  # as the notes tool made it before
+        conn.executescript("""
+            CREATE TABLE notes (id INTEGER PRIMARY KEY, title TEXT, body TEXT, created_at TEXT,
+                                idempotency_key TEXT UNIQUE);
+            CREATE TABLE deletions (idempotency_key TEXT PRIMARY KEY, note_id INTEGER,
+                                    title TEXT, deleted_at TEXT);
+            INSERT INTO notes VALUES (1, 'kept', 'k', '2025-01-01T00:00:00+00:00', 'a'),
+                                     (2, 'newest', 'n', '2025-01-01T00:00:00+00:00', 'b');
+            DELETE FROM notes WHERE id = 2;
+            INSERT INTO deletions VALUES ('d', 2, 'newest', '2025-01-02T00:00:00+00:00');
+        """)
+    assert _create(tmp_path, CreateNoteArgs(title="new", body="n"), "c") == "Created note #3 'new'."
+    assert _create(tmp_path, CreateNoteArgs(title="new", body="n"), "c") == "Created note #3 'new'."
+    assert note_rows(tmp_path) == [(1, "kept", "k"), (3, "new", "n")]
+    with sqlite3.connect(tmp_path / "notes.sqlite3") as conn:  # DESIGN's columns, as they were
+        columns = [(c[1], c[2], c[5]) for c in conn.execute("PRAGMA table_info(notes)")]
+    assert columns == [("id", "INTEGER", 1), ("title", "TEXT", 0), ("body", "TEXT", 0),
+                       ("created_at", "TEXT", 0), ("idempotency_key", "TEXT", 0)]

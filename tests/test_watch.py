@@ -31,3 +31,16 @@ def test_a_running_tools_progress_shows_under_it_a_subagents_marked():
         "[researcher]   ⋯ fetch: page 3",
         "← send_sms ok (4 bytes, 12 ms)",
     ]
+
+
+def test_a_rejection_is_marked_as_one_and_an_approval_as_taken():
+    out = io.StringIO()
+    renderer = Renderer("conv-1", out)
+    for status, reason in (("approved", None), ("rejected", "keep it")):
+        renderer.render(StreamEvent(kind="decision_taken", turn=1, step=1, call_id="call_0",
+                                    tool="delete_note", approver="dora", status=status,
+                                    text=reason))
+    assert out.getvalue().splitlines() == [
+        "✓ delete_note call call_0 approved by dora",
+        "✗ delete_note call call_0 rejected by dora: keep it",
+    ]

@@ -135,6 +135,21 @@ class HumanDesk:
         return self.accept(request.request_id,
                            turn=self._state.current.number + len(self._state.inbox))
 
+    def take_first_message(self, text: str, request_id: str | None) -> str | None:
+        """The conversation's first message (`text`, taken at its start), judged once the
+        model's window is known (after the handshake) as a `say` of it would be: refused, and
+        left out, if it cannot fit the model whatever is folded; else taken as turn 1, under
+        its request id. Returns why it was refused."""
+        first = self._state.inbox[:1] == [text]
+        reason = self.too_long(text) if first and self.too_long is not None else None
+        if reason is None:
+            self.accept(request_id, turn=1)
+            return None
+        self._inbox.pop_first()
+        self._state.notice(f"the first message was refused: {reason}")
+        self._refused(request_id, reason)
+        return reason
+
     def next_message(self) -> str:
         return self._inbox.pop_first()
 
@@ -161,11 +176,13 @@ class HumanDesk:
         self.pending = {}
 
     def abandon_round(self, reason: str, now: datetime) -> None:
-        """The round stops half-way: its undecided calls are rejected by the system."""
+        """The round stops half-way: its undecided calls are rejected by the system, and its
+        open question goes with it (nobody can answer it now)."""
         for call_id, pending in self.pending.items():
             if pending.decision is None:
                 self.decide_by_system(call_id, reason, now)
         self.close_round()
+        self._question = self._answer = None
 
     def remember_call(self, call_id: str, what: str) -> None:
         self._state.past_calls = keep_last([*self._state.past_calls, (call_id, what)],

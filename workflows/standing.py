@@ -35,13 +35,15 @@ class Standing:
 
     def _standing(self) -> ConversationStatus:
         state, turn, fork = self._state, self._state.current, self._input.fork
+        status = self._current_status()
+        ended = status in CLOSED_STATUSES  # what waited for a person went with it
         return ConversationStatus(
-            workflow_id=workflow.info().workflow_id, status=self._current_status(),
+            workflow_id=workflow.info().workflow_id, status=status,
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
             tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
             final_answer=turn.final_answer, final_output=turn.final_output,
-            pending_confirmations=self._pending_confirmations(),
-            pending_question=self._pending_question(),
+            pending_confirmations=[] if ended else self._pending_confirmations(),
+            pending_question=None if ended else self._pending_question(),
             usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),

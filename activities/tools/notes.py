@@ -18,15 +18,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from activities.tools.function_tool import tool
 from activities.tools.registry import NeedsInput, ToolContext, ToolError
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS notes (
-    id INTEGER PRIMARY KEY,
+
+def notes_table(name: str) -> str:
+    """The notes table (DESIGN's columns). AUTOINCREMENT: a deleted note's id is never given to
+    a new one, so "note 3" in an earlier approval or answer names no other note."""
+    return f"""
+CREATE TABLE IF NOT EXISTS {name} (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     title TEXT,
     body TEXT,
     created_at TEXT,
     idempotency_key TEXT UNIQUE
 )
 """
+
+
+SCHEMA = notes_table("notes")
 # What each delete_note call deleted, under its idempotency key: a retry answers the same.
 DELETIONS = """
 CREATE TABLE IF NOT EXISTS deletions (
@@ -48,7 +55,37 @@ def _connect(data_dir: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(notes_db(data_dir), timeout=10)
     conn.execute(SCHEMA)
     conn.execute(DELETIONS)
+    if not _autoincrement(conn):
+        _migrate_to_autoincrement(conn)
     return conn
+
+
+def _autoincrement(conn: sqlite3.Connection) -> bool:
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'notes'"
+                          ).fetchone()
+    return "AUTOINCREMENT" in sql.upper()
+
+
+def _migrate_to_autoincrement(conn: sqlite3.Connection) -> None:
+    """A database made before note ids were AUTOINCREMENT (it gave the newest note's id again
+    once that note was deleted): its table made again, the same rows and ids, the next id past
+    every id it holds or has deleted. Once, under a write lock: another worker may try too."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _autoincrement(conn):
+            conn.execute(notes_table("notes_autoincrement"))
+            conn.execute("INSERT INTO notes_autoincrement SELECT id, title, body, created_at, "
+                         "idempotency_key FROM notes")
+            conn.execute("DROP TABLE notes")
+            conn.execute("ALTER TABLE notes_autoincrement RENAME TO notes")
+            (last,) = conn.execute("SELECT MAX(COALESCE((SELECT MAX(id) FROM notes), 0), "
+                                   "COALESCE((SELECT MAX(note_id) FROM deletions), 0))").fetchone()
+            conn.execute("DELETE FROM sqlite_sequence WHERE name = 'notes'")
+            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('notes', ?)", (last,))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 class CreateNoteArgs(BaseModel):

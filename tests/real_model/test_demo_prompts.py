@@ -119,8 +119,9 @@ async def test_the_demos_weather_and_note_conversation_completes_with_an_approva
 ])
 async def test_the_other_demo_prompts_keep_the_contract(
         client: Client, real_queue: str, activity_settings: ActivitySettings, prompt: str):
-    """Whatever the model does: a write waits (and is rejected here, so it never runs), and a
-    turn that fails says why."""
+    """Whatever the model does: a write waits (and is rejected here, so it never runs), the
+    turn ends (a turn left asking the person a question is a failure), and a turn that fails
+    says why."""
     before = note_rows(activity_settings.data_dir)
     handle = await start(client, real_queue, prompt)
     status = await until_settled(handle, 1)
@@ -133,6 +134,10 @@ async def test_the_other_demo_prompts_keep_the_contract(
         status = await until_settled(handle, 1)
     show("the turn's end", status)
     assert note_rows(activity_settings.data_dir) == before  # every write was rejected
+    asked = status.pending_question
+    assert status.status == "idle", (  # the turn ended: it was not left asking the person
+        f"the turn did not end ({status.status})"
+        + (f": it waits for an answer to {asked.message!r}" if asked else ""))
     if status.stop_reason == "llm_error":
         assert status.error, "an llm_error says why"
     await handle.signal(ConversationWorkflow.end, EndRequest())
