@@ -361,12 +361,13 @@ class ToolInvocation(BaseModel):
 
 class SamplingGrant(BaseModel):
     """What an MCP server's sampling requests during one call may use: the conversation's
-    model (the entry it names, then that entry's fallbacks), within what is left of the
-    conversation's budgets (None: no budget)."""
+    model (the entry it names, then that entry's fallbacks), within the call's share of what
+    is left of the conversation's budgets (None: no budget; `rules.sampling.call_grant`)."""
 
     model: str | None = None
     tokens_left: int | None = None
     usd_left: float | None = None
+    spent: str | None = None  # why nothing may be spent: the budgets are used up or uncounted
 
 
 class Sampled(BaseModel):

@@ -4,9 +4,13 @@ conftest.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import ActivityEnvironment
 
 PYTHON = sys.executable
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -27,3 +31,12 @@ def asking_config(directory: Path, **entry: object) -> tuple[Path, Path]:
 def told(log: Path) -> list[dict]:
     """What the `asking` server wrote down, one record per line."""
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def tool_env(tool: str, conversation: str = "conversation") -> ActivityEnvironment:
+    """An environment to run the tool activity in, as the worker does: a call of `tool` by the
+    conversation (the workflow id) `conversation`."""
+    env = ActivityEnvironment()
+    env.payload_converter = pydantic_data_converter.payload_converter
+    env.info = dataclasses.replace(env.info, activity_type=tool, workflow_id=conversation)
+    return env

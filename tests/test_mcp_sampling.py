@@ -21,8 +21,6 @@ from mcp.types import (
 from playwright.async_api import expect
 from temporalio.client import Client
 from temporalio.common import RawValue
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import ActivityEnvironment
 
 from activities.endpoints import Endpoints
 from activities.mcp import McpToolbox, load_mcp_config
@@ -37,7 +35,7 @@ from scripted_model import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.console_support import Console
 from tests.helpers import replay, script, settled, start, tool_call, unique
-from tests.mcp_support import asking_config, told
+from tests.mcp_support import asking_config, told, tool_env
 from worker.app import build_worker
 from workflows.conversation import ConversationWorkflow
 
@@ -93,13 +91,16 @@ async def test_a_sampling_request_is_answered_by_the_conversations_model_counted
             trail = await handle.query(ConversationWorkflow.history)
             await handle.signal(ConversationWorkflow.end)
             await handle.result()
-            # The same, with a budget that step 1 leaves one token of: the server's request
-            # may take that one, and its tokens end the turn.
+            # The same, with a budget that step 1 leaves one token of: the server's request,
+            # its prompt counted, does not fit, so no model is asked for it.
             first_step = next(r for r in trail if r.kind == "step").tokens.total_tokens
             short_story, short, budget = headline(first_step + 1)
-            spent = await settled(await start(client, queue, short, **budget), timeout_s=60)
+            short_handle = await start(client, queue, short, **budget)
+            spent = await settled(short_handle, timeout_s=60)
+            spent_trail = await short_handle.query(ConversationWorkflow.history)
     assert status.final_answer == "headline: Rain Stops Play", status
-    assert told(log)[-1] == {"headline": "Rain Stops Play", "model": "scripted"}
+    assert [r for r in told(log) if "headline" in r] == [
+        {"headline": "Rain Stops Play", "model": "scripted"}]
 
     [asked] = [r for r in model.requests if r.trigger == story]
     body = asked.body
@@ -117,17 +118,12 @@ async def test_a_sampling_request_is_answered_by_the_conversations_model_counted
     assert status.usage.total_tokens == step_tokens + sampled.tokens.total_tokens
     await replay(handle, record_as="mcp_sampling")
 
-    [short_ask] = [r.body for r in model.requests if r.trigger == short_story]
-    assert short_ask["max_tokens"] == 1
-    assert spent.stop_reason == "budget_exceeded" and spent.llm_calls == 2, spent
-    assert spent.usage.total_tokens > first_step + 1
-
-
-def tool_env() -> ActivityEnvironment:
-    env = ActivityEnvironment()
-    env.payload_converter = pydantic_data_converter.payload_converter
-    env.info = dataclasses.replace(env.info, activity_type="asking__headline")
-    return env
+    assert [r for r in model.requests if r.trigger == short_story] == []
+    refused = told(log)[-1]["refused"]  # what the server was told
+    assert refused.startswith("the request's prompt (about ")
+    assert refused.endswith("leaves no room for an answer: this call has 1 left of the "
+                            "conversation's token budget")
+    assert spent.llm_calls == 2 and not [r for r in spent_trail if r.kind == "sampling"]
 
 
 async def test_a_failing_entry_falls_back_and_a_spent_budget_is_refused(
@@ -142,7 +138,7 @@ async def test_a_failing_entry_falls_back_and_a_spent_budget_is_refused(
                                           api_key_env=None)},
                     default="main", fallbacks={"main": ["backup"]})
     settings = dataclasses.replace(activity_settings, models=models)
-    env = tool_env()
+    env = tool_env("asking__headline")
     async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:
         tools = ToolActivities(ToolRegistry([]), settings, http, mcp=toolbox)
 
@@ -181,16 +177,16 @@ def test_what_a_request_may_ask_is_bounded():
                      "params": ModelEntry(model="m", params={"max_tokens": 200}),
                      "open": ModelEntry(model="m")}, default="open")
     endpoints = Endpoints(dataclasses.replace(ActivitySettings(), models=models))
-    sampler = CallSampler(endpoints, SamplingGrant(tokens_left=500), "s")
-    bound = {name: sampler._max_tokens(endpoints.get(None, name), 5_000) for name in models.entries}
+    # the room its call's grant leaves it (`rules.sampling.answer_room`): 500
+    bound = {name: CallSampler._max_tokens(endpoints.get(None, name), 5_000, 500)
+             for name in models.entries}
     assert bound == {"small": 300, "params": 200, "open": 500}
-    assert sampler._max_tokens(endpoints.get(None, "open"), 40) == 40
-    sampler.sampled.append(Sampled(server="s", asked="a", usage=Usage(total_tokens=450)))
-    assert sampler._max_tokens(endpoints.get(None, "open"), 5_000) == 50
-    sampler.sampled.append(Sampled(server="s", asked="a", usage=Usage(total_tokens=60)))
-    assert sampler._refusal() == "the conversation's token budget is used up"
+    assert CallSampler._max_tokens(endpoints.get(None, "open"), 40, 500) == 40
+    assert CallSampler._max_tokens(endpoints.get(None, "open"), 5_000, None) == \
+        MAX_SAMPLING_TOKENS
+    spent = CallSampler(endpoints, SamplingGrant(spent="the conversation used its budget"), "s")
+    assert spent._refusal() == "the conversation used its budget"
     unbounded = CallSampler(endpoints, SamplingGrant(), "s")
-    assert unbounded._max_tokens(endpoints.get(None, "open"), 5_000) == MAX_SAMPLING_TOKENS
     unbounded.sampled = [Sampled(server="s", asked="a")] * 8
     assert unbounded._refusal() == "this client answers at most 8 sampling requests during " \
                                    "one tool call"

@@ -45,8 +45,8 @@ async def test_the_toolbox_lists_again_once_a_server_says_its_tools_changed(tmp_
         answer = ElicitAnswer(request=asked.question.request, action="decline")
         await toolbox.call("asking__book", {"city": "Oslo"}, elicited=[answer])
         settled_listing = await toolbox.listing()
-        await toolbox.call("asking__unlock", {})  # the same tools: a change said, none made
-        assert await toolbox.listing() == settled_listing
+        await toolbox.call("asking__unlock", {})  # said on the 2025-11-25 protocol: heard
+        assert await toolbox.listing() is not settled_listing  # listed again
     async with McpToolbox(load_mcp_config(asking_config(tmp_path / "fresh")[0], {})) as fresh:
         assert "asking__vault" not in {t.name for t in (await fresh.discover()).tools}
 

@@ -26,7 +26,7 @@ from mcp.types import Implementation, ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from activities.mcp.config import HttpServerConfig, McpServerConfig, StdioServerConfig
-from activities.mcp.elicitation import InFlight
+from activities.mcp.elicitation import InFlight, outside_any_call
 
 log = structlog.get_logger()
 
@@ -80,8 +80,9 @@ class McpConnection:
     """Opened on creation, in the background; `client()` waits for the handshake."""
 
     def __init__(self, server: McpServerConfig, log_dir: Path | None, legacy: bool = False,
-                 on_tools_changed: Callable[[str], None] | None = None):
-        """`on_tools_changed` hears the server's name when it says its list of tools changed."""
+                 on_tools_changed: Callable[[str], None] | None = None, shared: bool = True):
+        """`on_tools_changed` hears the server's name when it says its list of tools changed;
+        `shared`: the session serves every conversation, not one (`InFlight`)."""
         self.server = server
         self._on_tools_changed = on_tools_changed
         self._mode = "legacy" if legacy else "auto"  # legacy: the 2025-11-25 handshake
@@ -90,14 +91,30 @@ class McpConnection:
         self._stopped = anyio.Event()
         self._scope = anyio.CancelScope(deadline=anyio.current_time() + server.timeout_s)
         self._client: Client | None = None
-        self.in_flight = InFlight()  # its calls, which its servers' requests belong to
+        self.in_flight = InFlight(shared)  # its calls, which its servers' requests belong to
+        self._streamable = False  # on streamable HTTP, which relates a request to its call
         self._failure: BaseException | None = None
-        self._task = asyncio.create_task(self._own(), name=f"mcp-server:{server.name}")
+        self._task = asyncio.create_task(self._own(), name=f"mcp-server:{server.name}",
+                                         context=outside_any_call())
 
     @property
     def alive(self) -> bool:
         """Usable or still opening; false once failed, hung up or closing."""
         return not self._stopped.is_set()
+
+    @property
+    def legacy(self) -> bool:
+        """Whether it was opened on the 2025-11-25 protocol, for a server that asks mid-call."""
+        return self._mode == "legacy"
+
+    @property
+    def routes_requests(self) -> bool:
+        """Whether each request its server may send names the call it belongs to: on streamable
+        HTTP, a call's requests come on its own stream; on the 2026-07-28 protocol there are
+        none mid-call (an "input required" result is handled in its call's own task). Known
+        once the session is open."""
+        return self._client is not None and (
+            self._streamable or self._client.protocol_version in MODERN_PROTOCOL_VERSIONS)
 
     async def client(self) -> Client:
         with anyio.move_on_after(self.server.timeout_s):
@@ -187,6 +204,7 @@ class McpConnection:
             else:
                 try:
                     client = await stack.enter_async_context(self._client_over(_streamable(server)))
+                    self._streamable = True
                 except Exception as exc:
                     if server.transport == "streamable_http" or not _speaks_http(exc):
                         raise

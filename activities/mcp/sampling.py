@@ -5,8 +5,9 @@ samples (the others are not offered the capability, and a request from one is re
 SDK). Their requests are answered by the conversation's own model entry, then that entry's
 fallbacks, as the call's `SamplingGrant` names it: one chat completion each, with no tools
 (a server's request never reaches a tool, of the server's or of the conversation's), within
-bounds of tokens and of the conversation's budgets. Each request becomes a `Sampled` in the
-call's outcome, which the conversation counts as a model call of its own and audits.
+bounds of tokens and of the call's share of the conversation's budgets, its prompt counted
+(`rules.sampling`). Each request becomes a `Sampled` in the call's outcome, which the
+conversation counts as a model call of its own and audits.
 
 A request is answered in the activity's context (its span, metrics and log fields), though the
 session's own task receives it.
@@ -33,8 +34,10 @@ from activities.endpoints import Endpoint, Endpoints
 from activities.llm_errors import error_detail
 from activities.llm_stream import counted
 from activities.models import OUTPUT_PARAMS
-from contract import Sampled, SamplingGrant, Usage
+from contract import ChatMessage, Sampled, SamplingGrant, Usage
 from contract.bounds import clip, text_size
+from rules.compaction import estimate_tokens
+from rules.sampling import RequestPrice, answer_room
 
 log = structlog.get_logger()
 
@@ -43,6 +46,7 @@ MAX_SAMPLING_TOKENS = 1_024  # what one answer may take, unless the entry allows
 MAX_PROMPT_BYTES = 32_768  # what one request may ask, its system prompt included
 MAX_ASKED_BYTES = 1_000  # what the audit keeps of a request
 MAX_STOP_SEQUENCES = 4  # what OpenAI's API takes
+PRICED_TOKENS = 1_000_000  # an answer's price per token, as prices are given: per million
 
 
 class CallSampler:
@@ -67,10 +71,19 @@ class CallSampler:
             return ErrorData(code=INVALID_REQUEST, message=refusal)
         assert not isinstance(messages, str)
         asked = clip(_asked(params), MAX_ASKED_BYTES) or ""
+        prompt_tokens = estimate_tokens([ChatMessage.model_validate(m) for m in messages])
         tried: list[str] = []
+        unfit: list[str] = []  # why the entries not asked could not be
         for endpoint in self._chain():
+            room = answer_room(self._grant, self._used(), prompt_tokens,
+                               self._price(endpoint, prompt_tokens))
+            if isinstance(room, str):
+                unfit.append(room)
+                bound.info("mcp sampling: model entry not asked", entry=endpoint.name,
+                           reason=room, prompt_tokens=prompt_tokens)
+                continue
             try:
-                result, usage = await self._complete(endpoint, params, messages)
+                result, usage = await self._complete(endpoint, params, messages, room)
             except openai.APIError as err:
                 why = error_detail(err) if isinstance(err, openai.APIStatusError) else str(err)
                 tried.append(f"{endpoint.name}: {why}")
@@ -81,23 +94,38 @@ class CallSampler:
             bound.info("mcp sampling request answered", entry=endpoint.name,
                        total_tokens=usage.total_tokens, stop_reason=result.stop_reason)
             return result
+        if not tried:  # no entry could be asked within the budgets: no model call was made
+            refusal = clip("; ".join(dict.fromkeys(unfit)), MAX_ASKED_BYTES) or "no model entry"
+            bound.warning("mcp sampling request refused", reason=refusal)
+            return ErrorData(code=INVALID_REQUEST, message=refusal)
         why = clip("; ".join(tried), MAX_ASKED_BYTES) or "no model entry"
         self.sampled.append(Sampled(server=self._server, asked=asked, usage=Usage(failed_calls=1),
                                     error=why))
         return ErrorData(code=INTERNAL_ERROR, message=f"the client's model failed: {why}")
 
     def _refusal(self) -> str | None:
-        """Why the call may not have another request answered, or None."""
+        """Why the call may not have another request answered whatever it asks, or None."""
         if len(self.sampled) >= MAX_SAMPLES_PER_CALL:
             return (f"this client answers at most {MAX_SAMPLES_PER_CALL} sampling requests "
                     "during one tool call")
-        used = sum((s.usage for s in self.sampled), Usage())
-        grant = self._grant
-        if grant.tokens_left is not None and used.total_tokens >= grant.tokens_left:
-            return "the conversation's token budget is used up"
-        if grant.usd_left is not None and used.known_cost >= grant.usd_left:
-            return "the conversation's cost budget is used up"
-        return None
+        return self._grant.spent
+
+    def _used(self) -> Usage:
+        """What this run of the call's requests used so far."""
+        return sum((s.usage for s in self.sampled), Usage())
+
+    def _price(self, endpoint: Endpoint, prompt_tokens: int) -> RequestPrice | None:
+        """What a request costs at the entry, where a cost budget needs it (None: unknown)."""
+        if self._grant.usd_left is None:
+            return None
+        prices, model = endpoint.prices, endpoint.spec.model
+        prompt, note = prices.cost(model, Usage(prompt_tokens=prompt_tokens))
+        answer, _ = prices.cost(model, Usage(completion_tokens=PRICED_TOKENS))
+        if prompt is None or answer is None:
+            log.warning("mcp sampling: model entry has no known price", entry=endpoint.name,
+                        note=note)
+            return None
+        return RequestPrice(prompt_usd=prompt, usd_per_answer_token=answer / PRICED_TOKENS)
 
     def _chain(self) -> list[Endpoint]:
         """The entry the conversation's model names, then that entry's fallbacks."""
@@ -105,19 +133,18 @@ class CallSampler:
         fallbacks = self._endpoints.models.fallbacks.get(first.name, [])
         return [first, *(self._endpoints.get(None, name) for name in fallbacks)]
 
-    def _max_tokens(self, endpoint: Endpoint, asked: int) -> int:
+    @staticmethod
+    def _max_tokens(endpoint: Endpoint, asked: int, room: int | None) -> int:
         """What the answer may take: what the server asked, within this client's bound, the
-        entry's, and what is left of the conversation's token budget."""
+        entry's, and the room its call's grant leaves it (`rules.sampling.answer_room`)."""
         spec = endpoint.spec
-        bounds = [asked, MAX_SAMPLING_TOKENS, spec.max_output_tokens,
+        bounds = [asked, MAX_SAMPLING_TOKENS, spec.max_output_tokens, room,
                   *(spec.params[p] for p in OUTPUT_PARAMS if isinstance(spec.params.get(p), int))]
-        if self._grant.tokens_left is not None:
-            used = sum(s.usage.total_tokens for s in self.sampled)
-            bounds.append(self._grant.tokens_left - used)
         return max(1, min(b for b in bounds if b is not None))
 
     async def _complete(self, endpoint: Endpoint, params: CreateMessageRequestParams,
-                        messages: list[dict[str, str]]) -> tuple[CreateMessageResult, Usage]:
+                        messages: list[dict[str, str]], room: int | None
+                        ) -> tuple[CreateMessageResult, Usage]:
         spec = endpoint.spec
         extra = {k: v for k, v in spec.params.items() if k not in OUTPUT_PARAMS}
         asked: dict[str, Any] = {}
@@ -129,7 +156,7 @@ class CallSampler:
                              content={"gen_ai.input.messages": messages}) as call:
             completion = await endpoint.in_slot(endpoint.client.chat.completions.create(
                 model=spec.model, messages=messages,  # type: ignore[arg-type]
-                max_tokens=self._max_tokens(endpoint, params.max_tokens),
+                max_tokens=self._max_tokens(endpoint, params.max_tokens, room),
                 extra_body=extra or None, **asked))
             choice = completion.choices[0] if completion.choices else None
             text = (choice.message.content or "") if choice is not None else ""

@@ -1,8 +1,9 @@
 """The MCP servers' tools, as the worker offers them: discovered per conversation, called by name.
 
-One session per server is kept open for the worker's life and reopened after it dies. Every failure of
-a server (it would not start, it crashed, it hung) becomes an error observation, never an exception:
-the conversation goes on without that tool.
+One session per server is kept open for the worker's life and reopened after it dies; a server
+whose requests cannot name their call has a session per conversation for its calls
+(`activities.mcp.sessions`). Every failure of a server (it would not start, it crashed, it hung)
+becomes an error observation, never an exception: the conversation goes on without that tool.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallToolResult, Tool
 from pydantic import BaseModel
+from temporalio import activity
 
 from activities.mcp.catalog import CatalogEntry, build_catalog, listing_digests
-from activities.mcp.config import McpConfig, McpServerConfig
+from activities.mcp.config import McpConfig, McpServerConfig, StdioServerConfig
 from activities.mcp.connection import McpConnection, ServerUnavailable, describe
 from activities.mcp.content import progress_text, result_text
 from activities.mcp.elicitation import AskingCall, Sampler
 from activities.mcp.patterns import BoundedSearch
+from activities.mcp.sessions import ConversationSessions
 from contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
 from rules.schemas import argument_errors
 
@@ -49,7 +52,8 @@ class McpToolbox:
         """`log_dir` receives each stdio server's stderr; None discards it."""
         self._config = config
         self._log_dir = log_dir
-        self._connections: dict[str, McpConnection] = {}
+        self._connections: dict[str, McpConnection] = {}  # each server's, shared
+        self._own_sessions = ConversationSessions(self._open_own, self._retire)
         # servers that send requests mid-call on the older protocol's back channel
         self._legacy: set[str] = set()
         self._closing: set[asyncio.Task[None]] = set()
@@ -111,12 +115,17 @@ class McpToolbox:
     async def call(self, exposed_name: str, arguments: dict[str, Any],
                    on_progress: Callable[[str], None] | None = None,
                    elicited: list[ElicitAnswer] | None = None,
-                   sampler: Sampler | None = None) -> ToolOutcome:
+                   sampler: Sampler | None = None,
+                   conversation: str | None = None) -> ToolOutcome:
         """Run one tool. Only cancellation escapes: every failure is an error outcome. The
         server's progress notifications of the call reach `on_progress` as lines of text. A
         request of the server for input that `elicited` does not answer ends the call with it
         as the question (`activities.mcp.elicitation`); its sampling requests go to `sampler`
-        (`activities.mcp.sampling`)."""
+        (`activities.mcp.sampling`). `conversation` is whose call it is (by default, in an
+        activity, its workflow's id): a server whose requests cannot name their call runs it on
+        that conversation's own session."""
+        if conversation is None and activity.in_activity():
+            conversation = activity.info().workflow_id
         entry = self._catalog.get(exposed_name)
         if entry is None:  # a name from another worker's discovery: list again
             await self.discover()
@@ -128,19 +137,20 @@ class McpToolbox:
             return _error(f"invalid arguments for {exposed_name}{problem}")
 
         elicited = elicited or []
-        outcome = await self._call(entry, arguments, on_progress, elicited, sampler)
+        outcome = await self._call(entry, arguments, on_progress, elicited, sampler, conversation)
         if outcome is None:  # the server asks its client mid-call, which needs the older protocol
             self._legacy.add(entry.server.name)
             log.info("mcp server asks mid-call: speaking the 2025-11-25 protocol with it",
                      server=entry.server.name)
-            outcome = await self._call(entry, arguments, on_progress, elicited, sampler)
+            outcome = await self._call(entry, arguments, on_progress, elicited, sampler,
+                                       conversation)
         return outcome or _server_error(entry.server, "it asked its client mid-call, and failed "
                                                       "to on the older protocol too")
 
     async def _call(self, entry: CatalogEntry, arguments: dict[str, Any],
                     on_progress: Callable[[str], None] | None,
-                    elicited: list[ElicitAnswer], sampler: Sampler | None
-                    ) -> ToolOutcome | None:
+                    elicited: list[ElicitAnswer], sampler: Sampler | None,
+                    conversation: str | None) -> ToolOutcome | None:
         """`call` on the server's session; None if the server sent a request mid-call that the
         session's protocol has no channel for (the SDK's servers on 2026-07-28, using
         `ctx.elicit` or `ctx.session.create_message`), on a session not yet on the older one."""
@@ -150,15 +160,11 @@ class McpToolbox:
         asking = AskingCall(server.name, entry.tool, elicited, sampler)
         try:
             with anyio.fail_after(timeout):
-                connection = self._connection(server)
-                client = await connection.client()
-                connection.in_flight.calls.add(asking)
-                try:
+                connection = await self._session(server, conversation)
+                with connection.in_flight.running(asking):
+                    client = await connection.client()
                     result = await _unless_it_asks(asking, client.call_tool(
                         entry.tool, arguments, progress_callback=_progress_to(on_progress)))
-                finally:
-                    asking.over.set()
-                    connection.in_flight.calls.discard(asking)
             if result is None:
                 bound.info("mcp tool asks for input", request=asking.asked.request)
                 return ToolOutcome(status="needs_input", question=asking.asked)
@@ -169,14 +175,16 @@ class McpToolbox:
                 return _server_error(server, f"tool {entry.tool} did not answer within "
                                              f"{timeout:g} s (its server was still starting)")
             why, broken = _call_failure(exc, entry.tool, timeout)
-            if NO_BACK_CHANNEL in why and server.name not in self._legacy:
-                self._discard(connection)
+            if NO_BACK_CHANNEL in why and not connection.legacy:  # (the server's first calls)
+                self._discard(connection, after_calls=True)
                 return None
             why = server.redact(why)
             bound.warning("mcp tool call failed", error=why, session_discarded=broken)
             if broken:
                 self._discard(connection)
             return _server_error(server, why)
+        finally:
+            self._own_sessions.close_idle(server.name)
         text = result_text(result)
         bound.info("mcp tool done", is_error=result.is_error, observation_bytes=len(text.encode()))
         if result.is_error:
@@ -188,6 +196,7 @@ class McpToolbox:
         self._closed = True
         for server_name in list(self._connections):
             self._retire(self._connections.pop(server_name))
+        self._own_sessions.close_all()
         await asyncio.gather(*self._closing)
 
     async def _list_tools(self, server: McpServerConfig) -> tuple[McpServerConfig, list[Tool]] | str:
@@ -217,15 +226,38 @@ class McpToolbox:
                 on_tools_changed=self._tools_changed_by)
         return connection
 
-    def _discard(self, connection: McpConnection) -> None:
-        """Drop a session that may be broken; the next use opens a fresh one."""
+    async def _session(self, server: McpServerConfig, conversation: str | None
+                       ) -> McpConnection:
+        """The session a call of `conversation` runs on: the server's shared one, where each
+        request it may send names its call; else the conversation's own (at once for a stdio
+        server known to ask mid-call: its shared session could not route)."""
+        if server.name not in self._legacy or not isinstance(server, StdioServerConfig):
+            shared = self._connection(server)
+            await shared.client()
+            if shared.routes_requests:
+                return shared
+        if self._closed:
+            raise ServerUnavailable("the toolbox is closed")
+        return self._own_sessions.get(server, conversation)
+
+    def _open_own(self, server: McpServerConfig) -> McpConnection:
+        return McpConnection(server, self._log_dir, legacy=server.name in self._legacy,
+                             on_tools_changed=self._tools_changed_by, shared=False)
+
+    def _discard(self, connection: McpConnection, after_calls: bool = False) -> None:
+        """Drop a session that may be broken; the next use opens a fresh one. `after_calls`:
+        it is sound, only on the wrong protocol, so the calls in flight on it finish first."""
+        if self._own_sessions.discard(connection, after_calls):
+            return
         if self._connections.get(connection.server.name) is connection:
             del self._connections[connection.server.name]
-            self._retire(connection)
+            self._retire(connection, after_calls)
 
-    def _retire(self, connection: McpConnection) -> None:
-        """Close in the background, keeping hold so `aclose` can wait for the server to exit."""
-        task = asyncio.create_task(connection.aclose())
+    def _retire(self, connection: McpConnection, after_calls: bool = False) -> None:
+        """Close in the background (once its calls are done, with `after_calls`), keeping hold
+        so `aclose` can wait for the server to exit."""
+        task = asyncio.create_task(_closed_after_calls(connection) if after_calls
+                                   else connection.aclose())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -233,6 +265,11 @@ class McpToolbox:
 # The SDK's words for a request mid-call on a session of the 2026-07-28 protocol, which has no
 # channel for it (its servers must ask through "input required" results there).
 NO_BACK_CHANNEL = "no back-channel for server-initiated requests"
+
+
+async def _closed_after_calls(connection: McpConnection) -> None:
+    await connection.in_flight.settled()
+    await connection.aclose()
 
 
 async def _all_tools(client: Client) -> list[Tool]:

@@ -1,12 +1,14 @@
 """An MCP stdio server whose tools ask their client in the middle of a call: for input (form
-elicitation), and for a completion of its model (sampling); and one that changes its list of
-tools. It writes down every run of a call and what it was told, for the tests of servers that
-ask back. `ASKING_LOG` names the file."""
+elicitation), and for a completion of its model (sampling); one that asks after its call
+returned; and one that changes its list of tools. It writes down every run of a call and what
+it was told, for the tests of servers that ask back. `ASKING_LOG` names the file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from pathlib import Path
 
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
@@ -56,6 +58,62 @@ async def headline(text: str, ctx: Context) -> str:
         return f"no headline: {exc}"
     _write({"headline": result.content.text, "model": result.model})
     return f"headline: {result.content.text}"
+
+
+LATER_S = 30  # how long a late question, or `hold`, waits for its moment at most
+_LATER: set[asyncio.Task] = set()
+
+
+def _later_file() -> Path:
+    return Path(os.environ["ASKING_LOG"] + ".later")
+
+
+@server.tool()
+async def remind(about: str, ctx: Context) -> str:
+    """Promises to ask the user about `about` later: after this call returned, once `hold`
+    (of this server process or another) says the moment came."""
+    _write({"run": f"remind {about}"})
+    await ctx.session.send_ping()  # none on 2026-07-28: the client then speaks the older one
+    task = asyncio.create_task(_ask_later(ctx.session, about))
+    _LATER.add(task)
+    task.add_done_callback(_LATER.discard)
+    return f"will ask about {about}"
+
+
+async def _ask_later(session, about: str) -> None:
+    """The late question: with no call of its own in flight, sent on the session's own
+    channel (as a server that asks on a timer would)."""
+    for _ in range(LATER_S * 20):
+        if _later_file().exists():
+            break
+        await asyncio.sleep(0.05)
+    else:
+        return
+    schema = {"type": "object", "properties": {"still": {"type": "boolean"}}}
+    try:
+        answer = await session.elicit_form(f"Still want {about}?", schema)
+    except MCPError as exc:
+        _write({"late": about, "refused": str(exc)})
+        return
+    _write({"late": about, "action": answer.action})
+
+
+@server.tool()
+async def hold() -> str:
+    """Says the moment came for the late questions, and returns once one was asked (answered
+    or refused)."""
+    _write({"run": "hold"})
+    _later_file().touch()
+    for _ in range(LATER_S * 20):
+        if any("late" in record for record in _records()):
+            return "held"
+        await asyncio.sleep(0.05)
+    return "held: no late question came"
+
+
+def _records() -> list[dict]:
+    with open(os.environ["ASKING_LOG"], encoding="utf-8") as log:
+        return [json.loads(line) for line in log]
 
 
 def vault() -> str:

@@ -1,7 +1,9 @@
 """An MCP server over HTTP for the toolbox tests: `python http_server.py PORT streamable|sse`.
 
 It reads the bearer token it expects from EXPECTED_TOKEN, so a test can check that configured
-headers arrive without the token ever being echoed back.
+headers arrive without the token ever being echoed back. Two of its tools ask back in the call's
+own stream, as a request of streamable HTTP names its call: `stay` (elicitation) and `headline`
+(sampling).
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import json
 import os
 import sys
 
+import anyio
 import uvicorn
+from mcp import MCPError
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.types import SamplingMessage, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 # The smallest valid PNG: a 1x1 transparent pixel.
@@ -75,6 +80,48 @@ def whoami(ctx: Context) -> str:
     """Say whether the request carried the expected bearer token."""
     expected = f"Bearer {os.environ['EXPECTED_TOKEN']}"
     return "authorized" if (ctx.headers or {}).get("authorization") == expected else "anonymous"
+
+
+class Stay(BaseModel):
+    nights: int
+
+
+PARTY_S = 15  # how long a `stay` waits for its party at most
+_GATHERING: list[anyio.Event] = []  # the `stay` calls waiting for their party
+
+
+@server.tool()
+async def stay(city: str, ctx: Context, party: int = 1) -> str:
+    """Books a stay in `city`, asking the user how many nights once `party` calls of it are
+    in flight at once (so that their questions meet)."""
+    gathered = anyio.Event()
+    _GATHERING.append(gathered)
+    if len(_GATHERING) >= party:
+        for member in _GATHERING:
+            member.set()
+        _GATHERING.clear()
+    with anyio.move_on_after(PARTY_S):
+        await gathered.wait()
+    if gathered in _GATHERING:
+        _GATHERING.remove(gathered)
+    answer = await ctx.elicit(f"How many nights in {city}?", schema=Stay)
+    data = getattr(answer, "data", None)
+    return f"{data.nights} nights in {city}" if data is not None else f"no stay ({answer.action})"
+
+
+@server.tool()
+async def headline(text: str, ctx: Context) -> str:
+    """Writes a headline for `text`, asking the client's model in the call's own stream."""
+    ask = SamplingMessage(role="user", content=TextContent(type="text",
+                                                           text=f"A headline for: {text}"))
+    try:
+        result = await ctx.session.create_message([ask], max_tokens=5_000,
+                                                  related_request_id=ctx.request_id)
+    except NoBackChannelError:
+        raise  # the client then speaks the older protocol, which has one
+    except MCPError as exc:
+        return f"no headline: {exc}"
+    return f"headline: {result.content.text}"
 
 
 if __name__ == "__main__":
