@@ -8,10 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import structlog
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     Interceptor,
     UnsandboxedWorkflowRunner,
@@ -33,7 +30,7 @@ from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
 from activities.tools.memory import MEMORY_TOOLS
 from activities.tools.loader import load_tools
 from activities.webhooks import WebhookActivities
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
 from worker.logging import LoggingInterceptor
 from worker.telemetry import TelemetryInterceptor, Tracing
 from workflows.conversation import ConversationWorkflow
@@ -56,20 +53,11 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=10)  # what activities in flight get when 
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
-    """Register `AgentStatus` and `AgentOwner`; a workflow upserting an unknown attribute would
-    fail every task, and a start naming one would be refused. One request each, so an older
-    deployment that has the first gains the second."""
-    for key in (AGENT_STATUS, AGENT_OWNER):
-        request = AddSearchAttributesRequest(
-            namespace=namespace,
-            search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
-        )
-        try:
-            await client.operator_service.add_search_attributes(request)
-        except RPCError as err:
-            if err.status != RPCStatusCode.ALREADY_EXISTS:
-                raise
-        log.info("search attribute ready", name=key.name, namespace=namespace)
+    """Register the search attributes a conversation upserts before any is served (the CLI and
+    the API do the same for a start that comes first)."""
+    await register_search_attributes(client, namespace)
+    log.info("search attributes ready", names=[key.name for key in CONVERSATION_ATTRIBUTES],
+             namespace=namespace)
 
 
 def build_worker(
