@@ -28,6 +28,7 @@ from activities.llm_errors import (
 )
 from activities.settings import ActivitySettings
 from activities.summary import summary_messages
+from activities.windows import ServerTokens
 from contract import (
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
@@ -151,6 +152,7 @@ class LLMActivities:
         self.cache = ContextCache(settings.context_cache_bytes) if cache is None else cache
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
+        self._tokens = ServerTokens()  # user messages' tokens, as the model's server counts them
 
     @activity.defn(name=LLM_CALL_ACTIVITY)
     async def llm_call(self, request: LLMRequest) -> LLMReply:
@@ -239,6 +241,10 @@ class LLMActivities:
                 try:
                     reply = await self._attempts(endpoint, messages, tools, tool_choice,
                                                  response_format, tokens)
+                except ApplicationError as err:
+                    if err.type != "LLMContextTooLong":
+                        raise
+                    raise await self._counted(endpoint, messages, err) from None
                 finally:
                     tokens.close()
             reply.streamed = tokens.live
@@ -258,6 +264,19 @@ class LLMActivities:
             cost_usd=reply.usage.cost_usd,
         )
         return reply
+
+    async def _counted(self, endpoint: Endpoint, messages: list[dict[str, Any]],
+                       err: ApplicationError) -> ApplicationError:
+        """A prompt refused as too long, with its longest user messages' tokens as the model's
+        server counts them, where it does (`counted`): what the conversation leaves out, and
+        says, rests on them."""
+        texts = [m["content"] for m in messages
+                 if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        counted = await heartbeating(self._tokens.count(
+            endpoint.client, endpoint.spec.base_url, endpoint.spec.model, texts))
+        said = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+        return ApplicationError(err.message, {**said, "counted": counted}, type=err.type,
+                                non_retryable=True)
 
     async def _attempts(self, endpoint: Endpoint, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]], tool_choice: str,

@@ -1,25 +1,37 @@
-"""A model's context window, as its server says, for an entry that does not say it
-(`context_tokens`): llama.cpp's `/props` (`n_ctx`), Ollama's `/api/show` (`num_ctx`, else the
-model's `context_length` within Ollama's own default window), vLLM's `/v1/models`
-(`max_model_len`) and LM Studio's `/api/v0/models/<id>` (`loaded_context_length`). Asked once per
-worker and endpoint, each with a short deadline; a server that says nothing leaves the
-conversation's own budget alone (one that cannot be reached is asked again next time). OpenAI's own endpoint (no `base_url`) is not asked."""
+"""What a model's server says of the model: its context window, and how many tokens a text is.
+
+The window, for an entry that does not say it (`context_tokens`): llama.cpp's `/props`
+(`n_ctx`), Ollama's `/api/show` (`num_ctx`, else the model's `context_length` within Ollama's own
+default window), vLLM's `/v1/models` (`max_model_len`) and LM Studio's `/api/v0/models/<id>`
+(`loaded_context_length`). Asked once per worker and endpoint, each with a short deadline; a
+server that says nothing leaves the conversation's own budget alone (one that cannot be reached
+is asked again next time). OpenAI's own endpoint (no `base_url`) is not asked.
+
+A text's tokens, as the model's own tokenizer counts them (`ServerTokens`): llama.cpp's and
+vLLM's `POST /tokenize`, one body for both. No tokenizer ships with the worker (a model's name
+does not say which vocabulary and chat template its server runs), so a server that cannot count
+leaves the conversation to its estimate (`rules.context`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import openai
 import structlog
 
 from activities.models import ModelEntry, Models
+from rules.context import text_digest
 
 log = structlog.get_logger("windows")
 ASK_TIMEOUT_S = 2.0
 OLLAMA_DEFAULT_CTX = 4096  # what Ollama runs a model with unless num_ctx says otherwise
 MIN_WINDOW, MAX_WINDOW = 256, 10_000_000
+MAX_TOKENS_COUNTED = 4  # texts counted for one refused prompt: the longest
+MAX_COUNTS_KEPT = 512  # texts whose counts a worker remembers
 
 
 class Windows:
@@ -105,3 +117,65 @@ def _whole(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+class ServerTokens:
+    """How many tokens texts are, as the model's server counts them (`POST /tokenize`), through
+    the entry's own client (its key, its connection pool). A server that answers with an error
+    cannot count, and is not asked again by this worker; one that cannot be reached is. Counts
+    are remembered by text."""
+
+    def __init__(self) -> None:
+        self._cannot: set[tuple[str, str]] = set()
+        self._counts: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+
+    async def count(self, client: openai.AsyncOpenAI, base_url: str | None, model: str,
+                    texts: list[str]) -> dict[str, int]:
+        """By `rules.context.text_digest`, the tokens of the longest few `texts` ({} where the
+        server counts none)."""
+        if base_url is None:
+            return {}
+        root = base_url.rstrip("/").removesuffix("/v1")
+        counted = {}
+        for text in sorted(set(texts), key=len, reverse=True)[:MAX_TOKENS_COUNTED]:
+            if (root, model) in self._cannot:
+                break
+            key = (root, model, text_digest(text))
+            if key not in self._counts:
+                tokens = await self._ask(client, root, model, text)
+                if tokens is None:
+                    continue
+                self._counts[key] = tokens
+                while len(self._counts) > MAX_COUNTS_KEPT:
+                    self._counts.popitem(last=False)
+            self._counts.move_to_end(key)
+            counted[key[2]] = self._counts[key]
+        return counted
+
+    async def _ask(self, client: openai.AsyncOpenAI, root: str, model: str, text: str
+                   ) -> int | None:
+        body = {"content": text, "add_special": False,  # llama.cpp's
+                "model": model, "prompt": text, "add_special_tokens": False}  # vLLM's
+        try:
+            response = await client.post(f"{root}/tokenize", body=body, cast_to=httpx.Response,
+                                         options={"timeout": ASK_TIMEOUT_S, "max_retries": 0})
+            said = response.json()
+        except (openai.APIConnectionError, httpx.TransportError):
+            return None  # not up: asked again next time
+        except (openai.APIStatusError, ValueError):
+            said = None
+        tokens = _tokens(said)
+        if tokens is None:
+            log.info("the model's server does not count tokens", model=model, server=root)
+            self._cannot.add((root, model))
+        return tokens
+
+
+def _tokens(said: Any) -> int | None:
+    """The count in a `/tokenize` answer: vLLM's `count`, else llama.cpp's `tokens` listed."""
+    if not isinstance(said, dict):
+        return None
+    if type(said.get("count")) is int and said["count"] >= 0:
+        return said["count"]
+    tokens = said.get("tokens")
+    return len(tokens) if isinstance(tokens, list) else None

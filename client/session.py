@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, get_args
+from uuid import uuid4
 
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
@@ -53,7 +54,7 @@ from client.checks import (
     clip,
     unsendable,
 )
-from client.connection import TemporalSettings
+from client.connection import TemporalSettings, namespace_prepared
 from client.decisions import (
     HumanRequest,
     PartlyApplied,
@@ -123,36 +124,39 @@ class Session:
     # ----- starting and listing -----
 
     async def start(self, inp: ConversationInput, workflow_id: str, source: str = "the CLI",
-                    existing_ok: bool = False) -> bool:
+                    existing_ok: bool = False, prepared: bool = False) -> bool:
         """Start a conversation. With `existing_ok`, an id already in use (running or closed) is
-        that conversation, and the call is idempotent: returns whether it started a new one."""
+        that conversation, and the call is idempotent: returns whether it started a new one.
+        As a `say`'s, the first message's outcome is awaited: refused (too long for the model)."""
         reason = (check_conversation_id(workflow_id)
                   or check_message(inp.prompt, inp.max_message_bytes)
-                  or (output_schema_problem(inp.output_schema)
-                      if inp.output_schema is not None else None))
+                  or output_schema_problem(inp.output_schema))
         if reason is not None:
             raise UsageError(reason)
+        if inp.request_id is None and inp.fork is None:  # what its first message's outcome
+            inp = inp.model_copy(update={"request_id": uuid4().hex})  # is recorded under
         check_sendable(inp)
         try:
             await self.client.start_workflow(
-                names.WORKFLOW_TYPE,
-                inp,
-                result_type=ConversationStatus,
-                id=workflow_id,
-                task_queue=self.settings.task_queue,
-                static_summary=clip(inp.prompt, 200),
+                names.WORKFLOW_TYPE, inp, result_type=ConversationStatus, id=workflow_id,
+                task_queue=self.settings.task_queue, static_summary=clip(inp.prompt, 200),
                 static_details=f"Conversation started from {source} with `{clip(inp.prompt, 500)}`",
-                search_attributes=TypedSearchAttributes([
-                    SearchAttributePair(AGENT_STATUS, "running"),
-                    *(owned_by(inp.owner) or [])]),
+                search_attributes=TypedSearchAttributes([SearchAttributePair(
+                    AGENT_STATUS, "running"), *(owned_by(inp.owner) or [])]),
                 memo={LIST_LABEL: clip(inp.prompt, LIST_LABEL_CHARS)},
                 id_reuse_policy=(WorkflowIDReusePolicy.REJECT_DUPLICATE if existing_ok
-                                 else WorkflowIDReusePolicy.ALLOW_DUPLICATE),
-            )
+                                 else WorkflowIDReusePolicy.ALLOW_DUPLICATE))
         except WorkflowAlreadyStartedError:
             if existing_ok:
                 return False
             raise CliError(f"conversation {workflow_id} is already running") from None
+        except RPCError as err:  # sent before any worker prepared the namespace: prepare it
+            if prepared or not await namespace_prepared(self.client, err):
+                raise
+            return await self.start(inp, workflow_id, source, existing_ok, prepared=True)
+        taken = None if inp.fork else await self.outcome(workflow_id, inp.request_id or "")
+        if taken is not None and not taken.accepted:
+            raise Refused(taken.reason or "the first message was refused")
         return True
 
     async def conversations(self, status: str | None = None, limit: int = 100,

@@ -37,6 +37,15 @@ class CallRecord:
     result_key: str
 
 
+class RanCall(BaseModel):
+    """A call that ran (or was decided) this turn, as a restated call is told from it
+    (`rules.repeats`): the tool, a digest of the tool and its arguments, and its id."""
+
+    tool: str
+    key: str
+    call_id: str
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -87,6 +96,8 @@ class TurnState(BaseModel):
     forced_reason: StopReason | None = None  # a stopping rule fired: the next call is the last
     fallbacks: int = 0  # model calls a fallback entry answered
     call_records: list[CallRecord] = []  # the latest two, for loop detection
+    ran: list[RanCall] = []  # the latest calls that ran this turn (`rules.repeats`)
+    questions_in_a_row: int = 0  # questions asked this turn since a tool last ran
     decisions: list[Decision] = []
     children: list[ChildReport] = []  # subagents started this turn, and what they wait for
     # the turn's span (W3C traceparent: `workflows.telemetry`) and when the turn began
@@ -139,6 +150,9 @@ class ContextState(BaseModel):
     token_ratio: float = 1.0  # tokens the endpoint counts per estimated token, from its usage
     prompt_tokens: int = 0  # what the endpoint counted for the latest prompt
     window_tokens: int | None = None  # the model's window, as an endpoint's refusal said it
+    # user messages' tokens as the model's server counted them, by `rules.context.text_digest`
+    # of their text (the latest few)
+    counted: dict[str, int] = {}
 
 
 class ConversationState(BaseModel):

@@ -6,10 +6,18 @@ When that would pass the budget, the oldest turns are folded into the summary, d
 mark so that folding is occasional. The latest tool round gets a share of what is left, so one
 step's prompt stays within the budget unless the user's message alone passes it. Estimates are
 scaled by what the endpoint reported for the previous request (`token_ratio`).
+
+Whether a user's message can fit at all is told three ways. Where the model's server counted it
+(`counted`, after a refusal), on that count. At the door (a message sent, before any count can be
+asked), on a count that errs toward letting it through (`LENIENT_RATIO`), not on the ratio: one
+calibrated on a whole prompt carries the cost of the chat template and of the tool schemas, and
+scaled a long message's estimate by half again. A message let through that still cannot fit is
+left out at its turn, on the server's count.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +41,12 @@ from rules.compaction import (
 )
 
 LOW_WATER = 0.5  # a fold leaves the prompt at most this share of the budget
+# The door counts a text at 6 characters a token: prose takes 4 to 5 with the tokenizers of
+# today's models (Qwen, Llama 3, GPT-4o), code and other languages fewer; only text such as
+# long runs of one character packs more into a token.
+LENIENT_CHARS_PER_TOKEN = 6
+LENIENT_RATIO = CHARS_PER_TOKEN / LENIENT_CHARS_PER_TOKEN
+MAX_COUNTED = 8  # user messages whose counts a conversation keeps
 MIN_RATIO, MAX_RATIO = 0.25, 8.0
 MIN_SHARE_BYTES = 256  # what an observation keeps even when the budget is spent
 CUT_MARKER_BYTES = 48  # "…[cut: observation of N bytes]"
@@ -76,16 +90,39 @@ def fitted_budget(tokens: int, window: int | None, max_output: int | None = None
     return min(tokens, max(MIN_FITTED_TOKENS, window - reserve))
 
 
+def text_digest(text: str) -> str:
+    """What a text's count is kept under (`ContextState.counted`), in the worker that counts
+    it and in the workflow alike."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def counted_tokens(text: str, ctx: ContextState) -> int | None:
+    """A user's message's tokens as the model's server counted them, if it did."""
+    return ctx.counted.get(text_digest(text)) if ctx.counted else None
+
+
+def with_counts(ctx: ContextState, counts: dict[str, int]) -> dict[str, int]:
+    """The counts a conversation keeps once the server counted `counts` (the latest few)."""
+    kept = {k: v for k, v in ctx.counted.items() if k not in counts}
+    fresh = {k: v for k, v in counts.items()
+             if isinstance(k, str) and len(k) <= 64 and type(v) is int and v > 0}
+    return dict(list({**kept, **fresh}.items())[-MAX_COUNTED:])
+
+
 def message_tokens(text: str, ctx: ContextState, budget: Budget) -> int | None:
-    """The endpoint tokens a user's message takes (as estimated), when it is what cannot fit:
-    the system prompt and tools fit the budget without it, not with it, so no fold makes room
-    for it. None when it fits, or when even the system prompt and tools do not."""
+    """The endpoint tokens a user's message takes (as the server counted it, else as estimated),
+    when it is what cannot fit: the system prompt and tools fit the budget without it, not with
+    it, so no fold makes room for it. None when it fits, or when even the system prompt and
+    tools do not."""
     need = estimate_tokens([ChatMessage(role="user", content=text)])
+    counted = counted_tokens(text, ctx)
+    if counted is not None:
+        need = counted / budget.ratio + MESSAGE_OVERHEAD_TOKENS
     fixed = estimate_tokens([ChatMessage(role="system", content=ctx.system_prompt)]) + \
         NOTE_RESERVE_TOKENS
     if fixed > budget.room or fixed + need <= budget.room:
         return None
-    return int(need * budget.ratio)
+    return counted if counted is not None else int(need * budget.ratio)
 
 
 def left_out(ctx: ContextState, budget: Budget) -> tuple[list[ChatMessage], int]:
@@ -100,8 +137,9 @@ def left_out(ctx: ContextState, budget: Budget) -> tuple[list[ChatMessage], int]
             messages.append(m)
             continue
         longest = max(longest, tokens)
+        about = "" if counted_tokens(m.content or "", ctx) == tokens else "about "
         messages.append(ChatMessage(role="user", content=(
-            f"[a message of about {tokens:,} tokens was left out here: it is longer than the "
+            f"[a message of {about}{tokens:,} tokens was left out here: it is longer than the "
             f"model can read ({budget.tokens:,} tokens)]")))
     return messages, longest
 

@@ -127,12 +127,15 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_ECHOED_ARGS else text[:MAX_ECHOED_ARGS] + "…"
 
 
-def call_reminder(tools: list[str]) -> str:
+def call_reminder(tools: list[str], in_prose: bool = False) -> str:
     """What the model reads after a reply that wrote a call of `tools` in its text in a shape that
-    could not be read: that nothing ran, and a shape that is read."""
+    could not be read (`in_prose`: said in words that it calls them): that nothing ran, and a
+    shape that is read."""
     names = ", ".join(tools)
-    return (f"Your reply looks like a call of {names}, but no tool ran: it could not be read as "
-            "a call. To run a tool, call it through the tools you were given, or write exactly "
+    looks = (f"Your reply says to call {names}, but no tool ran: words are not a call." if in_prose
+             else f"Your reply looks like a call of {names}, but no tool ran: it could not be "
+                  "read as a call.")
+    return (f"{looks} To run a tool, call it through the tools you were given, or write exactly "
             f'{{"name": "{tools[0]}", "arguments": {{...}}}} with its arguments as a JSON object. '
             "To answer instead, answer in words, without writing a call.")
 

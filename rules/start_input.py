@@ -47,18 +47,19 @@ def settled_input(inp: ConversationInput, limits: Limits) -> tuple[ConversationI
     return inp.model_copy(update=update), notices
 
 
-def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> ConversationState:
+def first_state(inp: ConversationInput, limits: Limits, notices: list[str],
+                default_prompt: str = DEFAULT_SYSTEM_PROMPT) -> ConversationState:
     """The state a run starts from: carried by continue-as-new, a fork's, or new with the first
-    message."""
+    message (`default_prompt`: the system prompt, unless it names one)."""
     if inp.state is not None:
         return inp.state
     if inp.carry is not None:
-        return inp.carry.to_state(DEFAULT_SYSTEM_PROMPT)
+        return inp.carry.to_state(default_prompt)
     if inp.fork is not None:
-        state = forked_state(inp.fork, inp.system_prompt)
+        state = forked_state(inp.fork, inp.system_prompt, default_prompt)
     else:
         state = ConversationState(
-            context=ContextState(system_prompt=inp.system_prompt or DEFAULT_SYSTEM_PROMPT))
+            context=ContextState(system_prompt=inp.system_prompt or default_prompt))
     for notice in notices:
         state.notice(notice)
     if inp.fork is not None:  # it goes on with a turn: it has no first message to take
@@ -71,11 +72,12 @@ def first_state(inp: ConversationInput, limits: Limits, notices: list[str]) -> C
     return state
 
 
-def forked_state(fork: ForkPoint, system_prompt: str | None) -> ConversationState:
+def forked_state(fork: ForkPoint, system_prompt: str | None,
+                 default_prompt: str = DEFAULT_SYSTEM_PROMPT) -> ConversationState:
     """A fork's first state: the original's messages before the step (its system prompt replaced
     by the fork's, if it has one), and the original's turn under way, to be thought on."""
     messages = list(fork.messages)
-    system = DEFAULT_SYSTEM_PROMPT
+    system = default_prompt
     if messages and messages[0].role == "system":
         system = messages.pop(0).content or system
     return ConversationState(

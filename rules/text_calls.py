@@ -292,3 +292,37 @@ def _looks_written(text: str, tools: list[str]) -> list[str]:
     marked = any(marker in text for marker in CALL_MARKERS)
     return [t for t in tools if marked or f'"{t}"' in text or f"'{t}'" in text
             or f"{t}(" in text]
+
+
+# Words a model uses for a call it means to make, before the tool's name in the same sentence
+# ("I would call `get_weather` with Tokyo", "you can use get_weather"): the verbs' base forms
+# only, as a recap says "I called", "using get_weather, I found".
+INTENT_WORDS = frozenset({"call", "use", "invoke", "run", "execute", "query"})
+INTENT_REACH = 80  # characters before the name that still make one sentence with it
+
+
+def announced(text: str, tools: Collection[str]) -> list[str]:
+    """Offered tools the text says it calls, or would, in prose rather than as a call: the name
+    (in backticks or not) after an intent word in its sentence. A scan, at most MAX_STARTS
+    places."""
+    found, tries = [], 0
+    for name in tools:
+        i = 0
+        while tries < MAX_STARTS and (at := text.find(name, i)) >= 0:
+            tries += 1
+            i = at + len(name)
+            before, after = text[at - 1:at] if at else "", text[i:i + 1]
+            if _in_word(before) or _in_word(after):
+                continue  # part of another name
+            sentence = text[max(0, at - INTENT_REACH):at]
+            for stop in ".!?\n":
+                sentence = sentence.rpartition(stop)[2]
+            words = "".join(ch if ch.isalpha() else " " for ch in sentence.casefold()).split()
+            if INTENT_WORDS.intersection(words):
+                found.append(name)
+                break
+    return found
+
+
+def _in_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import embeddings, open_meteo
+from . import embeddings, open_meteo, tokenizer
 from .replies import RawReply, ScriptedReply, message_text
 from .script import Script, Selection, select_reply, tool_call_payloads, usage
 
@@ -153,6 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"parameters": f"num_ctx {self.server.owner.windows['ollama']}",
                                   "model_info": {"qwen2.context_length": 32768}})
             return
+        if path == "/tokenize" and self.server.owner.tokenize:
+            self.server.owner._count_call("tokenize")
+            self._send_json(*tokenizer.tokenize_answer(raw, self.server.owner.windows))
+            return
         if path == "/v1/embeddings":
             self._embeddings(raw)
             return
@@ -169,6 +173,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         selection, error_status, cut_at = owner._begin_chat(body)
+        refusal = tokenizer.too_long(body, owner.windows) if owner.tokenize else None
+        if refusal is not None:  # as llama.cpp's and vLLM's servers refuse a prompt too long
+            self._send_json(400, refusal)
+            return
         if error_status is not None:
             reply = selection.reply
             body = _error_body(error_status, reply.error_message or f"scripted {error_status}")
@@ -186,9 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(reply.raw)
             return
         model = body.get("model") or MODEL_ID
+        counted = usage(messages, body.get("tools"), reply)
+        if owner.tokenize:  # as its tokenizer counts the prompt
+            counted["prompt_tokens"] = tokenizer.prompt_tokens(messages, body.get("tools"))
+            counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
         counts = None if reply.no_usage else {
-            **{k: v for k, v in usage(messages, body.get("tools"), reply).items()
-               if k not in reply.usage_missing}, **reply.usage_patch}
+            **{k: v for k, v in counted.items() if k not in reply.usage_missing},
+            **reply.usage_patch}
         completion_id = f"chatcmpl-{owner._conversation_key(messages)[:24]}"
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -295,18 +307,22 @@ class ScriptedModelServer:
     """Serves a `Script` over HTTP from a daemon thread; records every chat request."""
 
     def __init__(self, script: Script | None = None, host: str = "127.0.0.1", port: int = 0,
-                 windows: dict[str, int] | None = None) -> None:
+                 windows: dict[str, int] | None = None, tokenize: bool = False) -> None:
         self._script = script or Script()
         # The model's window, said as these local servers say it (by "llama.cpp", "vllm",
         # "lm-studio", "ollama"): none, as the hosted endpoints, which say nothing.
         self.windows = dict(windows or {})
+        # Count tokens as a real server does (`scripted_model.tokenizer`): `POST /tokenize`, the
+        # usage of each reply, and a prompt longer than the llama.cpp or vLLM window refused.
+        self.tokenize = tokenize
         self._host = host
         self._requested_port = port
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
         self._hits: dict[str, int] = {}
-        self._calls = {"geocoding": 0, "forecast": 0, "connections": 0, "embeddings": 0}
+        self._calls = {"geocoding": 0, "forecast": 0, "connections": 0, "embeddings": 0,
+                       "tokenize": 0}
         self._release_event = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -410,6 +426,11 @@ class ScriptedModelServer:
     def embedding_calls(self) -> int:
         with self._lock:
             return self._calls["embeddings"]
+
+    @property
+    def tokenize_calls(self) -> int:
+        with self._lock:
+            return self._calls["tokenize"]
 
     @property
     def connections(self) -> int:

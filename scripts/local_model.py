@@ -4,6 +4,7 @@
     python scripts/local_model.py serve       # the same, in the foreground
     python scripts/local_model.py stop
     python scripts/local_model.py record --base-url URL --out DIR   # any endpoint's replies
+    python scripts/local_model.py proxy --base-url URL --port 8089 --out DIR  # a conversation's
 
 `up` puts everything under LOCAL_MODEL_HOME (default ~/.cache/durable-react-agent/local-model),
 never in the project's venv: a venv with the `xllamacpp` wheel (llama.cpp's server in-process,
@@ -18,7 +19,11 @@ with OMP_WAIT_POLICY=PASSIVE (spinning threads starve the worker on two cores). 
 
 `record` asks an OpenAI-compatible endpoint the demo's prompts, with the agent's own system
 prompt and tools, and keeps each raw reply as a scripted-model cassette (`tests/cassettes/`'s
-format), so a new model's shapes can be replayed by `make test` without the model."""
+format), so a new model's shapes can be replayed by `make test` without the model. `proxy` stands
+between a worker and an endpoint (point the worker's entry at it) and keeps every chat
+completion of real conversations the same way, with the messages it answered: the replies a
+model gives deep in a conversation (a recap of a call that ran, an echoed question), which one
+prompt alone never shows."""
 
 from __future__ import annotations
 
@@ -200,6 +205,57 @@ def record(url: str, model: str, out: Path, api_key: str | None) -> None:
         say(f"{path}: {status} in {time.monotonic() - started:.0f} s")
 
 
+def proxy(url: str, port: int, out: Path) -> None:
+    """Forward every request to `url`'s server as it is; keep each chat completion's raw reply
+    as a cassette, with the messages it answered."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    upstream = url.rstrip("/").removesuffix("/v1")
+    out.mkdir(parents=True, exist_ok=True)
+    kept = [len(list(out.glob("exchange_*.json")))]
+
+    class Forward(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            request = urllib.request.Request(
+                upstream + self.path, data=body or None, method=self.command,
+                headers={k: v for k, v in self.headers.items()
+                         if k.lower() in ("content-type", "authorization", "accept")})
+            try:
+                with urllib.request.urlopen(request, timeout=900) as response:
+                    status, headers, raw = response.status, response.headers, response.read()
+            except urllib.error.HTTPError as err:
+                status, headers, raw = err.code, err.headers, err.read()
+            self.send_response(status)
+            self.send_header("Content-Type", headers.get("Content-Type") or "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            if self.path.endswith("/chat/completions") and body:
+                asked = json.loads(body)
+                messages = asked.get("messages") or []
+                user = [m.get("content") for m in messages if m.get("role") == "user"]
+                kept[0] += 1
+                path = out / f"exchange_{kept[0]:03d}.json"
+                path.write_text(json.dumps({
+                    "source": f"recorded {time.strftime('%Y-%m-%d')} from {url} by "
+                              "scripts/local_model.py proxy, in a conversation of the agent",
+                    "prompt": user[-1] if user else None,
+                    "messages": messages[1:],  # what it answered (the system prompt left out)
+                    "reply": {"status": status, "content_type": headers.get_content_type(),
+                              "body": raw.decode()},
+                }, indent=1, ensure_ascii=False) + "\n")
+                say(f"kept {path}")
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    say(f"forwarding 127.0.0.1:{port} to {upstream}, keeping chat completions in {out}")
+    ThreadingHTTPServer(("127.0.0.1", port), Forward).serve_forever()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -211,6 +267,10 @@ def main() -> None:
     recording.add_argument("--base-url", default=base_url())
     recording.add_argument("--model", default=MODEL_NAME)
     recording.add_argument("--out", type=Path, default=Path("cassettes-recorded"))
+    proxying = commands.add_parser("proxy", help="forward to an endpoint, keeping its replies")
+    proxying.add_argument("--base-url", default=base_url())
+    proxying.add_argument("--port", type=int, default=8089)
+    proxying.add_argument("--out", type=Path, default=Path("cassettes-recorded"))
     args = parser.parse_args()
     if args.command == "setup":
         say(f"model file: {setup()}")
@@ -218,6 +278,8 @@ def main() -> None:
         serve(background=args.command == "up")
     elif args.command == "stop":
         stop()
+    elif args.command == "proxy":
+        proxy(args.base_url, args.port, args.out)
     else:
         record(args.base_url, args.model, args.out, os.environ.get("REAL_MODEL_API_KEY"))
 

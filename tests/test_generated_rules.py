@@ -20,6 +20,7 @@ from contract import ApprovalPolicy, ConversationStatus, Usage
 from contract.bounds import Limits, preview_args
 from contract.state import ContextState, ConversationState
 from rules import gate, loop
+from rules.commands import details_markdown
 from rules.questions import ASK_TOOLS
 from rules.repair import (
     SAFE_ID_CHARS,
@@ -89,7 +90,8 @@ def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: Scri
         owner="alice")
     status.model_dump_json().encode()
     message.model_dump_json().encode()
-    details = desk.details_markdown("conv-1", status.status, 1, None, None)
+    details = details_markdown("conv-1", status.status, 1, None, None,
+                               desk.pending_confirmations(), desk.pending_question(), desk.owner)
     commands = printed_commands(render_status(status), details)
     assert len(commands) >= 3 * len(status.pending_confirmations)
     for command in commands:

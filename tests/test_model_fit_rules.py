@@ -1,5 +1,6 @@
 """Fitting a conversation to the model, without a server: the budget a known window leaves, a
-message no fold makes room for left out; each server's way of saying a prompt is too long,
+message no fold makes room for left out (on the server's count where it counted the message, on
+a count that errs low at the door); each server's way of saying a prompt is too long,
 read for its window and the prompt's tokens; a mid-stream error told apart; a model entry's own
 window, reply size, deadlines and price; a failed model call as the user reads it; and the
 failed calls, the window and a turn's error as `status` and `watch` print them."""
@@ -49,14 +50,18 @@ from contract import (
 )
 from contract.state import ContextState
 from rules.context import (
+    LENIENT_RATIO,
+    MAX_COUNTED,
     MIN_FITTED_TOKENS,
     OUTPUT_RESERVE_TOKENS,
     Budget,
     fitted_budget,
     left_out,
     message_tokens,
+    text_digest,
+    with_counts,
 )
-from workflows.model_step import model_failure
+from workflows.failures import model_failure
 
 # ----- the budget a known window leaves -----
 
@@ -139,6 +144,39 @@ def test_each_too_long_user_message_is_left_out_and_the_others_kept():
         "[a message of about 2,000 tokens was left out here: it is longer than the model can "
         "read (1,000 tokens)]"))
     assert out[4].role == "user" and out[4].content.startswith("[a message of about 3,000 tokens")
+
+
+def test_at_the_door_a_message_is_counted_low_so_one_that_fits_is_never_refused():
+    """Prose of 1,000 tokens by four characters a token is some 830 by the model's tokenizer: a
+    count that errs low (six characters a token) lets it through where the estimate would not;
+    past what even that count allows, it is refused, the number said being that low count."""
+    budget = Budget(tokens=1000 - FIXED, ratio=LENIENT_RATIO)  # room: 1.5 estimated tokens each
+    fits = text_of(1000)
+    assert message_tokens(fits, ctx_of(), Budget(tokens=1000 - FIXED)) == 1000
+    assert message_tokens(fits, ctx_of(), budget) is None
+    over = text_of(1700)
+    assert message_tokens(over, ctx_of(), budget) == int(1700 * LENIENT_RATIO)
+
+
+def test_a_message_the_server_counted_is_judged_on_that_count():
+    words = text_of(2000)  # 2,000 by the estimate; the server counted 700
+    counted = ctx_of().model_copy(update={"counted": {text_digest(words): 700}})
+    assert message_tokens(words, ctx_of(), Budget(tokens=1000)) == 2000
+    assert message_tokens(words, counted, Budget(tokens=1000)) is None
+    assert message_tokens(words, counted, Budget(tokens=700)) == 700  # its count, not estimated
+    out, longest = left_out(counted.model_copy(update={
+        "messages": [ChatMessage(role="user", content=words)]}), Budget(tokens=700))
+    assert longest == 700 and out[0].content.startswith("[a message of 700 tokens was left out")
+
+
+def test_a_conversation_keeps_the_latest_counts_only():
+    ctx = ctx_of()
+    for n in range(MAX_COUNTED + 3):
+        ctx = ctx.model_copy(update={"counted": with_counts(ctx, {f"d{n}": n + 1})})
+    assert list(ctx.counted) == [f"d{n}" for n in range(3, MAX_COUNTED + 3)]
+    nonsense = {"odd": -1, "odder": "9", "k" * 65: 5}
+    assert with_counts(ctx, nonsense) == ctx.counted  # is not kept
+    assert text_digest("a\ud800b") != text_digest("ab")  # any text has one, lone halves too
 
 
 def test_nothing_left_out_when_every_message_fits():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,10 +21,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.models import ModelEntry, Models
 from activities.settings import ActivitySettings
 from activities.windows import OLLAMA_DEFAULT_CTX, Windows
+from api.app import create_app
+from api.settings import ApiSettings
+from client.connection import TemporalSettings
 from client.render import render_status
 from contract import EndRequest, SayRequest
 from rules.context import fitted_budget
-from scripted_model import ScriptedModelServer, ScriptedReply
+from scripted_model import ScriptedModelServer, ScriptedReply, tokenizer
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import outcome_of, replay, script, settled, start, unique
@@ -34,8 +38,8 @@ from workflows.conversation import ConversationWorkflow
 @pytest.fixture
 def small_model() -> Iterator[ScriptedModelServer]:
     """A scripted model whose server says, as llama.cpp's `/props` does, that its window is
-    2,048 tokens."""
-    server = ScriptedModelServer(windows={"llama.cpp": 2048}).start()
+    3,072 tokens."""
+    server = ScriptedModelServer(windows={"llama.cpp": 3072}).start()
     try:
         yield server
     finally:
@@ -59,7 +63,7 @@ async def small_queue(client: Client, activity_settings: ActivitySettings,
 
 async def test_the_window_the_server_says_fits_the_budget_and_refuses_what_cannot_fit(
         client: Client, small_model: ScriptedModelServer, small_queue: str):
-    """No entry says the window: the worker asks llama.cpp's `/props` (2,048 tokens), and the
+    """No entry says the window: the worker asks llama.cpp's `/props` (3,072 tokens), and the
     conversation's 24,000-token budget becomes the window less a reply's share. A message
     that cannot fit is refused when it is sent (the update, and the signal's outcome), the
     conversation stays usable, and a long conversation's prompts stay within the budget."""
@@ -69,16 +73,16 @@ async def test_the_window_the_server_says_fits_the_budget_and_refuses_what_canno
     script(small_model, trigger, *turns)
     handle = await start(client, small_queue, trigger)
     first = await settled(handle)
-    budget = fitted_budget(24_000, 2048)  # the window less a quarter of it for the reply
-    assert budget == 1536
-    assert (first.context.window_tokens, first.context.budget_tokens) == (2048, budget)
-    assert "of 1,536 tokens (the model's window: 2,048)" in render_status(first)
+    budget = fitted_budget(24_000, 3072)  # the window less a quarter of it for the reply
+    assert budget == 2304
+    assert (first.context.window_tokens, first.context.budget_tokens) == (3072, budget)
+    assert "of 2,304 tokens (the model's window: 3,072)" in render_status(first)
     long = "far too long for this model " * 400
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(ConversationWorkflow.send_message,
                                     SayRequest(text=long, request_id="m-long"))
     assert "more than the model can read" in str(refused.value.cause)
-    assert "of its 2,048-token window" in str(refused.value.cause)
+    assert "of its 3,072-token window" in str(refused.value.cause)
     await handle.signal(ConversationWorkflow.say, SayRequest(text=long, request_id="s-long"))
     outcome = await outcome_of(handle, "s-long")
     assert not outcome.accepted and "send a shorter one, or split it" in outcome.reason
@@ -228,3 +232,120 @@ async def test_a_conversations_own_budget_from_the_cli(
     for wrong in ("100", "999999999"):
         refused = await cli("start", "--context-tokens", wrong, trigger)
         assert refused.returncode == 2 and "the context budget must be 256-" in refused.stderr
+
+
+# ----- a message's tokens, as the model's server counts them -----
+
+PROSE = "far too long for this model "  # about 4.7 characters a token, 4 by the estimate
+LONG_WORDS = "extraordinar "  # 13 characters, one token: the estimate says three
+
+
+def said_tokens(reason: str) -> int:
+    """The tokens a refusal says a message is at least (a count that errs low)."""
+    found = re.search(r"the message is at least about ([\d,]+) tokens", reason)
+    assert found, reason
+    return int(found.group(1).replace(",", ""))
+
+
+@pytest.fixture
+def counting_model() -> Iterator[ScriptedModelServer]:
+    """A scripted model whose server says its window (4,096 tokens, as llama.cpp's `/props`)
+    and counts tokens as a real one does: `POST /tokenize`, its usage, and a longer prompt
+    refused with llama.cpp's error."""
+    server = ScriptedModelServer(windows={"llama.cpp": 4096}, tokenize=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest_asyncio.fixture
+async def counting_queue(client: Client, activity_settings: ActivitySettings,
+                         counting_model: ScriptedModelServer) -> AsyncIterator[str]:
+    settings = dataclasses.replace(activity_settings, openai_base_url=counting_model.base_url)
+    async for queue in worker_on(client, settings):
+        yield queue
+
+
+async def test_a_message_the_model_can_read_is_taken_whatever_its_bytes_say(
+        client: Client, counting_model: ScriptedModelServer, counting_queue: str):
+    """A message of long words is 500 tokens by the model's count and some 1,600 by four
+    characters a token, which a ratio calibrated on a prompt of tool schemas makes nearly 3,000:
+    it fits the 3,072-token budget beside the system prompt and the tools, so it is taken and
+    answered. One of prose far past the window is refused at once, on a count that errs low."""
+    trigger = script(counting_model, unique("words"), ScriptedReply(content="Hello."),
+                     ScriptedReply(content="Read it all."))
+    handle = await start(client, counting_queue, trigger)
+    await settled(handle)
+    words = (LONG_WORDS * 500).strip()
+    assert tokenizer.count(words) == 500
+    outcome = await handle.execute_update(ConversationWorkflow.send_message,
+                                          SayRequest(text=words, request_id="m-words"))
+    assert outcome.accepted and outcome.turn == 2
+    done = await settled(handle, turn=2)
+    assert (done.stop_reason, done.final_answer) == ("answered", "Read it all.")
+    assert done.context.prompt_tokens <= done.context.budget_tokens == 3072
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(ConversationWorkflow.send_message,
+                                    SayRequest(text=PROSE * 700, request_id="m-far"))
+    assert said_tokens(str(refused.value.cause)) <= tokenizer.count(PROSE * 700)
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, record_as="message_taken_on_a_lenient_count")
+
+
+async def test_a_message_let_through_that_cannot_fit_is_left_out_on_the_servers_count(
+        client: Client, counting_model: ScriptedModelServer, counting_queue: str):
+    """Prose that passes the door but not the window: the server refuses the prompt, the worker
+    has it count the message (`/tokenize`), and the turn says that count, not an estimate; the
+    message is left out and the conversation goes on."""
+    trigger = script(counting_model, unique("band"), ScriptedReply(content="Hello."),
+                     ScriptedReply(content="Short is fine."))
+    handle = await start(client, counting_queue, trigger)
+    await settled(handle)
+    prose = PROSE * 400
+    exact = tokenizer.count(prose)
+    outcome = await handle.execute_update(ConversationWorkflow.send_message,
+                                          SayRequest(text=prose, request_id="m-prose"))
+    assert outcome.accepted
+    failed = await settled(handle, turn=2)
+    assert failed.stop_reason == "llm_error"
+    assert failed.error.startswith(f"the message is {exact:,} tokens, more than the model can "
+                                   "read (3,072 tokens of its 4,096-token window): it was left "
+                                   "out"), failed.error
+    assert counting_model.tokenize_calls >= 1
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="shorter", request_id="m-s"))
+    done = await settled(handle, turn=3)
+    assert (done.stop_reason, done.final_answer) == ("answered", "Short is fine.")
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, record_as="message_left_out_on_the_servers_count")
+
+
+async def test_start_refuses_a_first_message_too_long_for_the_model(
+        cli, client: Client, counting_model: ScriptedModelServer, counting_queue: str):
+    """`start`, as `say`, refuses a message the model cannot read once the worker knows its
+    window: the CLI says why and exits 1, the API answers 409; the conversation it began ends,
+    and the model is never asked."""
+    far = PROSE * 700
+    started = await cli("start", "--id", (cid := unique("far")), far,
+                        extra_env={"AGENT_TASK_QUEUE": counting_queue})
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert started.stderr.startswith("refused: the message is at least about ")
+    assert said_tokens(started.stderr) <= tokenizer.count(far)
+    assert "more than the model can read (3,072 of its 4,096-token window" in started.stderr
+    handle = client.get_workflow_handle_for(ConversationWorkflow.run, cid)
+    ended = await handle.result()
+    assert (ended.status, ended.stop_reason, ended.llm_calls) == ("completed", "ended", 0)
+    assert ended.error.startswith("the first message was refused: the message is at least")
+    app = create_app(ApiSettings(), TemporalSettings(task_queue=counting_queue))
+    app.state.client = client
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as api:
+        answer = await api.post("/conversations", json={"prompt": far})
+        assert answer.status_code == 409, answer.text
+        assert said_tokens(answer.json()["detail"]) <= tokenizer.count(far)
+        fits = await api.post("/conversations", json={"prompt": "hello"})
+        assert fits.status_code == 201 and fits.json()["turn"] >= 0
+    assert not [r for r in counting_model.requests if r.kind == "chat" and far in str(r.body)]
+    await replay(handle, record_as="first_message_too_long")

@@ -20,8 +20,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from client.watch import Renderer
-from contract import ConfirmRequest, EndRequest, SayRequest, StreamEvent
+from contract import AnswerRequest, ConfirmRequest, EndRequest, SayRequest, StreamEvent
 from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
+from rules.questions import MAX_QUESTIONS_IN_A_ROW
 from scripted_model import RawReply, ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.console_support import Console
@@ -275,3 +276,132 @@ async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
     await expect(page.get_by_test_id("turn-error")).to_contain_text(
         "the model wrote a call of get_weather")
     assert console.errors == []
+
+
+# ----- what a small model writes again: the recap, the call in prose, the echoing question -----
+
+RECAP_WORDS = "I called `create_note` with the following arguments:"
+NOTE = {"title": "groceries", "body": "milk, eggs"}
+
+
+def fence(name: str, arguments: dict) -> str:
+    return "```json\n" + json.dumps({"name": name, "arguments": arguments}, indent=2) + "\n```"
+
+
+async def approved(handle, call_id: str) -> None:
+    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
+        request_id=(r := uuid.uuid4().hex), call_ids=[call_id], approver="alice"))
+    assert (await outcome_of(handle, r)).accepted
+
+
+async def test_a_call_restated_in_its_recap_is_written_once_and_the_recap_is_the_answer(
+        client: Client, task_queue: str, model: ScriptedModelServer, activity_settings):
+    """The write, in a fence, written twice in one reply: one call waits. Approved, it runs;
+    the model then recaps it in a fence, as Qwen does: that is its answer, and no second note
+    is put before anyone, let alone written."""
+    title = unique("groceries")
+    note = {**NOTE, "title": title}
+    trigger = script(model, unique("recap"),
+                     ScriptedReply(content=f"Saving it.\n{fence('create_note', note)}\n"
+                                           f"{fence('create_note', note)}"),
+                     ScriptedReply(content=f"{RECAP_WORDS}\n{fence('create_note', note)}\n"
+                                           "The note has been saved."))
+    handle = await start(client, task_queue, f"{trigger} Save a note.")
+    [pending] = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
+    await approved(handle, pending.call_id)
+    done = await settled(handle)
+    assert (done.stop_reason, done.error) == ("answered", None)
+    assert done.final_answer.startswith(RECAP_WORDS) and "has been saved" in done.final_answer
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
+    assert [d.call_id for d in done.decisions] == [pending.call_id]
+    assert len([r for r in model.requests if r.trigger == trigger]) == 2
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, record_as="restated_call_written_once")
+
+
+async def test_a_bare_restated_call_is_told_it_ran_with_its_result(
+        client: Client, task_queue: str, model: ScriptedModelServer, activity_settings):
+    """A restated call with no words around it is no answer: the model reads that it ran,
+    and its result, instead of a second approval."""
+    title = unique("bare")
+    note = {**NOTE, "title": title}
+    trigger = script(model, unique("bare-recap"),
+                     ScriptedReply(content=fence("create_note", note)),
+                     ScriptedReply(content=fence("create_note", note)),
+                     ScriptedReply(content="Done: the note is saved."))
+    handle = await start(client, task_queue, f"{trigger} Save a note.")
+    [pending] = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
+    await approved(handle, pending.call_id)
+    done = await settled(handle)
+    assert (done.stop_reason, done.final_answer) == ("answered", "Done: the note is saved.")
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
+    told = [r for r in model.requests if r.trigger == trigger][-1].body["messages"][-1]
+    assert told["role"] == "tool" and "already ran in this turn" in told["content"]
+    assert f"Its result: Created note #" in told["content"]
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+
+
+async def test_a_call_announced_in_prose_is_reminded_and_then_runs(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    """The recorded "you can call the `get_weather` function with the location "Berlin"" is no
+    answer: the model is told that words are no call, and how to make one."""
+    trigger = script(model, unique("would-call"), recorded("call_announced_in_prose"),
+                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Berlin"})]),
+                     ScriptedReply(content="Berlin: {last_tool}"))
+    status = await (await start(client, task_queue, trigger, one_shot=True)).result()
+    assert (status.stop_reason, status.tools_used, status.error) == (
+        "answered", ["get_weather"], None)
+    reminder = [r for r in model.requests if r.trigger == trigger][1].body["messages"][-1]
+    assert reminder["role"] == "user" and "words are not a call" in reminder["content"]
+
+
+async def test_a_call_announced_again_after_the_reminder_is_the_answer(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    """Reminded once, a model that still only says what it would call has answered: no error
+    that a call was written and not run (it wrote none)."""
+    trigger = script(model, unique("would-call-twice"),
+                     ScriptedReply(content="I would call `get_weather` with Tokyo."),
+                     ScriptedReply(content="I would call `get_weather` with Tokyo."))
+    status = await (await start(client, task_queue, trigger, one_shot=True)).result()
+    assert (status.stop_reason, status.error) == ("answered", None)
+    assert status.final_answer == "I would call `get_weather` with Tokyo."
+
+
+async def test_a_question_that_echoes_small_talk_is_not_asked(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    """The recorded ask_input of the user's own "Hi there, how are you today?", as the small
+    model asked small talk back, five times over: not put to the user; the model reads why,
+    and answers."""
+    trigger = script(model, "Hi there, how are you today?", recorded("echoed_small_talk"),
+                     ScriptedReply(content="Hello! How can I help?"))
+    handle = await start(client, task_queue, trigger)
+    done = await settled(handle)
+    assert (done.status, done.final_answer) == ("idle", "Hello! How can I help?")
+    told = [r for r in model.requests if r.trigger == trigger][-1].body["messages"][-1]
+    assert told["role"] == "tool" and "repeats what the user just said" in told["content"]
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    events = await stream_events(client, handle.id)  # (whole, once the conversation ended)
+    assert "question_asked" not in [e.kind for e in events]
+
+
+async def test_questions_in_a_row_are_bounded(
+        client: Client, task_queue: str, model: ScriptedModelServer):
+    trigger = script(model, unique("asks"), *[
+        ScriptedReply(tool_calls=[tool_call("ask_input", {"message": f"Question {n}?"})])
+        for n in range(1, MAX_QUESTIONS_IN_A_ROW + 2)], ScriptedReply(content="Enough questions."))
+    handle = await start(client, task_queue, trigger)
+    for n in range(1, MAX_QUESTIONS_IN_A_ROW + 1):
+        asked = await reaches(handle, "waiting_for_input")
+        assert asked.pending_question.message == f"Question {n}?"
+        await handle.signal(ConversationWorkflow.answer, AnswerRequest(
+            request_id=uuid.uuid4().hex, values=[f"answer {n}"]))
+        await reaches(handle, "running")
+    done = await settled(handle)
+    assert done.final_answer == "Enough questions."
+    told = [r for r in model.requests if r.trigger == trigger][-1].body["messages"][-1]
+    assert f"asked {MAX_QUESTIONS_IN_A_ROW} questions in a row" in told["content"]
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()

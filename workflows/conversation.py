@@ -32,12 +32,11 @@ from contract import (
     SignalOutcome,
     Status,
 )
-from contract.bounds import (
-    Limits,
-)
+from contract.bounds import Limits
 from contract.names import CHILD_STATUS_SIGNAL
 from rules import context, loop, output
 from rules.gate import Refusal
+from rules.prompts import default_system_prompt
 from rules.start_input import first_state, settled_input
 from workflows.decisions import DECISIONS, decision_signal, decision_update
 from workflows.handover import carried, next_input
@@ -52,12 +51,13 @@ from workflows.patches import (
     LOCAL_READS_PATCH,
     MESSAGE_BEATS_IDLE_TIMEOUT_PATCH,
     Patches,
+    REAL_MODEL_SHAPES_PATCH,
     REAL_MODELS_PATCH,
     TRUSTED_SEAMS_PATCH,
 )
 from workflows.reporting import Narrator
 from workflows.signal_guard import sent
-from workflows.standing import Standing, running_version
+from workflows.standing import Standing, moved_here, new_version, running_version
 from workflows.tool_round import FAST, Pace
 from workflows.turn import TurnLoop
 
@@ -78,7 +78,9 @@ class ConversationWorkflow(TurnLoop, Standing):
             else Limits()
         )
         self._input, notices = settled_input(inp, self._limits)
-        self._state = first_state(self._input, self._limits, notices)
+        self._shapes = patches.has(REAL_MODEL_SHAPES_PATCH)
+        self._state = first_state(self._input, self._limits, notices,
+                                  default_system_prompt(asks_less=self._shapes))
         self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
         self._seams = patches.has(GATE_SEAMS_PATCH)
@@ -96,7 +98,8 @@ class ConversationWorkflow(TurnLoop, Standing):
                                too_long=self._thinker.message_refusal)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
-        if inp.request_id is not None and inp.state is None and inp.carry is None:
+        first = inp.request_id is not None and inp.state is None and inp.carry is None
+        if first and not self._shapes:  # else taken once the model's window is known
             self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
@@ -122,9 +125,12 @@ class ConversationWorkflow(TurnLoop, Standing):
                 elif self._state.inbox:  # the first message, unless it was refused
                     self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
+                if self._shapes and self._desk.take_first_message(self._input.prompt,
+                                                                  inp.request_id):
+                    self._state.end_requested = True  # too long for the model: nothing to do
             else:
                 self._narrator.notifier.resume()  # what the previous run had not delivered
-                if self._moved_here():
+                if moved_here(self._state):
                     await self._load_tools()  # the tools and rules of the version it moved to
             await self._serve()
         except asyncio.CancelledError:
@@ -146,7 +152,7 @@ class ConversationWorkflow(TurnLoop, Standing):
             if state.current.in_progress:
                 await self._run_turn(None)
             elif state.inbox:
-                if self._new_version():  # a turn about to begin: it runs on the new version
+                if new_version():  # a turn about to begin: it runs on the new version
                     await self._continue_as_new(move=True)
                 await self._relist_if_changed()
                 await self._run_turn(self._desk.next_message())
@@ -158,7 +164,7 @@ class ConversationWorkflow(TurnLoop, Standing):
             else:
                 self._desk.settle(workflow.now())  # what waited for this turn's results
                 self._set_phase("idle")
-                moving = self._new_version()
+                moving = new_version()
                 if moving or self._should_continue_as_new(at_turn_boundary=True):
                     await self._continue_as_new(move=moving)
                 if not await self._wait_for_message():
@@ -194,14 +200,8 @@ class ConversationWorkflow(TurnLoop, Standing):
                     return True
                 if not versioned or workflow.now() >= deadline:
                     return False
-                if self._new_version():
+                if new_version():
                     return True
-
-    @staticmethod
-    def _new_version() -> bool:
-        """Whether this run's deployment has a new target version to move to (Temporal says
-        so in each workflow task; always False on an unversioned worker)."""
-        return workflow.info().is_target_worker_deployment_version_changed()
 
     async def _wind_up(self) -> None:
         """Before the run ends: answer every request still waiting, close the stream, finish
@@ -336,13 +336,6 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     # ----- tools -----
 
-    def _moved_here(self) -> bool:
-        """Whether this run, begun at a turn boundary from a carried state, runs on another
-        Worker Deployment Version than the one that listed its tools (it moved)."""
-        version = running_version()
-        return (version is not None and version != self._state.handshake_version
-                and not self._state.current.in_progress)
-
     async def _relist_if_changed(self) -> None:
         """Before a turn: shake hands again if an MCP server's tools changed since the last
         handshake (`notifications/tools/list_changed`), unless this run just did."""
@@ -391,8 +384,6 @@ class ConversationWorkflow(TurnLoop, Standing):
             next_input(self._input, state),
             initial_versioning_behavior=(
                 workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if move else None))
-
-    # ----- status -----
 
 def _outcome(result: object, request_id: str | None) -> SignalOutcome:
     if isinstance(result, Refusal):

@@ -9,7 +9,7 @@ the state untouched and is recorded, so the CLI can report it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +19,6 @@ from temporalio import workflow
 
 from contract import (
     AnswerRequest,
-    ChildReport,
     ConfirmRequest,
     Decision,
     PendingConfirmation,
@@ -49,7 +48,6 @@ from contract.bounds import (
 )
 from contract.state import ConversationState
 from rules import gate, tracing
-from rules.commands import REASON, TEXT, client_command, code_span
 from rules.gate import PendingCall, Refusal
 from rules.questions import DECLINED
 from workflows import telemetry
@@ -441,45 +439,6 @@ class HumanDesk:
             return None
         return open_question.model_copy(update={"ref": open_question.call_id})
 
-    def details_markdown(
-        self, wid: str, status: Status, turn: int, stop_reason: str | None, error: str | None,
-        children: Sequence[ChildReport] = (),
-    ) -> str:
-        lines = [f"**Status:** {status} (turn {turn})"]
-        if stop_reason:
-            lines.append(f"**Stop reason:** {stop_reason}")
-        if error:
-            lines.append(f"**Error:** {code_span(error)}")
-        for p in self.pending_confirmations():
-            lines.append(
-                f"**Waiting for approval:** {code_span(p.tool)} ({p.risk}) call `{p.call_id}` "
-                f"with {code_span(gate.canonical_json(p.args))}"
-                + (f" (four eyes: someone other than {self.owner} decides)" if p.four_eyes else "")
-                + "\n\n"
-                f"Approve: `{client_command('confirm', wid, p.call_id)}` · "
-                f"Reject: `{client_command('reject', wid, p.call_id, then=REASON)}`"
-            )
-        question = self.pending_question()
-        if question is not None:
-            options = (f" Options: {', '.join(map(code_span, question.options))}."
-                       if question.options else "")
-            lines.append(
-                f"**Question ({question.kind}):** {code_span(question.message)}{options}\n\n"
-                f"Answer: `{answer_command(wid, question)}`"
-            )
-        for child in children:
-            for p in child.pending_confirmations:
-                lines.append(f"**Subagent `{child.profile}` waits for approval:** {code_span(p.tool)} "
-                             f"call `{p.call_id}` in `{p.conversation_id or child.workflow_id}`"
-                             f"\n\nApprove: `{client_command('confirm', wid, p.ref or p.call_id)}`")
-            if (q := child.pending_question) is not None:
-                lines.append(f"**Subagent `{child.profile}` asks:** {code_span(q.message)}\n\n"
-                             f"Answer: `{answer_command(wid, q)}`")
-        if status == "idle":
-            lines.append(f"Reply: `{client_command('say', wid, then=TEXT)}` · "
-                         f"Finish: `{client_command('end', wid)}`")
-        return "\n\n".join(lines)
-
     # ----- signal outcomes -----
 
     def outcome(self, request_id: str) -> SignalOutcome | None:
@@ -510,8 +469,3 @@ class HumanDesk:
             return
         kept = [o for o in self._state.outcomes if o.request_id != request_id]
         self._state.outcomes = keep_last([*kept, outcome], MAX_REMEMBERED_SIGNALS)
-
-
-def answer_command(wid: str, question: PendingQuestion) -> str:
-    """The command that answers exactly this question (a later one refuses it)."""
-    return client_command("answer", wid, "--call-id", question.ref or question.call_id, then=TEXT)

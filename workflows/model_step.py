@@ -14,13 +14,7 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    RetryState,
-    TimeoutType,
-)
-from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.exceptions import ActivityError
 
 from contract import (
     LLM_CALL_ACTIVITY,
@@ -41,7 +35,6 @@ from contract import (
 )
 from contract.bounds import (
     MAX_ERROR_BYTES,
-    MAX_REPLY_TEXT_BYTES,
     MAX_SEEN_CALL_IDS,
     MAX_SUMMARY_BYTES,
     Limits,
@@ -50,16 +43,19 @@ from contract.bounds import (
     keep_last,
 )
 from contract.state import ConversationState
-from rules import context, delta, output
+from rules import context, delta, output, replies
 from rules.compaction import compact, estimate_tokens
-from rules.repair import (
-    bound_reply,
-    calls_from_text,
-    recover_tool_calls,
-    unique_call_ids,
+from workflows.failures import (
+    MIN_WINDOW_TOKENS,
+    failure_reason,
+    fallback_reason,
+    is_context_miss,
+    is_context_too_long,
+    model_failure,
+    raise_if_cancelled,
+    refusal_said,
 )
-from workflows.failures import failure_reason, raise_if_cancelled
-from workflows.patches import FORCED_ANSWER_RETRY_PATCH, Patches
+from workflows.patches import FORCED_ANSWER_RETRY_PATCH, REAL_MODEL_SHAPES_PATCH, Patches
 from workflows.reporting import Narrator
 from workflows.tool_round import Pace
 
@@ -92,6 +88,7 @@ class Thinker:
         # Runs begun before real models: calls written in the text are not read, and the
         # model's own window, deadline and heartbeat are not kept to (`REAL_MODELS_PATCH`)
         self._real = real_models
+        self._shapes = patches.has(REAL_MODEL_SHAPES_PATCH)  # (`usable`, `message_refusal`)
         self.sent_tokens = 0  # the estimated tokens of the prompt last sent (endpoint tokens)
         self._estimated = 0  # the same, as estimated before calibration
 
@@ -145,16 +142,25 @@ class Thinker:
 
     def message_refusal(self, text: str) -> str | None:
         """Why a message is too long for the model whatever is folded, or None. Only once its
-        window is known; before, a refusal of the endpoint says (`leave_out_too_long`)."""
+        window is known; before, a refusal of the endpoint says (`leave_out_too_long`). On the
+        count of the model's server where it counted this text, else on one that errs toward
+        letting it through (`context.LENIENT_RATIO`): a message let through that cannot fit is
+        left out at its turn, on the server's count. (Runs begun before the real models'
+        shapes refuse on the calibrated estimate, the tools counted once a step was asked.)"""
         window = self.window()
         if window is None:
             return None
-        budget = context.Budget(tokens=self.budget_tokens(),
-                                ratio=self._state.context.token_ratio, tools=self._tools_tokens)
-        tokens = context.message_tokens(text, self._state.context, budget)
+        ctx, lenient = self._state.context, self._shapes
+        tools = self._tools_tokens if self._tools is not None or not lenient else \
+            context.tools_tokens([t.openai_schema() for t in self._state.catalog.values()])
+        budget = context.Budget(tokens=self.budget_tokens(), tools=tools,
+                                ratio=context.LENIENT_RATIO if lenient else ctx.token_ratio)
+        tokens = context.message_tokens(text, ctx, budget)
         if tokens is None:
             return None
-        return (f"the message is about {tokens:,} tokens, more than the model can read "
+        about = ("" if context.counted_tokens(text, ctx) == tokens
+                 else "at least about " if lenient else "about ")
+        return (f"the message is {about}{tokens:,} tokens, more than the model can read "
                 f"({budget.tokens:,} of its {window:,}-token window, with the system prompt "
                 "and its reply): send a shorter one, or split it")
 
@@ -164,32 +170,39 @@ class Thinker:
         none was, and the prompt is too long for another reason."""
         if not self._real:
             return None
-        messages, tokens = context.left_out(self._state.context, self.budget())
+        ctx = self._state.context
+        counted = {context.counted_tokens(m.content, ctx) for m in ctx.messages
+                   if m.role == "user" and isinstance(m.content, str)}
+        messages, tokens = context.left_out(ctx, self.budget())
         if not tokens:
             return None
-        self._state.context.messages = messages
+        ctx.messages = messages
         window = self.window()
-        return (f"the message is about {tokens:,} tokens, more than the model can read "
+        about = "" if tokens in counted else "about "  # the server's count, else an estimate
+        return (f"the message is {about}{tokens:,} tokens, more than the model can read "
                 f"({self.budget_tokens():,} tokens"
                 + (f" of its {window:,}-token window" if window else "")
                 + "): it was left out, and the conversation goes on without it; send a shorter "
                   "one, or split it")
 
     def too_long(self, err: ActivityError) -> str:
-        """Why a prompt was refused as too long even folded to half its budget, with the sizes."""
-        window = self.window()
+        """Why a prompt was refused as too long even folded to half its budget, with the sizes
+        (the prompt's as the endpoint counted it, where it said)."""
+        window, said = self.window(), refusal_said(err).get("prompt_tokens")
+        sent = (f"{said:,} tokens sent, as the model counts them" if type(said) is int
+                else f"about {self.sent_tokens:,} tokens sent")
         return (f"the prompt is too long for the model even after folding the context to half "
                 f"of its {self.budget_tokens():,}-token budget"
                 + (f" (the model's window: {window:,} tokens)" if window else "")
-                + f" (about {self.sent_tokens:,} tokens sent; the system prompt and the tools may "
-                  f"be too long for it alone): {failure_reason(err)}")
+                + f" ({sent}; the system prompt and the tools may be too long for it alone): "
+                  f"{failure_reason(err)}")
 
     def _learn_window(self, err: ActivityError) -> None:
         """What a refusal of the prompt as too long says: the model's window (else that it is
-        below the prompt refused), and the prompt's true tokens, which calibrate the estimate."""
-        details = err.cause.details if isinstance(err.cause, ApplicationError) else ()
-        said = details[0] if details and isinstance(details[0], dict) else {}
-        window, prompt = said.get("window"), said.get("prompt_tokens")
+        below the prompt refused), the prompt's true tokens, which calibrate the estimate, and
+        its user messages' tokens where the model's server counted them."""
+        said = refusal_said(err)
+        window, prompt, counted = said.get("window"), said.get("prompt_tokens"), said.get("counted")
         ctx = self._state.context
         if not (type(window) is int and window >= MIN_WINDOW_TOKENS):  # (a bool is no window)
             window = self.sent_tokens if self.sent_tokens >= MIN_WINDOW_TOKENS else None
@@ -197,6 +210,8 @@ class Thinker:
             ctx.window_tokens = min(ctx.window_tokens or window, window)
         if type(prompt) is int and prompt > 0:
             ctx.token_ratio = context.calibrated_ratio(self._estimated, prompt, ctx.token_ratio)
+        if isinstance(counted, dict) and counted and self._shapes:
+            ctx.counted = context.with_counts(ctx, counted)
 
     def observation_share(self, call_message: ChatMessage) -> int | None:
         """Bytes each observation of this round may keep (None: runs begun before the bounds)."""
@@ -355,30 +370,26 @@ class Thinker:
         timeout_s, heartbeat_s = self.deadlines()
         return model_failure(err, self._input.llm.max_attempts, timeout_s, heartbeat_s)
 
-    def usable(self, message: ChatMessage, step: int, offered: bool
-               ) -> tuple[ChatMessage, dict[str, str], list[str]]:
-        """The reply made usable and bounded, the calls the bounds refused (with their
-        observations), and the offered tools whose calls it seems to hold in its text in a shape
-        that could not be read."""
-        state, unread = self._state, []
-        if self._real and offered and not message.tool_calls and message.content:
-            message = message.model_copy(update={  # read within the bound the context keeps
-                "content": clip_bytes(message.content, MAX_REPLY_TEXT_BYTES, "reply text")})
-            message, unread = calls_from_text(message, state.catalog.keys())
-            if message.tool_calls:  # the text held them: watchers drop what streamed as text
-                self._narrator.emit("reset", step=step, text="the model wrote its tool calls "
-                                                             "as text: they run as calls")
-                if message.content:
-                    self._narrator.emit("token", step=step, text=message.content)
-        else:
-            message = recover_tool_calls(message, state.catalog.keys())
-        if message.tool_calls:
-            calls = unique_call_ids(message.tool_calls, state.seen_call_ids,
-                                    state.current.number, step, self._safe_ids)
-            state.seen_call_ids = keep_last([*state.seen_call_ids, *(c.id for c in calls)],
-                                            MAX_SEEN_CALL_IDS)
-            message = message.model_copy(update={"tool_calls": calls})
-        return (*bound_reply(message, self._limits), unread)
+    def usable(self, message: ChatMessage, step: int, offered: bool) -> replies.Intake:
+        """The reply as the loop acts on it (`rules.replies`): its calls read from its text, its
+        repeats answered, its ids its own, within bounds. Watchers drop what streamed as text
+        of calls read from it."""
+        state = self._state
+        turn = replies.Turn(tools=state.catalog.keys(), seen_call_ids=state.seen_call_ids,
+                            ran=state.current.ran, messages=state.context.messages,
+                            number=state.current.number, step=step)
+        taken = replies.intake(message, offered, turn, replies.Shapes(
+            text=self._real, repeats=self._shapes, safe_ids=self._safe_ids), self._limits)
+        if taken.from_text:
+            self._narrator.emit("reset", step=step, text="the model wrote its tool calls as "
+                                                         "text: they run as calls")
+            if taken.message.content:
+                self._narrator.emit("token", step=step, text=taken.message.content)
+        if taken.message.tool_calls:
+            state.seen_call_ids = keep_last(
+                [*state.seen_call_ids, *(c.id for c in taken.message.tool_calls)],
+                MAX_SEEN_CALL_IDS)
+        return taken
 
     async def _fold_older_turns(self, step: int) -> None:
         ctx, budget = self._state.context, self.budget()
@@ -417,51 +428,3 @@ class Thinker:
             at=workflow.now(), turn=self._state.current.number, step=step, kind="summary",
             thought=summary, tokens=reply.usage,
         ))
-
-
-# A model entry's failures another entry may not have: its endpoint down, overloaded or out of
-# retries, the model unknown there, its key refused. A bad request would fail on every entry.
-ENTRY_FAILURES = frozenset({"LLMTransientError", "LLMModelUnavailable", "LLMFormatError"})
-
-
-def fallback_reason(err: ActivityError) -> str | None:
-    """Why a failed model call may go to the next entry, or None (it is the request's fault, or
-    the conversation's: a context miss, a cancellation)."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type in ENTRY_FAILURES:
-        return f"the model entry failed: {failure_reason(err)}"
-    if isinstance(cause, ActivityTimeout):
-        return "the model entry timed out"
-    return None
-
-
-MIN_WINDOW_TOKENS = 256  # a window said smaller than this is not believed
-
-
-def model_failure(err: ActivityError, attempts: int, timeout_s: float, heartbeat_s: float
-                  ) -> str:
-    """A failed model call as people read it: the reason, the attempts, and what may help."""
-    reason, cause = failure_reason(err), err.cause
-    tried = (f" (tried {attempts} times)"
-             if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED else "")
-    hint = ""
-    if isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.START_TO_CLOSE:
-        hint = (f"; a call may take {timeout_s:g} s: a slow model needs more (timeout_s on its "
-                "entry in AGENT_MODELS)")
-    elif isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.HEARTBEAT:
-        hint = (f"; the worker gave no sign of the call for {heartbeat_s:g} s (a busy CPU, or "
-                "a model slow to its first token: heartbeat_s on its entry in AGENT_MODELS)")
-    elif isinstance(cause, ApplicationError) and cause.type == "LLMRequestRejected":
-        hint = "; the endpoint refuses the request itself: asking again will not help"
-    return f"model call failed{tried}: {reason}{hint}"
-
-
-def is_context_too_long(err: ActivityError) -> bool:
-    """The endpoint refused the prompt as longer than the model's context window."""
-    cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type == "LLMContextTooLong"
-
-
-def is_context_miss(err: ActivityError) -> bool:
-    cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type == "ContextMiss"

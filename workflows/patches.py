@@ -42,6 +42,12 @@ LOCAL_READS_PATCH = "local-reads"
 # Runs with this marker recall the owner's memories before each turn (a local activity, and the
 # recalled memories in the context as the result of a `recall` call); runs begun before it don't.
 MEMORY_PATCH = "memory"
+# Runs with this marker meet the shapes a real small model writes: a call restated in its text
+# runs once (identical calls of one reply are one call, and a text call that repeats one that
+# ran this turn is answered with that call's result), a call announced in prose is reminded,
+# questions in a row are bounded, a step's stream is bounded in events, and a message's
+# tokens are counted as the model's server counts them. Runs begun before it don't.
+REAL_MODEL_SHAPES_PATCH = "real-model-shapes"
 # Also asked by `workflows.model_step` (a forced answer that calls tools is asked again).
 FORCED_ANSWER_RETRY_PATCH = "forced-answer-retry-without-tools"
 
@@ -55,6 +61,7 @@ _BEFORE_LOCAL_READS = frozenset({
 STANDS_FOR = MappingProxyType({
     LOCAL_READS_PATCH: _BEFORE_LOCAL_READS,
     MEMORY_PATCH: _BEFORE_LOCAL_READS | {LOCAL_READS_PATCH},
+    REAL_MODEL_SHAPES_PATCH: _BEFORE_LOCAL_READS | {LOCAL_READS_PATCH, MEMORY_PATCH},
 })
 LATEST_PATCH = list(STANDS_FOR)[-1]  # the one patch a run begun now records
 

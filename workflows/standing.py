@@ -24,7 +24,9 @@ from contract.bounds import (
     MAX_CALLS_PER_REPLY,
 )
 from contract.names import CHILD_STATUS_SIGNAL, relative_id, version_label
+from contract.state import ConversationState
 from rules import tracing
+from rules.commands import details_markdown
 from rules.search_attributes import AGENT_STATUS
 
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
@@ -116,8 +118,10 @@ class Standing:
         self._published = status
         turn = self._state.current
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
-        details = self._desk.details_markdown(workflow.info().workflow_id, status, turn.number,
-                                              turn.stop_reason, turn.error, turn.children)
+        desk = self._desk
+        details = details_markdown(workflow.info().workflow_id, status, turn.number,
+                                   turn.stop_reason, turn.error, desk.pending_confirmations(),
+                                   desk.pending_question(), desk.owner, turn.children)
         version = running_version()
         if version is not None:
             details += f"\n\n**Version:** `{version}`"
@@ -145,6 +149,20 @@ def running_version() -> str | None:
     """The Worker Deployment Version (`NAME:ID`) this workflow task runs on, as recorded in the
     history (so replays agree); None on an unversioned worker."""
     return version_label(workflow.info().get_current_deployment_version())
+
+
+def new_version() -> bool:
+    """Whether this run's deployment has a new target version to move to (Temporal says so in
+    each workflow task; always False on an unversioned worker)."""
+    return workflow.info().is_target_worker_deployment_version_changed()
+
+
+def moved_here(state: ConversationState) -> bool:
+    """Whether this run, begun at a turn boundary from a carried state, runs on another Worker
+    Deployment Version than the one that listed its tools (it moved)."""
+    version = running_version()
+    return (version is not None and version != state.handshake_version
+            and not state.current.in_progress)
 
 
 def _children_waiting(children: list[ChildReport]) -> Status | None:

@@ -31,11 +31,12 @@ from contract import (
     ToolInvocation,
     ToolOutcome,
 )
-from contract.bounds import MAX_TOOLS_USED, truncate_observation
+from contract.bounds import MAX_TOOLS_USED, keep_last, truncate_observation
 from contract.state import ConversationState
-from rules import gate, loop, tracing
+from rules import gate, loop, sampling, tracing
 from rules.links import call_ticket
-from rules.questions import DECLINED, question_from_args
+from rules.questions import DECLINED, heard, not_asked, question_from_args
+from rules.repeats import MAX_RAN_CALLS, ran_call
 from rules.stopping import CallRecord, call_record
 from workflows import telemetry
 from workflows.failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
@@ -77,7 +78,7 @@ class ToolRound:
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
         narrator: Narrator, sync_status: Callable[[], None], pace: Pace = Pace(),
-        seams: bool = False, local_reads: bool = False,
+        seams: bool = False, local_reads: bool = False, shapes: bool = False,
     ) -> None:
         self._input = inp
         self._pace = pace
@@ -87,7 +88,10 @@ class ToolRound:
         self._sync_status = sync_status
         self._seams = seams
         self._local_reads = local_reads  # tools their worker marks local run as local activities
+        self._shapes = shapes  # questions in a row bounded (`REAL_MODEL_SHAPES_PATCH`)
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
+        self._to_sample: set[str] = set()  # its calls that may sample and have not started
+        self._granted: dict[str, SamplingGrant] = {}  # the grants of its calls in flight
 
     async def run(
         self, calls: list[ToolCall], cut_off: bool, share: int | None,
@@ -116,6 +120,7 @@ class ToolRound:
                 safe.append(i)
                 self._desk.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
+        self._to_sample = {checked[i].call.id for i in safe + gated if checked[i].tool.samples}
         self._desk.expect({checked[i].call.id for i in gated})
         self._subagents = Subagents(self._input, self._state, self._narrator, self._sync_status,
                                     self._seams, sum(1 for i in safe + gated
@@ -139,8 +144,18 @@ class ToolRound:
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
             )
             outcomes.update(zip(gated, ran))
+        turn = self._state.current
+        if self._shapes and safe + gated:  # a tool ran: the questions in a row begin again
+            turn.questions_in_a_row = 0
         for i in asks:
             item = checked[i]
+            why = not_asked(item.arguments.get("message", ""), turn.questions_in_a_row,
+                            heard(self._state.context.messages)) if self._shapes else None
+            if why is not None:
+                workflow.logger.info("turn %d: %s not asked: %s", turn.number, item.call.id, why)
+                outcomes[i] = ToolOutcome(status="error", observation=why)
+                continue
+            turn.questions_in_a_row += 1
             answer = await self._ask(item.call.id, question_from_args(item.tool, item.arguments))
             outcomes[i] = (
                 ToolOutcome(observation=answer) if answer is not None
@@ -162,6 +177,9 @@ class ToolRound:
             )
             if isinstance(item, loop.ReadyCall):
                 args: dict | str = args_run.get(call_id, item.arguments)
+                turn.ran = keep_last([*turn.ran, *(ran_call(name, a, call_id) for a in (
+                    [item.arguments, args] if args != item.arguments else [args]))],
+                    MAX_RAN_CALLS)
             else:
                 args = item.call.function.arguments
             result.records.append(call_record(
@@ -297,7 +315,7 @@ class ToolRound:
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
             step=turn.steps, approval=approval, risk=tool.risk, owner=self._input.owner,
             elicited=list(elicited or []),
-            sampling=self._grant() if tool.samples else None,
+            sampling=self._grant(item.call.id) if tool.samples else None,
         )
         options = dict(
             result_type=ToolOutcome,
@@ -326,17 +344,21 @@ class ToolRound:
                 status="timed_out" if isinstance(cause_of(err), TimeoutError) else "error",
                 observation=loop.tool_failure_observation(tool, reason, attempts),
             )
+        finally:  # its use, if any, is counted as it returns (`_count_sampled`)
+            if item.call.id in self._granted:
+                del self._granted[item.call.id]
 
-    def _grant(self) -> SamplingGrant:
-        """What a call's MCP server may ask of the conversation's model: what is left of its
-        budgets (each request is then counted as one of its model calls)."""
-        inp, used = self._input, self._state.usage
-        return SamplingGrant(
-            model=inp.model,
-            tokens_left=None if inp.max_total_tokens is None
-            else max(0, inp.max_total_tokens - used.total_tokens),
-            usd_left=None if inp.max_cost_usd is None
-            else max(0.0, inp.max_cost_usd - used.known_cost))
+    def _grant(self, call_id: str) -> SamplingGrant:
+        """What a call's MCP server may ask of the conversation's model: the call's share of
+        what is left of its budgets, held while it runs (each request is then counted as one of
+        its model calls)."""
+        inp = self._input
+        starting = len(self._to_sample - {call_id}) + 1
+        self._to_sample.discard(call_id)
+        grant = sampling.call_grant(inp.model, inp.max_total_tokens, inp.max_cost_usd,
+                                    self._state.usage, self._granted.values(), starting)
+        self._granted[call_id] = grant
+        return grant
 
     def _count_sampled(self, outcome: ToolOutcome) -> None:
         """The server's sampling requests the call's run had answered: model calls of the

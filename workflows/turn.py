@@ -41,8 +41,12 @@ from rules import context, loop, output, tracing
 from rules.memory import recall_messages, within_bytes
 from rules.stopping import is_looping, over_budget
 from workflows import telemetry
-from workflows.failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
-from workflows.model_step import is_context_too_long
+from workflows.failures import (
+    ACTIVITY_FAILURES,
+    failure_reason,
+    is_context_too_long,
+    raise_if_cancelled,
+)
 from workflows.patches import END_INTERRUPTS_PATCH, MEMORY_PATCH
 from workflows.tool_round import ToolRound
 
@@ -198,13 +202,15 @@ class TurnLoop:
                 self._record_step(step, None, Usage())
                 return
             turn.steps = step
-            message, refused, unread = self._thinker.usable(reply.message, step, offered)
+            taken = self._thinker.usable(reply.message, step, offered)
+            message, unread = taken.message, taken.unread
             decision = loop.decide_after_reply(message, offered, turn.forced_reason)
             if isinstance(decision, loop.RunTools) and self._over_budget():
                 decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
-            if isinstance(decision, loop.FinalAnswer) and unread and decision.stop_reason == \
-                    "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
-                self._remind(message, unread)  # a call written in a shape that could not be read
+            if isinstance(decision, loop.FinalAnswer) and (unread or taken.announced) and \
+                    decision.stop_reason == "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
+                # a call written in a shape that could not be read, or announced in words
+                self._remind(message, unread or taken.announced, in_prose=not unread)
                 self._record_step(step, message.content, reply.usage, entry=reply.entry)
                 continue
             if isinstance(decision, loop.FinalAnswer):
@@ -220,23 +226,24 @@ class TurnLoop:
             share = self._thinker.observation_share(message)
             tool_round = ToolRound(self._input, state, self._desk, self._narrator,
                                    self._sync_status, self._pace, self._seams,
-                                   self._local_reads)
+                                   self._local_reads, self._shapes)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
-                                        refused)
+                                        taken.refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
             self._record_step(step, message.content, reply.usage, done.actions, reply.entry)
             if is_looping(turn.call_records):
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
 
-    def _remind(self, message: ChatMessage, unread: list[str]) -> None:
-        """Tell the model, once a turn, that a call it wrote in its text did not run and how to
-        write one that does; its reply stays in the context, as it wrote it."""
+    def _remind(self, message: ChatMessage, unread: list[str], in_prose: bool = False) -> None:
+        """Tell the model, once a turn, that a call it wrote in its text (`in_prose`: announced
+        in words) did not run and how to write one that does; its reply stays in the context,
+        as it wrote it."""
         self._state.current.reminders += 1
         workflow.logger.info("turn %d: a call of %s written but not read; reminding the model",
                              self._state.current.number, ", ".join(unread))
         self._state.context.messages += [
-            message, ChatMessage(role="user", content=loop.call_reminder(unread))]
+            message, ChatMessage(role="user", content=loop.call_reminder(unread, in_prose))]
 
     def _audit_input(self, kind: str, turn: int | None, by: str | None,
                      text: str | None) -> None:

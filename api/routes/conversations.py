@@ -33,12 +33,13 @@ read = errors(404, 502, 503)
              responses={201: {"links": LINKS},
                         200: {"model": ConversationStatus, "links": LINKS,
                               "description": "it already existed"},
-                        **errors(413, 502, 503)})
+                        **errors(409, 413, 502, 503)})
 async def start(body: StartBody, s: Conversations, who: Who, request: Request) -> Any:
     """Start a conversation (201), owned by the token's name. With an `id` already in use,
     nothing new starts: the answer is that conversation's status (200), or, if it is not
-    the caller's to read, a 409. A W3C `traceparent` header makes the first turn's trace
-    a continuation of the caller's."""
+    the caller's to read, a 409. A first message too long for the model's window is refused
+    as a message would be (409, the reason), and the conversation it began ends. A W3C
+    `traceparent` header makes the first turn's trace a continuation of the caller's."""
     who.check_start()
     cid = body.id or new_conversation_id()
     inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,

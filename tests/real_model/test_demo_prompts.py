@@ -90,17 +90,13 @@ async def test_the_demos_weather_and_note_conversation_completes_with_an_approva
         show("waiting for approval", status)
         for pending in status.pending_confirmations:
             call = f"{pending.tool} {json.dumps(pending.args, sort_keys=True)}"
-            if call in approved:  # a small model may ask again for a write that ran: as a
-                # careful person would, say no, and why
-                await handle.signal(ConversationWorkflow.reject, RejectRequest(
-                    call_ids=[pending.call_id], approver="real-model-test",
-                    reason="this exact call ran already: the note is saved"))
-                continue
+            # a small model restates the write that ran: it must not be put to a person again
+            assert call not in approved, f"the write that ran is asked for again: {call}"
             assert not note_rows(activity_settings.data_dir, "Paris weather")  # not before it
-            await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
-                call_ids=[pending.call_id], approver="real-model-test",
-                seen={pending.call_id: pending.args_hash}))
             approved.add(call)
+        await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(  # as `make demo` does
+            all=True, approver="real-model-test",
+            seen={p.call_id: p.args_hash for p in status.pending_confirmations}))
         await asyncio.sleep(1)
         status = await until_settled(handle, 1)
     show("the turn's end", status)
@@ -116,6 +112,7 @@ async def test_the_demos_weather_and_note_conversation_completes_with_an_approva
     "Save a note titled 'groceries' saying 'milk, eggs'.",
     "Delete note 3.",
     "List my notes about weather, then tell me the weather in Berlin.",
+    "Hi there, how are you today?",  # small talk a small model echoed back as questions
 ])
 async def test_the_other_demo_prompts_keep_the_contract(
         client: Client, real_queue: str, activity_settings: ActivitySettings, prompt: str):
