@@ -185,3 +185,23 @@ async def test_a_turn_that_recalls_needs_the_memory_patch(monkeypatch: pytest.Mo
     for path in recalled:
         result = await replayer.replay_workflow(kept_history(path), raise_on_replay_failure=False)
         assert result.replay_failure is not None, path.name
+
+
+async def test_the_real_models_shapes_need_their_patch(monkeypatch: pytest.MonkeyPatch):
+    """The recorded conversations of the real models' shapes (a restated call answered, an
+    echoed question not asked, a first message too long for the model refused) replay (the
+    replay test's), and would not if their run were read as one begun before the patch: each
+    issued other commands than a run begun before it would. The histories of the code before
+    it (`histories/main-5627dca/`) replay with today's code (the replay test's)."""
+    has = patches.Patches.has
+    monkeypatch.setattr(patches.Patches, "has", lambda self, patch: False
+                        if patch == patches.REAL_MODEL_SHAPES_PATCH else has(self, patch))
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+                        workflow_runner=UnsandboxedWorkflowRunner(), interceptors=[SignalGuard()])
+    for name in ("restated_call_written_once", "echoed_question_not_asked",
+                 "first_message_too_long"):
+        result = await replayer.replay_workflow(kept_history(HISTORIES / f"{name}.json"),
+                                                raise_on_replay_failure=False)
+        assert "Nondeterminism" in str(result.replay_failure), name
+        assert "patch marker" not in str(result.replay_failure), name
+    assert len(list((HISTORIES / "main-5627dca").glob("*.json"))) >= 8

@@ -385,6 +385,7 @@ async def test_a_question_that_echoes_small_talk_is_not_asked(
     await handle.result()
     events = await stream_events(client, handle.id)  # (whole, once the conversation ended)
     assert "question_asked" not in [e.kind for e in events]
+    await replay(handle, record_as="echoed_question_not_asked")
 
 
 async def test_questions_in_a_row_are_bounded(
