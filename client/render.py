@@ -100,29 +100,11 @@ def render_status(s: ConversationStatus) -> str:
 INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended"}
 
 
-def in_order(records: list[AuditRecord]) -> list[AuditRecord]:
-    """The audit trail in the order things happened. A step's record is written once its
-    observations are in, so after the answers its questions got: each answer is put after the
-    record of the step it was given in, the next step record of its turn (if its turn has none,
-    it stays where it was written)."""
-    ordered: list[AuditRecord] = []
-    answers: list[AuditRecord] = []  # until the record of their step
-    for r in records:
-        if r.kind == "answer":
-            answers.append(r)
-        elif r.kind == "step" and answers:
-            ordered += [r, *answers] if r.turn == answers[0].turn else [*answers, r]
-            answers = []
-        else:
-            ordered.append(r)
-    return ordered + answers
-
-
 def render_history(records: list[AuditRecord]) -> str:
     if not records:
         return "no steps yet"
     lines = []
-    for r in in_order(records):
+    for r in records:
         tokens = f"{r.tokens.total_tokens} tokens"
         if r.kind == "summary":
             lines.append(f"{r.at.isoformat(timespec='seconds')}  turn {r.turn} before step {r.step}"

@@ -214,6 +214,10 @@ class Tail(Generic[T]):
         self.bytes -= self._sizes.popleft()
         return self.items.pop(0)
 
+    def pop_last(self) -> T:
+        self.bytes -= self._sizes.pop()
+        return self.items.pop()
+
 
 # When a run hands over to a fresh one (continue-as-new) for the size of its history: well below
 # Temporal's hard limits (51,200 events, 50 MB) and well above the server's early suggestion

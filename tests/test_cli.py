@@ -152,6 +152,9 @@ async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: Scr
     assert answered.returncode == 0 and "answer: You chose blue." in answered.stdout
     history = (await cli("history", conv)).stdout  # the question, then its answer
     assert history.index("action:  ask_choice(") < history.index("answer by "), history
+    records = json.loads((await cli("history", conv, "--json")).stdout)  # as the API has them
+    kinds = [(r["kind"], [a["tool"] for a in r.get("actions") or []]) for r in records]
+    assert kinds.index(("step", ["ask_choice"])) < kinds.index(("answer", [])), kinds
     again = await cli("answer", conv, "red")
     assert again.returncode == 1 and "no question is waiting" in again.stdout
 

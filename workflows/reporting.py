@@ -94,8 +94,14 @@ class Narrator:
                       status="approved" if d.approved else "rejected", text=d.reason)
 
     def record(self, record: AuditRecord) -> None:
-        """Keep a step's audit record (clipped), and let the oldest stream items go."""
-        dropped = self._audit.append(_clipped(record))
+        """Keep a step's audit record (clipped), and let the oldest stream items go. A step's
+        record is written once its observations are in, after the answers its questions got:
+        it goes before them, so that the trail reads in the order things happened."""
+        answers = []
+        while record.kind == "step" and self._audit.items and \
+                self._audit.items[-1].kind == "answer" and self._audit.items[-1].turn == record.turn:
+            answers.insert(0, self._audit.pop_last())
+        dropped = [gone for r in (_clipped(record), *answers) for gone in self._audit.append(r)]
         if dropped:
             self._state.audit_dropped += len(dropped)
             workflow.upsert_memo({"audit_dropped": _summary(dropped, self._state.audit_dropped)})
