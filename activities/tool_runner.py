@@ -15,7 +15,6 @@ from temporalio.exceptions import ApplicationError
 from activities import telemetry
 from activities.endpoints import Endpoints
 from activities.heartbeat import heartbeating
-from activities.mcp.sampling import CallSampler
 from activities.memory.search import search
 from activities.models import model_routes
 from activities.settings import ActivitySettings
@@ -206,6 +205,9 @@ class ToolActivities:
         assert self._mcp is not None
         sampler = None
         if invocation.sampling is not None:
+            # (here, as the toolbox is: the MCP SDK takes seconds to import on a busy machine,
+            # which every worker without MCP servers, restarted after a crash, would wait for)
+            from activities.mcp.sampling import CallSampler  # noqa: PLC0415
             if self._endpoints is None:
                 self._endpoints = Endpoints(self._settings)
             sampler = CallSampler(self._endpoints, invocation.sampling,

@@ -113,3 +113,15 @@ def test_bad_worker_settings_stop_it_with_a_clear_error(temporal_address: str, t
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_worker_without_mcp_servers_never_imports_the_mcp_sdk():
+    """The MCP SDK takes a second to import here, and several on a busy machine: a worker
+    without MCP servers, started again after a crash, must not wait for it (the chaos run's
+    workers, killed every few seconds, spent half their lives importing it)."""
+    probe = ("import sys, worker.__main__, worker.app, activities.tool_runner\n"
+             "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
