@@ -36,6 +36,7 @@ from contract.state import (
     ContextState,
     ConversationState,
     ModelRoutes,
+    RanCall,
     StreamSnapshot,
     TurnState,
 )
@@ -134,6 +135,9 @@ NOT_IN_THE_OLD_SHAPE = {
     "memory",  # a conversation from before memory recalls nothing
     "handshake_version",  # from before versioned workers: unversioned
     "mcp_listing",  # from before tool list changes were heard: never looks
+    # from before the real models' shapes: no call ran this turn, no question asked in a row,
+    # no message counted by the model's server
+    "current.ran", "current.questions_in_a_row", "context.counted",
 }
 
 
@@ -181,11 +185,14 @@ def full_state() -> ConversationState:
     state = old_carry().to_state("s")
     state.context = state.context.model_copy(update={
         "summary": "the gist", "folded_turns": 3, "folded_steps": 4, "dropped_turns": 1,
-        "drop_reason": "why", "token_ratio": 1.5, "prompt_tokens": 99, "window_tokens": 8192})
+        "drop_reason": "why", "token_ratio": 1.5, "prompt_tokens": 99, "window_tokens": 8192,
+        "counted": {"5f1c2a9d0e4b7c36": 4981}})
     state.current.children = [ChildReport(workflow_id="conv/w1", profile="writer",
                                           status="waiting_for_confirmation")]
     state.current.final_output, state.current.corrections = {"typed": True}, 1
     state.current.reminders = 1
+    state.current.ran = [RanCall(tool="create_note", key="k" * 32, call_id="call_1")]
+    state.current.questions_in_a_row = 2
     state.four_eyes = ["destructive"]
     state.current.trace = "00-000000000000000000000000000000ab-00000000000000cd-01"
     state.current.started_at = NOW

@@ -84,7 +84,7 @@ async def test_the_stream_tells_the_turn_in_order(client: Client, task_queue: st
     assert "Let me check." in shown and "→ get_weather(location=Paris)" in shown
     assert f"python -m client confirm {handle.id} {create.call_id}" in shown
     assert "! refused: unknown call id nope" in shown
-    assert f"✓ delete_note call {delete.call_id} rejected by bo: keep it" in shown
+    assert f"✗ delete_note call {delete.call_id} rejected by bo: keep it" in shown
     assert "answer: Noted the weather in Paris." in shown
 
 
