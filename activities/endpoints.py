@@ -16,10 +16,10 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import telemetry
-from activities.models import ModelEntry, Models
-from activities.pricing import Prices
-from activities.settings import ActivitySettings
+from . import telemetry
+from .models import ModelEntry, Models
+from .pricing import Prices
+from .settings import ActivitySettings
 
 T = TypeVar("T")
 

@@ -15,21 +15,21 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.context_cache import ContextCache
-from activities.endpoints import Endpoint, Endpoints
-from activities.heartbeat import heartbeating
-from activities.llm_stream import counted, stream_completion
-from activities.llm_errors import (
+from .context_cache import ContextCache
+from .endpoints import Endpoint, Endpoints
+from .heartbeat import heartbeating
+from .llm_stream import counted, stream_completion
+from .llm_errors import (
     FORMAT_ATTEMPTS,
     FORMAT_HINT,
     FormatError,
     classified,
     error_detail,
 )
-from activities.settings import ActivitySettings
-from activities.summary import summary_messages
-from activities.windows import ServerTokens
-from contract import (
+from .settings import ActivitySettings
+from .summary import summary_messages
+from .windows import ServerTokens
+from ..contract import (
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
@@ -42,9 +42,9 @@ from contract import (
     SummaryReply,
     SummaryRequest,
 )
-from contract.bounds import TOKEN_ITEM_CHARS
-from contract.names import TOKENS_TOPIC
-from rules import delta
+from ..contract.bounds import TOKEN_ITEM_CHARS
+from ..contract.names import TOKENS_TOPIC
+from ..rules import delta
 
 log = structlog.get_logger()
 

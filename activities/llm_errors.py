@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import openai
 from temporalio.exceptions import ApplicationError
 
-from contract.bounds import valid_text
+from ..contract.bounds import valid_text
 
 T = TypeVar("T")
 

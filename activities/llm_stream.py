@@ -19,7 +19,7 @@ from typing import Any
 import openai
 from temporalio.exceptions import ApplicationError
 
-from contract import ChatMessage, FunctionCall, LLMReply, ToolCall, Usage
+from ..contract import ChatMessage, FunctionCall, LLMReply, ToolCall, Usage
 
 # A call the endpoint reported no usage for: its tokens and cost are unknown, never 0.
 UNMETERED = Usage(cost_usd=None, cost_note="the endpoint reported no usage", unmetered_calls=1)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from contract import Usage
+from ..contract import Usage
 
 
 class ModelPrice(BaseModel):

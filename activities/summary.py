@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contract import ChatMessage, SummaryRequest
-from rules.prompts import SUMMARIZER_PROMPT
+from ..contract import ChatMessage, SummaryRequest
+from ..rules.prompts import SUMMARIZER_PROMPT
 
 WORDS_PER_TOKEN = 0.75
 

@@ -12,17 +12,17 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from activities import telemetry
-from activities.endpoints import Endpoints
-from activities.heartbeat import heartbeating
-from activities.memory.search import search
-from activities.models import model_routes
-from activities.settings import ActivitySettings
-from activities.tools import NeedsInput, ToolContext, ToolError, ToolRegistry
-from activities.tools.memory import recall
-from activities.tools.reporter import CallReporter
-from activities.windows import Windows
-from contract import (
+from . import telemetry
+from .endpoints import Endpoints
+from .heartbeat import heartbeating
+from .memory.search import search
+from .models import model_routes
+from .settings import ActivitySettings
+from .tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from .tools.memory import recall
+from .tools.reporter import CallReporter
+from .windows import Windows
+from ..contract import (
     LIST_TOOLS_ACTIVITY,
     MCP_LISTING_ACTIVITY,
     McpListing,
@@ -32,19 +32,19 @@ from contract import (
     ToolOutcome,
     WorkerHandshake,
 )
-from contract.bounds import truncate_observation, valid_text
-from contract.memory import (
+from ..contract.bounds import truncate_observation, valid_text
+from ..contract.memory import (
     MAX_RECALLED_BYTES,
     RECALL_ACTIVITY,
     RECALL_TOOL,
     Recalled,
     RecallRequest,
 )
-from rules.gate import execution_refusal
-from rules.memory import within_bytes
+from ..rules.gate import execution_refusal
+from ..rules.memory import within_bytes
 
 if TYPE_CHECKING:
-    from activities.mcp import McpToolbox
+    from .mcp import McpToolbox
 
 log = structlog.get_logger()
 
@@ -207,7 +207,7 @@ class ToolActivities:
         if invocation.sampling is not None:
             # (here, as the toolbox is: the MCP SDK takes seconds to import on a busy machine,
             # which every worker without MCP servers, restarted after a crash, would wait for)
-            from activities.mcp.sampling import CallSampler  # noqa: PLC0415
+            from .mcp.sampling import CallSampler  # noqa: PLC0415
             if self._endpoints is None:
                 self._endpoints = Endpoints(self._settings)
             sampler = CallSampler(self._endpoints, invocation.sampling,

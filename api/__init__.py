@@ -1,1 +1,1 @@
-"""The HTTP API and web console (`python -m api`)."""
+"""The HTTP API and web console (`agent-api`)."""

@@ -1,6 +1,6 @@
-"""`python -m api`: the HTTP API and web console on AGENT_API_ADDRESS (default 127.0.0.1:8000).
+"""`agent-api`: the HTTP API and web console on AGENT_API_ADDRESS (default 127.0.0.1:8000).
 
-`python -m api hash-token` reads a token on stdin and prints what AGENT_API_TOKENS_FILE holds for
+`agent-api hash-token` reads a token on stdin and prints what AGENT_API_TOKENS_FILE holds for
 it (its SHA-256), so the token itself need not be stored where the API runs."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 import uvicorn
 
-from api.access import hash_token
-from api.app import create_app
-from api.settings import ApiSettings, SettingsError
-from client.connection import TemporalSettings
-from worker.logging import configure_logging
+from .access import hash_token
+from .app import create_app
+from .settings import ApiSettings, SettingsError
+from ..client.connection import TemporalSettings
+from ..worker.logging import configure_logging
 
 
 def main() -> int:
@@ -25,7 +25,7 @@ def main() -> int:
         print(hash_token(token))
         return 0
     if sys.argv[1:]:
-        print("usage: python -m api [hash-token]", file=sys.stderr)
+        print("usage: agent-api [hash-token]", file=sys.stderr)
         return 2
     try:
         settings = ApiSettings.from_env()

@@ -183,7 +183,7 @@ def _entry(text: str, where: str, hashed: bool) -> TokenEntry:
         digest = rest.lower()
         if not SHA256_HEX.fullmatch(digest):
             raise TokenError(f"{where}: {name}'s token must be given as the 64 hex digits of its "
-                             "SHA-256 (python -m api hash-token)")
+                             "SHA-256 (agent-api hash-token)")
         return TokenEntry(Principal(name, roles), bytes.fromhex(digest))
     # A token may hold `:` (as before roles): only a last part that is a role list is taken so.
     return TokenEntry(Principal(name, roles), hashlib.sha256(rest.encode()).digest())

@@ -46,8 +46,8 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
 
-from api.access import Principal, Verdict
-from client.checks import (
+from .access import Principal, Verdict
+from ..client.checks import (
     CliError,
     NotFound,
     NoWorker,
@@ -55,8 +55,8 @@ from client.checks import (
     UsageError,
     check_conversation_id,
 )
-from client.session import Session
-from contract import (
+from ..client.session import Session
+from ..contract import (
     CLOSED_STATUSES,
     WAITING_STATUSES,
     AnswerRequest,
@@ -70,7 +70,7 @@ from contract import (
     StreamEvent,
     names,
 )
-from rules.gate import Refusal, check_answer
+from ..rules.gate import Refusal, check_answer
 
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",

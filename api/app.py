@@ -19,19 +19,19 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from temporalio.client import Client
 
-from api.errors import (
+from .errors import (
     RequestIds,
     add_error_handlers,
     document_discriminators,
     document_errors,
     errors,
 )
-from api.guard import BodyLimit, Gate
-from api.links import link_routes
-from api.routes import console, conversations, inputs, memories, streams
-from api.settings import ApiSettings
-from client.connection import TemporalSettings, connect
-from client.session import Session
+from .guard import BodyLimit, Gate
+from .links import link_routes
+from .routes import console, conversations, inputs, memories, streams
+from .settings import ApiSettings
+from ..client.connection import TemporalSettings, connect
+from ..client.session import Session
 
 log = structlog.get_logger("api")
 # The console is ES modules, which a browser runs only when served as JavaScript; some systems'

@@ -15,7 +15,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from client.checks import (
+from ..client.checks import (
     CONVERSATION_ID_PATTERN,
     MAX_JSON_DEPTH,
     MIN_CONTEXT_TOKENS,
@@ -23,7 +23,7 @@ from client.checks import (
     targets,
     unsendable,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     MAX_CALL_ARGS_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,

@@ -29,10 +29,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from api.access import TokenBook, Verdict
-from client.checks import NotFound, NoWorker, Refused
-from client.session import Session
-from contract import (
+from .access import TokenBook, Verdict
+from ..client.checks import NotFound, NoWorker, Refused
+from ..client.session import Session
+from ..contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -40,7 +40,7 @@ from contract import (
     PendingQuestion,
     RejectRequest,
 )
-from rules.links import LinkClaims, LinkError, read_link
+from ..rules.links import LinkClaims, LinkError, read_link
 
 LINK_APPROVER = "link"  # the approver of a link that names nobody
 

@@ -1,5 +1,5 @@
 """The API's settings, read once from the environment at start-up, with a clear error for each
-bad value (`python -m api` exits 2 on it)."""
+bad value (`agent-api` exits 2 on it)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.memory import url_from_env
-from api.access import TokenBook, TokenError
+from ..activities.memory import url_from_env
+from .access import TokenBook, TokenError
 
 DEFAULT_ADDRESS = "127.0.0.1:8000"
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # a message is at most 256 KiB; the rest is JSON around it

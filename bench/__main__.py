@@ -26,9 +26,9 @@ from bench import profile
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, answered_again, history_of, wait_until
 from bench.tours import tours
-from contract import ConfirmRequest, ConversationInput
-from scripted_model import Scenario, Script, ScriptedReply, ScriptedToolCall
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.contract import ConfirmRequest, ConversationInput
+from durable_react_agent.testing import Scenario, Script, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 RESULTS = Path(__file__).parent / "results.md"
 CITIES = ["Paris", "Tokyo"]  # alternating, so loop detection never fires
@@ -368,11 +368,11 @@ async def tokens(stack: Stack) -> list[tuple[str, str]]:
     a 4 KB-per-step tool, the same as tests/test_robustness.py)."""
     import httpx as _httpx
 
-    from activities.settings import ActivitySettings
-    from scripted_model import ScriptedModelServer
+    from durable_react_agent.activities.settings import ActivitySettings
+    from durable_react_agent.testing import ScriptedModelServer
     from tests.fake_tools import registry_with_test_tools
     from tests.test_robustness import prompt_tokens
-    from worker.app import build_worker
+    from durable_react_agent.worker.app import build_worker
 
     client = await stack.client()
     model = ScriptedModelServer().start()
@@ -403,11 +403,11 @@ async def long_chat(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     endpoint counts them, with the turns before which older turns folded into the summary."""
     import httpx as _httpx
 
-    from activities.settings import ActivitySettings
-    from scripted_model import ScriptedModelServer
+    from durable_react_agent.activities.settings import ActivitySettings
+    from durable_react_agent.testing import ScriptedModelServer
     from tests.fake_tools import registry_with_test_tools
     from tests.long_chat import run_long_chat
-    from worker.app import build_worker
+    from durable_react_agent.worker.app import build_worker
 
     client = await stack.client()
     model = ScriptedModelServer().start()

@@ -12,12 +12,12 @@ from typing import Annotated, Any, TypedDict
 import httpx
 import openai
 
-from activities.llm_stream import stream_completion
-from activities.settings import ActivitySettings
-from activities.tools import ToolContext, default_registry
-from contract import LLMReply
-from rules.prompts import DEFAULT_SYSTEM_PROMPT
-from rules.questions import ASK_TOOLS
+from durable_react_agent.activities.llm_stream import stream_completion
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import ToolContext, default_registry
+from durable_react_agent.contract import LLMReply
+from durable_react_agent.rules.prompts import DEFAULT_SYSTEM_PROMPT
+from durable_react_agent.rules.questions import ASK_TOOLS
 
 
 class Agent:

@@ -1,5 +1,5 @@
 """Temporal's floor: a bare workflow running two no-op activities per step. `python -m bench.floor`
-serves it on AGENT_TASK_QUEUE, like `python -m worker` serves the agent."""
+serves it on AGENT_TASK_QUEUE, like `agent-worker` serves the agent."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from contract import LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY
-from scripted_model import Script
+from durable_react_agent.contract import LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY
+from durable_react_agent.testing import Script
 from tests.devserver import dev_server_command, free_port, worker_env
-from tests.helpers import run_histories
+from tests.helpers import code_copy, run_histories
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ class Child:
         self.ps = psutil.Process(self.proc.pid)
 
     def _processes(self) -> list[psutil.Process]:
-        """The process and its children (`python -m worker --processes N` supervises N)."""
+        """The process and its children (`agent-worker --processes N` supervises N)."""
         try:
             return [self.ps, *self.ps.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -86,7 +86,7 @@ class Stack:
         (work / "script.json").write_text(script.model_dump_json())
         self.server = Child(dev_server_command(work / "bench.db", self.port), dict(os.environ),
                             work / "server.log")
-        self.model = Child([sys.executable, "-m", "scripted_model", "--port", str(self.model_port),
+        self.model = Child([sys.executable, "-m", "durable_react_agent.testing", "--port", str(self.model_port),
                             "--script", str(work / "script.json")], dict(os.environ), work / "model.log")
         wait_port(self.port)
         wait_port(self.model_port)
@@ -96,10 +96,17 @@ class Stack:
     def worker_env(self, task_queue: str) -> dict[str, str]:
         return worker_env(self.address, task_queue, self.base_url, self.work / "data")
 
-    def start_worker(self, task_queue: str, module: str = "worker", code: Path = ROOT,
+    def start_worker(self, task_queue: str, module: str | None = None, code: Path = ROOT,
                      args: tuple[str, ...] = (), **env: str) -> Child:
-        """A worker process; `code` is the checkout it runs (another one, to compare versions),
-        `env` what it gets beyond the stack's environment."""
+        """A worker process; `code` is the checkout it runs (another one, to compare versions:
+        one from before the one import root runs as `-m worker`), `env` what it gets beyond
+        the stack's environment."""
+        if module is None and (code / "setup.py").exists():  # the one import root
+            module = "durable_react_agent.worker"
+            if code != ROOT:  # laid out as installed, or the editable install would run ours
+                code_copy(self.work / f"code-{task_queue}", code)
+                code = self.work / f"code-{task_queue}"
+        module = module or "worker"
         worker = Child([sys.executable, "-m", module, *args],
                        {**self.worker_env(task_queue), **env},
                        self.work / f"{module.replace('.', '_')}-{task_queue}.log", cwd=code)

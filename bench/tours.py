@@ -14,8 +14,8 @@ from bench.baselines import Agent, langgraph_loop, plain_loop
 from bench.floor import FloorWorkflow
 from bench.peers import PEER_NAMES, PEER_WORKFLOWS
 from bench.stack import Child, Stack, history_of
-from contract import ConversationInput
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.contract import ConversationInput
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 DURABLE = ("ours", "floor", *PEER_WORKFLOWS)  # each on a worker process of its own
 LABELS = {"ours": "ours", "floor": "Temporal floor (2 no-op activities)",

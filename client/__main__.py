@@ -2,7 +2,7 @@ import asyncio
 import os
 import sys
 
-from client.cli import run
+from .cli import run
 
 # What a shell reports for a tool whose reader went away (128 + SIGPIPE): `status ID | head`.
 PIPE_CLOSED = 141

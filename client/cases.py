@@ -1,4 +1,4 @@
-"""Cases from recorded conversations (`python -m client export` and `fork`): the history of
+"""Cases from recorded conversations (`agent export` and `fork`): the history of
 every run of a conversation, read from Temporal (no worker needed for it), its model calls'
 prompts rebuilt as the endpoint received them (`rules.delta`), and the audit trail's decisions
 (a worker answers that query). `rules.cases` turns them into a case."""
@@ -12,9 +12,9 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from client.checks import CliError, NotFound, UsageError, clip
-from client.session import Session
-from contract import (
+from .checks import CliError, NotFound, UsageError, clip
+from .session import Session
+from ..contract import (
     LIST_TOOLS_ACTIVITY,
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
@@ -25,9 +25,9 @@ from contract import (
     LLMStepRequest,
     WorkerHandshake,
 )
-from contract.case import Case
-from rules import delta
-from rules.cases import ModelCall, Recording, build_case, prompt_of, steps_of
+from ..contract.case import Case
+from ..rules import delta
+from ..rules.cases import ModelCall, Recording, build_case, prompt_of, steps_of
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # how Temporal's core records a local activity
 MAX_RUNS = 10_000  # a chain of continue-as-new longer than this is not followed

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from contract.bounds import MAX_CONTEXT_BUDGET_TOKENS
-from rules.schemas import MAX_DEPTH
+from ..contract.bounds import MAX_CONTEXT_BUDGET_TOKENS
+from ..rules.schemas import MAX_DEPTH
 
 
 class CliError(Exception):

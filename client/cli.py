@@ -1,4 +1,4 @@
-"""`python -m client`: start conversations, talk to them, and see their state.
+"""`agent`: start conversations, talk to them, and see their state.
 
 Every signal-sending command waits until the workflow shows the signal was taken or refused, so a
 script can trust the exit code: 0 success, 1 refused or failed, 2 bad usage.
@@ -18,7 +18,7 @@ from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.checks import (
+from .checks import (
     CliError,
     Refused,
     UsageError,
@@ -26,14 +26,14 @@ from client.checks import (
     new_conversation_id,
     targets,
 )
-from client.connection import TemporalSettings, connect
-from client.cases import export, fork
-from client.evals import add_eval_command
-from client.memories import cmd_forget, cmd_memories
-from client.render import render_history, render_status
-from client.session import STATUSES, Session
-from client.watch import watch
-from contract import (
+from .connection import TemporalSettings, connect
+from .cases import export, fork
+from .evals import add_eval_command
+from .memories import cmd_forget, cmd_memories
+from .render import render_history, render_status
+from .session import STATUSES, Session
+from .watch import watch
+from ..contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
@@ -43,8 +43,8 @@ from contract import (
     SignalOutcome,
     names,
 )
-from contract.bounds import DEFAULT_MESSAGE_BYTES, check_message
-from rules.output import output_schema_problem
+from ..contract.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from ..rules.output import output_schema_problem
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:
@@ -276,7 +276,7 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="agent", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--timeout", type=float, default=60.0,
                         help="seconds to wait for a worker to answer (default 60)")
@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     p.add_argument("--version", metavar="NAME:ID",
                    help="only conversations running on this Worker Deployment Version, as "
-                        "`status` shows it (`python -m worker --deployment NAME --build-id ID`)")
+                        "`status` shows it (`agent-worker --deployment NAME --build-id ID`)")
 
     p = command("end", cmd_end, "end a conversation: work in flight is cancelled, "
                                 "stop_reason=ended")

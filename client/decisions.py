@@ -4,8 +4,8 @@ refused."""
 
 from __future__ import annotations
 
-from client.checks import Refused, clip
-from contract import (
+from .checks import Refused, clip
+from ..contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -14,7 +14,7 @@ from contract import (
     RejectRequest,
     SignalOutcome,
 )
-from rules.gate import NOBODY
+from ..rules.gate import NOBODY
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 

@@ -1,4 +1,4 @@
-"""`python -m client eval CASE_OR_DIR...`: run recorded conversations again and score them.
+"""`agent eval CASE_OR_DIR...`: run recorded conversations again and score them.
 
 Each case runs as a real conversation on Temporal, on the eval's own task queue (its worker runs
 in this process: `worker.evals`), several at once. Tool calls are answered from the case; the
@@ -25,10 +25,10 @@ from xml.etree import ElementTree as ET
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.cases import recording
-from client.checks import CliError, NotFound, UsageError
-from client.session import POLL_INTERVAL_S, Session
-from contract import (
+from .cases import recording
+from .checks import CliError, NotFound, UsageError
+from .session import POLL_INTERVAL_S, Session
+from ..contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
@@ -36,10 +36,10 @@ from contract import (
     RejectRequest,
     SayRequest,
 )
-from contract.case import MAX_CASE_BYTES, Case, CaseError, load_case
-from contract.names import END_SIGNAL
-from rules.cases import ASK_PREFIX, RecordedTools, build_case
-from rules.scores import ANSWER_MODES, CALLS_MODES, Check, Score, score
+from ..contract.case import MAX_CASE_BYTES, Case, CaseError, load_case
+from ..contract.names import END_SIGNAL
+from ..rules.cases import ASK_PREFIX, RecordedTools, build_case
+from ..rules.scores import ANSWER_MODES, CALLS_MODES, Check, Score, score
 
 EVAL_OWNER = "eval"  # who starts, decides and answers in an eval, in its audit trail
 NO_DECISION = "the case being evaluated recorded no decision for this call"
@@ -189,7 +189,7 @@ class Runner:
         return None
 
     async def _judged(self, case: Case, got: Case) -> Check:
-        from worker.evals import judge  # noqa: PLC0415 (the worker's side: a model call)
+        from ..worker.evals import judge  # noqa: PLC0415 (the worker's side: a model call)
 
         o = self._options
         request = next((t.message for t in case.turns if t.message), "") or ""
@@ -348,9 +348,9 @@ def junit(outcomes: list[Outcome]) -> str:
 # ----- the command -----
 
 async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
-    from activities.settings import ActivitySettings  # noqa: PLC0415 (the worker's side)
-    from worker.app import tool_registry  # noqa: PLC0415
-    from worker.evals import eval_worker  # noqa: PLC0415
+    from ..activities.settings import ActivitySettings  # noqa: PLC0415 (the worker's side)
+    from ..worker.app import tool_registry  # noqa: PLC0415
+    from ..worker.evals import eval_worker  # noqa: PLC0415
 
     if not 0 <= a.min_pass <= 1:
         raise UsageError("--min-pass must be between 0 and 1")
@@ -358,7 +358,7 @@ async def cmd_eval(s: Session, a: argparse.Namespace) -> int:
         raise UsageError("--concurrency must be at least 1")
     cases = load_cases(a.cases)
     settings = ActivitySettings.from_env()
-    registry = tool_registry(settings)  # what `python -m worker` loads (MCP's tools aside)
+    registry = tool_registry(settings)  # what `agent-worker` loads (MCP's tools aside)
     lacking = missing_tools(cases, set(registry.names()))
     if lacking:
         raise UsageError("the worker does not have the tools these cases call (nothing was "

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio.client import WorkflowExecutionStatus
 
-from contract import names
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION
+from ..contract import names
+from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION
 
 
 class ConversationRow(BaseModel):

@@ -1,4 +1,4 @@
-"""`python -m client memories` and `forget`: what the agent remembers of a person, read from and
+"""`agent memories` and `forget`: what the agent remembers of a person, read from and
 removed in the workers' store (AGENT_MEMORY_URL, or SQLite in AGENT_DATA_DIR), as `--as` names
 them (default: the OS user). No Temporal is needed."""
 
@@ -9,9 +9,9 @@ import json
 import os
 import uuid
 
-from activities.memory import MemoryStore, MemoryUnavailable, open_store, url_from_env
-from client.checks import CliError, Refused, UsageError
-from contract.memory import MAX_RECALL_QUERY_BYTES, Memory
+from ..activities.memory import MemoryStore, MemoryUnavailable, open_store, url_from_env
+from .checks import CliError, Refused, UsageError
+from ..contract.memory import MAX_RECALL_QUERY_BYTES, Memory
 
 
 def memory_store() -> MemoryStore:

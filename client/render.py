@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from contract import AuditRecord, ConversationStatus
-from rules.commands import REASON, TEXT, client_command
-from rules.stopping import dollars
+from ..contract import AuditRecord, ConversationStatus
+from ..rules.commands import REASON, TEXT, client_command
+from ..rules.stopping import dollars
 
 # What a model (or a tool, or anyone who sends a signal) writes may not drive the terminal:
 # control characters (an ANSI escape rewrites what is on the screen), line and paragraph

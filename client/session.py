@@ -1,5 +1,5 @@
 """The client layer: one typed async module for everything a person or program does with a
-conversation. The CLI (`python -m client`) and the HTTP API (`python -m api`) both use it, so the
+conversation. The CLI (`agent`) and the HTTP API (`agent-api`) both use it, so the
 rules (how a conversation starts, how a decision is sent and what counts as taken or refused, how
 long to wait for a worker) are written once.
 
@@ -43,7 +43,7 @@ from temporalio.contrib.workflow_streams import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.checks import (
+from .checks import (
     CliError,
     NotFound,
     NoWorker,
@@ -54,8 +54,8 @@ from client.checks import (
     clip,
     unsendable,
 )
-from client.connection import TemporalSettings, namespace_prepared
-from client.decisions import (
+from .connection import TemporalSettings, namespace_prepared
+from .decisions import (
     HumanRequest,
     PartlyApplied,
     answer_owner,
@@ -64,8 +64,8 @@ from client.decisions import (
     refused_outcome,
     stale_child,
 )
-from client.listing import ConversationRow, list_query, shown_status
-from contract import (
+from .listing import ConversationRow, list_query, shown_status
+from ..contract import (
     SETTLED_STATUSES,
     AnswerRequest,
     AuditRecord,
@@ -80,13 +80,13 @@ from contract import (
     StreamEvent,
     names,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     check_message,
 )
-from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
-from rules.output import output_schema_problem
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
+from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
+from ..rules.output import output_schema_problem
+from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.
@@ -226,7 +226,7 @@ class Session:
                 self._told_waiting = True
                 if time.monotonic() >= deadline:
                     raise NoWorker(
-                        f"no worker answered for {self.timeout_s:.0f}s (is `python -m worker` "
+                        f"no worker answered for {self.timeout_s:.0f}s (is `agent-worker` "
                         f"running on task queue {self.settings.task_queue}?)"
                     ) from None
                 await asyncio.sleep(POLL_INTERVAL_S)
@@ -407,7 +407,7 @@ class Session:
             raise Refused(getattr(cause, "message", None) or str(cause)) from None
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise NoWorker(f"no worker took the request in {self.timeout_s:.0f}s (is "
-                           f"`python -m worker` running on task queue "
+                           f"`agent-worker` running on task queue "
                            f"{self.settings.task_queue}?); the server may still hand it to the "
                            "next worker, so check the status before sending it again") from None
         except RPCError as err:

@@ -11,13 +11,13 @@ It imports only pydantic and the standard library; every process imports it.
 
 from __future__ import annotations
 
-from contract.conversation import (
+from .conversation import (
     ApprovalPolicy,
     ConversationInput,
     ForkPoint,
     LLMOptions,
 )
-from contract.inputs import (
+from .inputs import (
     AnswerRequest,
     ConfirmRequest,
     EndRequest,
@@ -25,7 +25,7 @@ from contract.inputs import (
     SayRequest,
     SignalOutcome,
 )
-from contract.models import (
+from .models import (
     CLOSED_STATUSES,
     LIST_TOOLS_ACTIVITY,
     LLM_CALL_ACTIVITY,
@@ -72,7 +72,7 @@ from contract.models import (
     WebhookRef,
     WorkerHandshake,
 )
-from contract.status import (
+from .status import (
     AuditAction,
     AuditRecord,
     ChildRef,

@@ -1,4 +1,4 @@
-"""A case: a recorded conversation as a JSON document (`python -m client export`), what a fork
+"""A case: a recorded conversation as a JSON document (`agent export`), what a fork
 starts from and what an eval runs again (`docs/evals.md`). Version 1 of the schema; a reader
 refuses any other version with a clear error rather than guess."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contract.bounds import clip, valid_json
-from contract.models import Usage
+from .bounds import clip, valid_json
+from .models import Usage
 
 CASE_SCHEMA = "durable-react-agent/case"
 CASE_VERSION = 1

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contract.bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
-from contract.models import ChatMessage, Risk
-from contract.state import CarriedState, ConversationState
+from .bounds import DEFAULT_MESSAGE_BYTES, HANDOVER_EVENTS
+from .models import ChatMessage, Risk
+from .state import CarriedState, ConversationState
 
 
 class LLMOptions(BaseModel):
@@ -28,7 +28,7 @@ class ApprovalPolicy(BaseModel):
 
 
 class ForkPoint(BaseModel):
-    """Where a fork starts (`python -m client fork`): the messages the original's model was shown
+    """Where a fork starts (`agent fork`): the messages the original's model was shown
     before the step, which the fork's first model call is shown (its own system prompt first)."""
 
     conversation_id: str  # the original

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel
 
-from contract.bounds import KiB, valid_text
+from .bounds import KiB, valid_text
 
 RECALL_ACTIVITY = "recall_memories"  # before a turn: the owner's memories most relevant to it
 REMEMBER_TOOL, RECALL_TOOL, FORGET_TOOL = "remember", "recall", "forget"

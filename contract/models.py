@@ -10,11 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from contract.bounds import (
+from .bounds import (
     valid_json,
     valid_text,
 )
-from contract.memory import RECALL_ACTIVITY
+from .memory import RECALL_ACTIVITY
 
 # The activity types, declared once: the workers register them by these names, and the
 # conversation calls them by these names (recorded in every history: they never change).

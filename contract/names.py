@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from contract.inputs import SignalOutcome
-from contract.status import AuditRecord, ConversationStatus
+from .inputs import SignalOutcome
+from .status import AuditRecord, ConversationStatus
 
 WORKFLOW_TYPE = "ConversationWorkflow"
 
@@ -52,7 +52,7 @@ def relative_id(conversation_id: str, ancestor_id: str) -> str:
 
 def version_label(version: Any) -> str | None:
     """A Worker Deployment Version (`temporalio.common.WorkerDeploymentVersion`) as status and
-    `python -m client list --version` name it: `NAME:ID`, as Temporal's
+    `agent list --version` name it: `NAME:ID`, as Temporal's
     `TemporalWorkerDeploymentVersion` search attribute holds it. None: unversioned (Temporal
     gives an unversioned worker's task a version without a deployment name, and a build id)."""
     if version is None or not version.deployment_name:

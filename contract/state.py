@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contract.bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
-from contract.inputs import SignalOutcome
-from contract.models import (
+from .bounds import MAX_ERROR_BYTES, MAX_NOTICES, clip, keep_last
+from .inputs import SignalOutcome
+from .models import (
     ChatMessage,
     Decision,
     EntryLimits,
@@ -24,7 +24,7 @@ from contract.models import (
     Usage,
     WebhookRef,
 )
-from contract.status import AuditRecord, ChildReport, TurnSummary
+from .status import AuditRecord, ChildReport, TurnSummary
 
 
 @dataclass(frozen=True)

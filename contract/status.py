@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from contract.models import (
+from .models import (
     Decision,
     JsonObject,
     ObservationStatus,

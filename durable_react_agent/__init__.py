@@ -39,7 +39,23 @@ The worker imports the modules named in `AGENT_TOOLS` (comma-separated) and thos
 packages that declare the entry-point group `durable_react_agent.tools`.
 '''
 
-from activities.tools.function_tool import tool
-from activities.tools.registry import NeedsInput, ToolContext, ToolError
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .activities.tools.function_tool import tool
+    from .activities.tools.registry import NeedsInput, ToolContext, ToolError
 
 __all__ = ["NeedsInput", "ToolContext", "ToolError", "tool"]
+
+# Imported when first asked for, not with the package: every layer is a subpackage of this
+# one, and the workflow's own modules (imported afresh in Temporal's sandbox) must not bring
+# the tool API's I/O with them.
+_WHERE = {"tool": ".activities.tools.function_tool", "NeedsInput": ".activities.tools.registry",
+          "ToolContext": ".activities.tools.registry", "ToolError": ".activities.tools.registry"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name], __name__), name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from contract import (
+from ..contract import (
     AuditAction,
     AuditRecord,
     ChatMessage,
@@ -19,9 +19,9 @@ from contract import (
     ConversationStatus,
     LLMReply,
 )
-from contract.bounds import canonical_json
-from contract.case import Case, CaseCall, CaseDecision, CaseStep, CaseTurn
-from contract.models import ToolCall, Usage
+from ..contract.bounds import canonical_json
+from ..contract.case import Case, CaseCall, CaseDecision, CaseStep, CaseTurn
+from ..contract.models import ToolCall, Usage
 
 
 ASK_PREFIX = "ask_"  # the question tools (`rules.questions`): their result is the answer

@@ -1,4 +1,4 @@
-"""The `python -m client` commands a person is shown to paste (the CLI, `watch`, the Temporal UI's
+"""The `agent` commands a person is shown to paste (the CLI, `watch`, the Temporal UI's
 current details): every argument quoted for a POSIX shell, so that a line runs as the one command
 it shows, whatever a model named its call or a person named a conversation."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from contract import ChildReport, PendingConfirmation, PendingQuestion, Status
-from contract.bounds import canonical_json
+from ..contract import ChildReport, PendingConfirmation, PendingQuestion, Status
+from ..contract.bounds import canonical_json
 
-CLIENT = ("python", "-m", "client")
+CLIENT = ("agent",)
 REASON, TEXT = '--reason "..."', '"..."'  # placeholders a person fills in
 
 
 def client_command(*args: str, then: str = "") -> str:
-    """`python -m client ARGS...`, each argument quoted; `then`, a fixed placeholder of ours
+    """`agent ARGS...`, each argument quoted; `then`, a fixed placeholder of ours
     (`--reason "..."`), is appended as it is."""
     line = " ".join(shlex.quote(a) for a in (*CLIENT, *args))
     return f"{line} {then}" if then else line

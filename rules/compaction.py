@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from contract import ChatMessage
-from contract.bounds import clip
+from ..contract import ChatMessage
+from ..contract.bounds import clip
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4

@@ -22,16 +22,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ChatMessage
-from contract.bounds import (
+from ..contract import ChatMessage
+from ..contract.bounds import (
     MAX_CONTEXT_BUDGET_TOKENS,
     MAX_SUMMARY_BYTES,
     clip_bytes,
     json_size,
     text_size,
 )
-from contract.state import ContextState
-from rules.compaction import (
+from ..contract.state import ContextState
+from .compaction import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD_TOKENS,
     NOTE_RESERVE_TOKENS,

@@ -19,8 +19,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ChatMessage, PromptPart
-from contract.bounds import canonical_json
+from ..contract import ChatMessage, PromptPart
+from ..contract.bounds import canonical_json
 
 DIGEST_CHARS = 32  # 128 bits: a collision would need 2^64 prompts
 

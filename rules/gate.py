@@ -10,7 +10,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from contract import (
+from ..contract import (
     ApprovalPolicy,
     Decision,
     Question,
@@ -18,9 +18,9 @@ from contract import (
     ToolDefinition,
     ToolInvocation,
 )
-from contract.bounds import canonical_json, json_size
-from rules.loop import validate_arguments
-from rules.schemas import described, value_errors
+from ..contract.bounds import canonical_json, json_size
+from .loop import validate_arguments
+from .schemas import described, value_errors
 
 YES = frozenset({"yes", "y", "true"})
 NO = frozenset({"no", "n", "false"})

@@ -6,14 +6,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract import ChatMessage, ToolCall, ToolDefinition
-from contract.bounds import (
+from ..contract import ChatMessage, ToolCall, ToolDefinition
+from ..contract.bounds import (
     HANDOVER_BYTES,
     HANDOVER_EVENTS,
     MAX_HANDOVER_EVENTS,
     valid_json,
 )
-from rules.schemas import argument_problem
+from .schemas import argument_problem
 
 MAX_ECHOED_ARGS = 300
 MAX_CALL_REMINDERS = 1  # a turn's reminders of a call written in a shape that was not read

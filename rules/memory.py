@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-from contract.bounds import text_size
-from contract.memory import MAX_MEMORY_BYTES, MAX_RECALL_QUERY_BYTES, RECALL_TOOL, Memory
-from contract.models import ChatMessage, FunctionCall, ToolCall
+from ..contract.bounds import text_size
+from ..contract.memory import MAX_MEMORY_BYTES, MAX_RECALL_QUERY_BYTES, RECALL_TOOL, Memory
+from ..contract.models import ChatMessage, FunctionCall, ToolCall
 
 MAX_TERMS = 32
 WORD = re.compile(r"\w{2,64}")  # linear: no nesting, no backtracking over outside text

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from contract.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size, valid_json
-from rules.repair import fence_inside
-from rules.schemas import described, schema_problem, value_errors
+from ..contract.bounds import MAX_OUTPUT_SCHEMA_BYTES, json_size, valid_json
+from .repair import fence_inside
+from .schemas import described, schema_problem, value_errors
 
 MAX_CORRECTIONS = 1  # corrective requests per turn, before the turn ends as invalid_output
 

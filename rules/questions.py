@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contract import ChatMessage, Question, QuestionKind, ToolDefinition
+from ..contract import ChatMessage, Question, QuestionKind, ToolDefinition
 
 # What the asking tool (and so the model) gets when the human declines to answer (AG-UI's
 # `cancelled` resume of a question).

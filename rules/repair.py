@@ -7,8 +7,8 @@ import string
 from collections.abc import Collection
 from typing import Any
 
-from contract import ChatMessage, FunctionCall, ToolCall
-from contract.bounds import (
+from ..contract import ChatMessage, FunctionCall, ToolCall
+from ..contract.bounds import (
     MAX_CALL_ID_BYTES,
     MAX_REPLY_TEXT_BYTES,
     MAX_TOOL_NAME_BYTES,
@@ -17,7 +17,7 @@ from contract.bounds import (
     clip_bytes,
     text_size,
 )
-from rules.text_calls import calls_in_text
+from .text_calls import calls_in_text
 
 FENCE = "```"
 # What a call id may hold in runs with safe ids: it is printed in commands people paste into a

@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from contract import ChatMessage, ToolCall
-from contract.bounds import canonical_json, clip_bytes
-from contract.state import RanCall
+from ..contract import ChatMessage, ToolCall
+from ..contract.bounds import canonical_json, clip_bytes
+from ..contract.state import RanCall
 
 MAX_RAN_CALLS = 32  # of a turn, kept to know a restated call
 MAX_RESULT_BYTES = 2048  # of the earlier result, told again

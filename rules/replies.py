@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from contract import ChatMessage
-from contract.bounds import MAX_REPLY_TEXT_BYTES, Limits, clip_bytes
-from contract.state import RanCall
-from rules.repair import bound_reply, calls_from_text, recover_tool_calls, unique_call_ids
-from rules.repeats import (
+from ..contract import ChatMessage
+from ..contract.bounds import MAX_REPLY_TEXT_BYTES, Limits, clip_bytes
+from ..contract.state import RanCall
+from .repair import bound_reply, calls_from_text, recover_tool_calls, unique_call_ids
+from .repeats import (
     distinct,
     ran_before,
     repeat_observation,
@@ -21,7 +21,7 @@ from rules.repeats import (
     restated,
     restated_observation,
 )
-from rules.text_calls import announced
+from .text_calls import announced
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from contract.models import SamplingGrant, Usage
-from rules.stopping import child_share, dollars, over_budget
+from ..contract.models import SamplingGrant, Usage
+from .stopping import child_share, dollars, over_budget
 
 
 def call_grant(model: str | None, max_total_tokens: int | None, max_cost_usd: float | None,

@@ -43,7 +43,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from contract.bounds import clip
+from ..contract.bounds import clip
 
 MAX_DEPTH = 64  # of arguments' nesting: deep enough for any tool, far from the recursion limit
 # Subschemas one check of a value may visit, `$ref`s unfolded: a large tool's schema visits a few

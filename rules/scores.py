@@ -8,9 +8,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from contract.bounds import canonical_json
-from contract.case import Case, CaseCall
-from rules.cases import call_key
+from ..contract.bounds import canonical_json
+from ..contract.case import Case, CaseCall
+from .cases import call_key
 
 CallsMode = Literal["order", "set", "off"]
 AnswerMode = Literal["auto", "exact", "contains", "json", "judge", "off"]

@@ -4,8 +4,8 @@ message over the size limit is refused, not run. Pure functions."""
 
 from __future__ import annotations
 
-from contract import ConversationInput, ForkPoint, ToolDefinition
-from contract.bounds import (
+from ..contract import ConversationInput, ForkPoint, ToolDefinition
+from ..contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_CONTEXT_BUDGET_TOKENS,
     MAX_MODEL_NAME_BYTES,
@@ -19,8 +19,8 @@ from contract.bounds import (
     keep_within,
     text_size,
 )
-from contract.state import ContextState, ConversationState, TurnState
-from rules.prompts import DEFAULT_SYSTEM_PROMPT
+from ..contract.state import ContextState, ConversationState, TurnState
+from .prompts import DEFAULT_SYSTEM_PROMPT
 
 
 def settled_input(inp: ConversationInput, limits: Limits) -> tuple[ConversationInput, list[str]]:

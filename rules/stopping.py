@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any
 
-from contract.models import Usage
-from contract.state import CallRecord, call_record_of_key, digest
+from ..contract.models import Usage
+from ..contract.state import CallRecord, call_record_of_key, digest
 
 _SPACES = re.compile(r"\s+")
 

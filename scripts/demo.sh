@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
+BIN=${VENV:-.venv}/bin
 SCRIPTED_PORT=${SCRIPTED_PORT:-8765}
 export TEMPORAL_ADDRESS=${TEMPORAL_ADDRESS:-127.0.0.1:${TEMPORAL_PORT:-7233}}
 SCRIPTED_URL="http://127.0.0.1:$SCRIPTED_PORT/v1"
@@ -44,7 +45,7 @@ if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ] && [ -z "${AGEN
   export OPENAI_BASE_URL="$SCRIPTED_URL"
   export OPENAI_API_KEY=offline-scripted
   export OPENAI_MODEL=scripted
-  export AGENT_PRICES="${AGENT_PRICES:-scripted_model/prices.json}"  # the offline model costs $0
+  export AGENT_PRICES="${AGENT_PRICES:-durable_react_agent/testing/prices.json}"  # the offline model costs $0
   SCRIPTED=1
 else
   say_model
@@ -75,29 +76,29 @@ ID="demo-$(date +%Y%m%d-%H%M%S)"
 PROMPT="Check the weather in Paris and save it as a note titled 'Paris weather'."
 echo
 echo "Starting conversation $ID: $PROMPT"
-"$PY" -m client start --id "$ID" --wait "$PROMPT" || true
+"$BIN/agent" start --id "$ID" --wait "$PROMPT" || true
 
 # Each approval goes through the confirm signal, exactly as a person would send it, and names
 # the calls the output above showed: never a round it did not show.
 for _ in 1 2 3 4 5; do
-  shown=$("$PY" -m client status "$ID" --json | "$PY" -c 'import json,sys
+  shown=$("$BIN/agent" status "$ID" --json | "$PY" -c 'import json,sys
 s = json.load(sys.stdin)
 print(s["status"], *(p["call_id"] for p in s["pending_confirmations"]))')
   read -r state calls <<<"$shown"
   [ "$state" = "waiting_for_confirmation" ] || break
   echo
-  echo "Approving what is shown above: $PY -m client confirm $ID $calls --as demo --wait"
+  echo "Approving what is shown above: $BIN/agent confirm $ID $calls --as demo --wait"
   # shellcheck disable=SC2086  # one argument per call id
-  "$PY" -m client confirm "$ID" $calls --as demo --wait || true
+  "$BIN/agent" confirm "$ID" $calls --as demo --wait || true
 done
 if [ "$state" = "waiting_for_input" ]; then
   echo
   echo "The model asked a question, which waits for you:"
-  "$PY" -m client status "$ID" || true
+  "$BIN/agent" status "$ID" || true
 fi
 echo
 echo "See it in the Temporal UI: http://localhost:${UI_PORT:-8233}/namespaces/default/workflows/$ID"
 echo "Or in the web console: http://${AGENT_API_ADDRESS:-127.0.0.1:8000}/#/c/$ID"
-echo "Inspect it:   $PY -m client status $ID --json"
-echo "End it:       $PY -m client end $ID"
+echo "Inspect it:   $BIN/agent status $ID --json"
+echo "End it:       $BIN/agent end $ID"
 echo "Stop everything: make stop"

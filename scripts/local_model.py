@@ -172,9 +172,9 @@ def record(url: str, model: str, out: Path, api_key: str | None) -> None:
     """Each demo prompt asked once, with the agent's system prompt and tools; the raw reply
     kept as a cassette."""
     sys.path.insert(0, str(ROOT))
-    from activities.tools import default_registry
-    from rules.prompts import DEFAULT_SYSTEM_PROMPT
-    from rules.questions import ASK_TOOLS
+    from durable_react_agent.activities.tools import default_registry
+    from durable_react_agent.rules.prompts import DEFAULT_SYSTEM_PROMPT
+    from durable_react_agent.rules.questions import ASK_TOOLS
 
     tools = [t.openai_schema() for t in [*ASK_TOOLS, *default_registry().definitions()]]
     out.mkdir(parents=True, exist_ok=True)

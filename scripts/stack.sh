@@ -9,6 +9,7 @@ HERE=$(pwd -P)
 
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
+BIN="$VENV/bin"
 RUN=.run
 mkdir -p "$RUN" .temporal
 
@@ -65,7 +66,7 @@ import asyncio, os, sys, time
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from client.connection import TemporalSettings, connect
+from durable_react_agent.client.connection import TemporalSettings, connect
 
 async def main() -> None:
     settings = TemporalSettings.from_env()
@@ -144,21 +145,21 @@ case "${1:-}" in
   scripted)
     free_port "$SCRIPTED_PORT" scripted "SCRIPTED_PORT=$((SCRIPTED_PORT + 1))"
     stop_one scripted
-    nohup "$PY" -m scripted_model --port "$SCRIPTED_PORT" >"$RUN/scripted.log" 2>&1 </dev/null &
+    nohup "$PY" -m durable_react_agent.testing --port "$SCRIPTED_PORT" >"$RUN/scripted.log" 2>&1 </dev/null &
     echo $! >"$RUN/scripted.pid"
     wait_port "$SCRIPTED_PORT" 30 scripted
     ;;
   worker)
     stop_one worker  # a fresh worker picks up the current environment (model, URLs)
     only_our_workers
-    nohup "$PY" -m worker >"$RUN/worker.log" 2>&1 </dev/null &
+    nohup "$BIN/agent-worker" >"$RUN/worker.log" 2>&1 </dev/null &
     echo $! >"$RUN/worker.pid"
     echo "worker started (pid $(cat "$RUN/worker.pid"), log $RUN/worker.log)"
     ;;
   api)
     free_port "$API_PORT" api "AGENT_API_ADDRESS=127.0.0.1:$((API_PORT + 1))"
     stop_one api
-    nohup "$PY" -m api >"$RUN/api.log" 2>&1 </dev/null &
+    nohup "$BIN/agent-api" >"$RUN/api.log" 2>&1 </dev/null &
     echo $! >"$RUN/api.pid"
     wait_port "$API_PORT" 30 api
     echo "web console and HTTP API on http://$API_ADDRESS/ (docs: http://$API_ADDRESS/docs, log $RUN/api.log)"

@@ -1,4 +1,4 @@
-"""`python -m api` as a real child process, for the API, AG-UI and console tests."""
+"""`agent-api` as a real child process, for the API, AG-UI and console tests."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from starlette.routing import Mount, Route
 
-from api.routes import every_route
+from durable_react_agent.api.routes import every_route
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +67,7 @@ class ApiProcess:
         self.tail: LogTail | None = None
 
     def start(self, timeout_s: float = 30) -> ApiProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "api"], cwd=ROOT, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "durable_react_agent.api"], cwd=ROOT, env=self.env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.tail = LogTail(self.proc)
         deadline = time.monotonic() + timeout_s

@@ -36,14 +36,14 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from activities.tools.notes import SCHEMA as NOTES_SCHEMA
-from contract import (
+from durable_react_agent.activities.tools.notes import SCHEMA as NOTES_SCHEMA
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationInput,
     LLMOptions,
 )
-from scripted_model import (
+from durable_react_agent.testing import (
     Scenario,
     Script,
     ScriptedModelServer,
@@ -52,7 +52,7 @@ from scripted_model import (
 )
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)
@@ -328,7 +328,7 @@ async def run_chaos(
                      work / "server.log")
     model = ScriptedModelServer().start()
     queue = "chaos"
-    worker = Process([sys.executable, "-m", "worker"],
+    worker = Process([sys.executable, "-m", "durable_react_agent.worker"],
                      worker_env(address, queue, model.base_url, work / "data"), work / "worker.log")
     _count_inserts(work / "data")
     kills = restarts = 0

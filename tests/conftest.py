@@ -23,10 +23,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.profiles import Profiles
-from activities.settings import ActivitySettings
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
-from scripted_model import ScriptedModelServer
+from durable_react_agent.activities.profiles import Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from durable_react_agent.testing import ScriptedModelServer
 from tests.api_support import ROOT, ApiProcess
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.console_support import VIEWPORT, Console
@@ -36,7 +36,7 @@ from tests.helpers import LONG, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
 from tests.postgres_support import running_postgres
 from tests.subagent_support import PROFILES
-from worker.app import build_worker
+from durable_react_agent.worker.app import build_worker
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
 FOUR_EYES = "destructive"
@@ -145,7 +145,7 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
-    """`python -m api` without tokens (loopback), on the session's dev server and queue."""
+    """`agent-api` without tokens (loopback), on the session's dev server and queue."""
     process = ApiProcess(temporal_address, task_queue).start()
     try:
         yield process
@@ -153,15 +153,19 @@ def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
         process.stop()
 
 
+# The console script `agent`, installed beside the interpreter that runs the tests.
+AGENT = str(Path(sys.executable).parent / "agent")
+
+
 @pytest.fixture
 def cli(temporal_address: str, task_queue: str):
-    """`python -m client` as a process, on the session's dev server and queue."""
+    """`agent` as a process, on the session's dev server and queue."""
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
 
     async def run(*args: str, timeout: float = 60, extra_env: dict[str, str] | None = None
                   ) -> subprocess.CompletedProcess:
         return await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "client", *args], cwd=ROOT,
+            subprocess.run, [AGENT, *args], cwd=ROOT,
             env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=timeout,
         )
 

@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 import httpx
 from playwright.async_api import Page, Request, expect
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.helpers import script, tool_call, unique
 

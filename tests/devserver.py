@@ -1,5 +1,5 @@
 """The pieces every out-of-process run shares: tests, the chaos script and the benchmarks start the
-same tuned dev server and configure `python -m worker` the same way."""
+same tuned dev server and configure `agent-worker` the same way."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def dev_server_command(db: Path, port: int) -> list[str]:
 
 def worker_env(address: str, task_queue: str, model_base_url: str, data_dir: Path,
                **extra: str) -> dict[str, str]:
-    """The environment of a `python -m worker` talking to the scripted model (and its Open-Meteo)."""
+    """The environment of an `agent-worker` talking to the scripted model (and its Open-Meteo)."""
     return {
         **os.environ, "TEMPORAL_ADDRESS": address, "AGENT_TASK_QUEUE": task_queue,
         "OPENAI_BASE_URL": model_base_url, "OPENAI_API_KEY": "scripted-test-key",

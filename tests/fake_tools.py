@@ -10,9 +10,9 @@ import httpx
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.tools import ToolRegistry, ToolSpec
-from activities.tools.notes import NOTES_TOOLS, CreateNoteArgs, create_note
-from activities.tools.weather import WEATHER
+from durable_react_agent.activities.tools import ToolRegistry, ToolSpec
+from durable_react_agent.activities.tools.notes import NOTES_TOOLS, CreateNoteArgs, create_note
+from durable_react_agent.activities.tools.weather import WEATHER
 
 ATTEMPTS: Counter[str] = Counter()  # tool name → attempts started, in this process
 NO_HTTP = cast(httpx.AsyncClient, None)  # for tools that make no requests

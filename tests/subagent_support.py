@@ -3,8 +3,8 @@ worker that serves these profiles, `agents_queue`, is in conftest.py)."""
 
 from __future__ import annotations
 
-from activities.profiles import AgentProfile
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.activities.profiles import AgentProfile
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.helpers import script, unique
 
 PROFILES = {

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from activities.settings import four_eyes
-from api.access import ADMIN, Principal, TokenBook, TokenError, Verdict, hash_token
-from api.settings import ApiSettings, SettingsError
-from contract import (
+from durable_react_agent.activities.settings import four_eyes
+from durable_react_agent.api.access import ADMIN, Principal, TokenBook, TokenError, Verdict, hash_token
+from durable_react_agent.api.settings import ApiSettings, SettingsError
+from durable_react_agent.contract import (
     ApprovalPolicy,
     ConfirmRequest,
     RejectRequest,
     ToolDefinition,
 )
-from contract.bounds import Limits
-from rules.gate import PendingCall, four_eyes_refusal, needs_approval
+from durable_react_agent.contract.bounds import Limits
+from durable_react_agent.rules.gate import PendingCall, four_eyes_refusal, needs_approval
 
 A, B = "alice", "bob"
 ALLOWED, FORBIDDEN, HIDDEN = Verdict.ALLOWED, Verdict.FORBIDDEN, Verdict.HIDDEN
@@ -154,10 +154,10 @@ def test_four_eyes_refuses_the_owner_only_on_those_risks():
 
 
 def test_the_desk_refuses_the_owners_decision_and_keeps_the_call_pending(monkeypatch):
-    from contract.state import ContextState, ConversationState
-    from rules.gate import Refusal
-    from workflows import human_desk
-    from workflows.human_desk import HumanDesk
+    from durable_react_agent.contract.state import ContextState, ConversationState
+    from durable_react_agent.rules.gate import Refusal
+    from durable_react_agent.workflows import human_desk
+    from durable_react_agent.workflows.human_desk import HumanDesk
 
     class Log:
         def info(self, *a, **k): ...

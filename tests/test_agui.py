@@ -10,7 +10,7 @@ import pytest
 from ag_ui.core import EventType
 from temporalio.service import RPCError
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, agui_run, of, user
 from tests.helpers import note_rows, replay, script, tool_call, unique
 

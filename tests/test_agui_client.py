@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.helpers import note_rows, script, unique
 from tests.npm_support import npm_installed

@@ -9,9 +9,9 @@ import pytest
 from ag_ui.core import EventType, ResumeEntry, RunAgentInput, UserMessage
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.agui import plan_resume, question_schema, resume_request_id, run_agui
-from client.checks import UsageError
-from contract import (
+from durable_react_agent.api.agui import plan_resume, question_schema, resume_request_id, run_agui
+from durable_react_agent.client.checks import UsageError
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -20,7 +20,7 @@ from contract import (
     RejectRequest,
     Usage,
 )
-from rules.questions import DECLINED
+from durable_react_agent.rules.questions import DECLINED
 
 
 def waiting(*calls: str, question: PendingQuestion | None = None) -> ConversationStatus:

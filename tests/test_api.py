@@ -1,4 +1,4 @@
-"""The HTTP API (`python -m api`) as a real process, on the dev server, a worker and the scripted
+"""The HTTP API (`agent-api`) as a real process, on the dev server, a worker and the scripted
 model: starts, approvals, edited args, refusals, questions, the SSE stream, auth and bad bodies."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 import httpx
 import pytest
 
-from api.app import create_app
-from api.settings import ApiSettings, SettingsError
-from client.connection import TemporalSettings
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.settings import ApiSettings, SettingsError
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import (
     ROOT,
     ApiProcess,
@@ -302,11 +302,11 @@ async def test_tokens_name_the_approver_and_guard_every_route(
 def test_no_tokens_off_loopback_is_refused_at_start():
     env = {**os.environ, "AGENT_API_ADDRESS": f"0.0.0.0:{free_port()}"}
     env.pop("AGENT_API_TOKENS", None)
-    refused = subprocess.run([sys.executable, "-m", "api"], cwd=ROOT, env=env,
+    refused = subprocess.run([sys.executable, "-m", "durable_react_agent.api"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "without AGENT_API_TOKENS" in refused.stderr
-    # The other settings it refuses, as `python -m api` reads them (a SettingsError: exit 2)
+    # The other settings it refuses, as `agent-api` reads them (a SettingsError: exit 2)
     for bad in ["nohost", "127.0.0.1:99999", "127.0.0.1:http"]:
         with pytest.raises(SettingsError, match="AGENT_API_ADDRESS"):
             ApiSettings.from_env({"AGENT_API_ADDRESS": bad})

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, LogTail, sse_events
 from tests.fuzz_api import fuzz, logged, not_one_json_object_each, targets
 from tests.helpers import LONG, recorded_events, script, start, tool_call, unique

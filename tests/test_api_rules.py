@@ -14,12 +14,12 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from api import errors
-from api.agui import Translator, question_schema, resume_request
-from api.app import create_app
-from api.bodies import NOT_BLANK, MessageBody
-from api.routes import every_route
-from api.settings import (
+from durable_react_agent.api import errors
+from durable_react_agent.api.agui import Translator, question_schema, resume_request
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.bodies import NOT_BLANK, MessageBody
+from durable_react_agent.api.routes import every_route
+from durable_react_agent.api.settings import (
     ApiSettings,
     SettingsError,
     is_loopback,
@@ -27,9 +27,9 @@ from api.settings import (
     parse_address,
     token_book,
 )
-from client.checks import UsageError
-from client.connection import TemporalSettings
-from contract import (
+from durable_react_agent.client.checks import UsageError
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -39,7 +39,7 @@ from contract import (
     StreamEvent,
     Usage,
 )
-from contract.bounds import check_message
+from durable_react_agent.contract.bounds import check_message
 from tests.api_support import concrete, routes_by_access
 
 

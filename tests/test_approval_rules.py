@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from activities.tools import default_registry
-from contract import ApprovalPolicy, Decision, Question
-from rules.gate import (
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.contract import ApprovalPolicy, Decision, Question
+from durable_react_agent.rules.gate import (
     AnswerCheck,
     PendingCall,
     Refusal,

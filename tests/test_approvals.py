@@ -9,8 +9,8 @@ import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.settings import ActivitySettings
-from contract import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import (
     AnswerRequest,
     ApprovalPolicy,
     ConfirmRequest,
@@ -18,8 +18,8 @@ from contract import (
     RejectRequest,
     SayRequest,
 )
-from rules.gate import args_hash
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.rules.gate import args_hash
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     note_rows,
     outcome_of,
@@ -32,7 +32,7 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def rid() -> str:
@@ -300,7 +300,7 @@ async def test_search_attribute_finds_the_waiting_conversation(
     assert found == [handle.id]
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert "**Waiting for approval:** `create_note` (sensitive)" in metadata.current_details
-    assert f"python -m client confirm {handle.id} call_0_0" in metadata.current_details
+    assert f"agent confirm {handle.id} call_0_0" in metadata.current_details
     await handle.signal(ConversationWorkflow.reject, RejectRequest(request_id=rid(), all=True, reason="test over"))
     await settled(handle)
 

@@ -18,7 +18,7 @@ from temporalio.contrib.workflow_streams._types import (
     _WorkflowStreamWireItem,
 )
 
-from contract import (
+from durable_react_agent.contract import (
     AuditRecord,
     ChatMessage,
     ChildReport,
@@ -31,7 +31,7 @@ from contract import (
     Usage,
     WebhookRef,
 )
-from contract.state import (
+from durable_react_agent.contract.state import (
     CarriedState,
     ContextState,
     ConversationState,
@@ -40,8 +40,8 @@ from contract.state import (
     StreamSnapshot,
     TurnState,
 )
-from rules.stopping import call_record_of_key
-from workflows.handover import carried
+from durable_react_agent.rules.stopping import call_record_of_key
+from durable_react_agent.workflows.handover import carried
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

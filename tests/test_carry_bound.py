@@ -13,7 +13,7 @@ from temporalio.contrib.workflow_streams._types import (
     _WorkflowStreamWireItem,
 )
 
-from contract import (
+from durable_react_agent.contract import (
     ApprovalPolicy,
     AuditAction,
     AuditRecord,
@@ -27,7 +27,7 @@ from contract import (
     TurnSummary,
     Usage,
 )
-from contract.bounds import (
+from durable_react_agent.contract.bounds import (
     AUDIT_BYTES,
     CARRY_BUDGET_BYTES,
     CATALOG_BYTES,
@@ -64,12 +64,12 @@ from contract.bounds import (
     json_size,
     text_size,
 )
-from contract.state import ContextState, ConversationState, StreamSnapshot, TurnState
-from rules.repair import bound_reply
-from rules.start_input import admitted_tools, settled_input
-from rules.stopping import call_record
-from workflows.handover import carried, next_input
-from workflows.reporting import _clipped, carried_stream
+from durable_react_agent.contract.state import ContextState, ConversationState, StreamSnapshot, TurnState
+from durable_react_agent.rules.repair import bound_reply
+from durable_react_agent.rules.start_input import admitted_tools, settled_input
+from durable_react_agent.rules.stopping import call_record
+from durable_react_agent.workflows.handover import carried, next_input
+from durable_react_agent.workflows.reporting import _clipped, carried_stream
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CTRL = "\x01"  # costs six bytes in JSON ("\u0001")

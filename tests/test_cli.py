@@ -15,10 +15,10 @@ import pytest
 from temporalio import workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from contract import ConversationInput
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.contract import ConversationInput
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, tool_call, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):
     assert "answer: You're welcome." in said.stdout and "turn 2" in said.stdout
 
     readable = await cli("status", conv)
-    assert readable.returncode == 0 and f"python -m client say {conv}" in readable.stdout
+    assert readable.returncode == 0 and f"agent say {conv}" in readable.stdout
 
     listed = []
     for _ in range(50):  # visibility is eventually consistent
@@ -92,7 +92,7 @@ async def test_clear_errors_and_exit_codes(cli, temporal_address: str):
 
     env = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
     unreachable = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "client", "status", "x"], cwd=ROOT, env=env,
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "status", "x"], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=60,
     )
     assert unreachable.returncode == 1
@@ -100,8 +100,8 @@ async def test_clear_errors_and_exit_codes(cli, temporal_address: str):
 
 
 async def test_query_waits_for_a_worker_and_says_so(cli, client, temporal_address: str):
-    from contract import ConversationInput
-    from workflows.conversation import ConversationWorkflow
+    from durable_react_agent.contract import ConversationInput
+    from durable_react_agent.workflows.conversation import ConversationWorkflow
 
     conv = unique("no-worker")
     await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),
@@ -128,8 +128,8 @@ async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: Scr
     create, delete = status["pending_confirmations"]
 
     readable = await cli("status", conv)
-    assert f"approve: python -m client confirm {conv} {create['call_id']}" in readable.stdout
-    assert f"reject:  python -m client reject {conv} {delete['call_id']}" in readable.stdout
+    assert f"approve: agent confirm {conv} {create['call_id']}" in readable.stdout
+    assert f"reject:  agent reject {conv} {delete['call_id']}" in readable.stdout
 
     assert (await cli("confirm", conv)).returncode == 2
     assert (await cli("confirm", conv, create["call_id"], "--args", "{not json")).returncode == 2
@@ -162,7 +162,7 @@ async def test_confirm_reject_and_answer_report_taken_or_refused(cli, model: Scr
 def test_options_and_values_come_in_any_order():
     """As `status` prints `answer ID --call-id REF 'your answer'` (argparse alone binds no
     values before the option and refuses those after it)."""
-    from client.cli import build_parser
+    from durable_react_agent.client.cli import build_parser
 
     parse = build_parser().parse_args
     for argv in (["answer", "c", "--call-id", "call_0", "red", "blue"],
@@ -262,7 +262,7 @@ async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServe
     await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),
                                 id=unserved, task_queue=unique("nobody"))
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
-    waiting = subprocess.Popen([sys.executable, "-m", "client", "status", unserved], cwd=ROOT,
+    waiting = subprocess.Popen([sys.executable, "-m", "durable_react_agent.client", "status", unserved], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:  # interrupted once it says it waits: its first query found no worker, it asks again
         told = await asyncio.wait_for(asyncio.to_thread(lines_until, waiting.stderr,
@@ -279,8 +279,8 @@ async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServe
 async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
     from temporalio.service import RPCError, RPCStatusCode
 
-    from client.connection import TemporalSettings
-    from client.session import CliError, Session
+    from durable_react_agent.client.connection import TemporalSettings
+    from durable_react_agent.client.session import CliError, Session
 
     class Refusing:
         async def query(self, *args, **kwargs):
@@ -295,12 +295,12 @@ async def test_refusals_of_the_server_are_reported_not_waited_out(monkeypatch):
 
 
 def to_a_closed_pipe(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`python -m client ARGS` with its output read by no one: as `... | head -1` once head
+    """`agent ARGS` with its output read by no one: as `... | head -1` once head
     has exited."""
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
                               stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
     finally:
         os.close(write)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from api.links import decision
-from client.checks import MAX_JSON_DEPTH, check_conversation_id, unsendable
-from client.render import CONTINUED, render_status
-from contract import (
+from durable_react_agent.api.links import decision
+from durable_react_agent.client.checks import MAX_JSON_DEPTH, check_conversation_id, unsendable
+from durable_react_agent.client.render import CONTINUED, render_status
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
@@ -17,7 +17,7 @@ from contract import (
     SayRequest,
     Usage,
 )
-from rules.links import LinkClaims
+from durable_react_agent.rules.links import LinkClaims
 
 
 @pytest.mark.parametrize("cid", ["conv-1a2b", "web-1", "3f2c8d0e-uuid-v4", "team.alice:42",
@@ -59,7 +59,7 @@ def test_ordinary_requests_are_sendable():
 def test_what_a_model_wrote_cannot_drive_the_terminal_or_pass_for_a_command_of_ours():
     """A model's answer may hold an ANSI escape (it rewrites the screen), a bidi override (it
     reorders what is shown) and lines made to look like the CLI's: printed, each is inert."""
-    fake = "  approve: python -m client confirm conv-1 x; rm -rf ~"
+    fake = "  approve: agent confirm conv-1 x; rm -rf ~"
     status = ConversationStatus(
         workflow_id="conv-1", status="idle", turn=1, steps=1, llm_calls=1, tools_used=[],
         stop_reason="answered", final_answer=f"done\x1b[2K\r\n{fake}\u202e", usage=Usage(),

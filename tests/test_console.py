@@ -20,8 +20,8 @@ import httpx
 from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
-from rules.gate import args_hash
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.rules.gate import args_hash
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest_asyncio
 from playwright.async_api import Browser, Locator, Page, expect
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
 from tests.console_support import VIEWPORT, Console, call, screenshot, status_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contract import (
+from durable_react_agent.contract import (
     ApprovalPolicy,
     ChatMessage,
     ConversationInput,
@@ -10,7 +10,7 @@ from contract import (
     ToolCall,
     ToolDefinition,
 )
-from contract.bounds import (
+from durable_react_agent.contract.bounds import (
     DEFAULT_MESSAGE_BYTES,
     Limits,
     Tail,
@@ -21,9 +21,9 @@ from contract.bounds import (
     keep_within,
     text_size,
 )
-from contract.state import ContextState
-from rules.compaction import estimate_tokens
-from rules.context import (
+from durable_react_agent.contract.state import ContextState
+from durable_react_agent.rules.compaction import estimate_tokens
+from durable_react_agent.rules.context import (
     LOW_WATER,
     Budget,
     calibrated_ratio,
@@ -37,9 +37,9 @@ from rules.context import (
     shown,
     summary_message,
 )
-from rules.repair import bound_reply, unique_call_ids
-from rules.start_input import admitted_tools, first_state, settled_input
-from scripted_model.script import select_reply
+from durable_react_agent.rules.repair import bound_reply, unique_call_ids
+from durable_react_agent.rules.start_input import admitted_tools, first_state, settled_input
+from durable_react_agent.testing.script import select_reply
 
 BOUNDED = Limits.bounded(DEFAULT_MESSAGE_BYTES)
 
@@ -117,7 +117,7 @@ def test_folded_steps_count_the_rounds_compaction_dropped():
 
 
 def test_the_scripted_model_keeps_its_place_across_a_fold():
-    from scripted_model import Scenario, Script, ScriptedReply
+    from durable_react_agent.testing import Scenario, Script, ScriptedReply
 
     script = Script(scenarios=[Scenario(trigger="keep", replies=[
         ScriptedReply(content=f"reply {i}") for i in range(12)])])

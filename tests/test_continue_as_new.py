@@ -19,16 +19,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
-from activities.settings import ActivitySettings
-from contract import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import (
     ConfirmRequest,
     EndRequest,
     LLMReply,
     SayRequest,
     StreamEvent,
 )
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -42,8 +42,8 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest_asyncio.fixture(scope="module")

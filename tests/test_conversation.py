@@ -11,11 +11,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.settings import ActivitySettings
-from activities.tools import ToolContext, ToolError, weather
-from activities.tools.weather import get_weather
-from contract import EndRequest, SayRequest
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import ToolContext, ToolError, weather
+from durable_react_agent.activities.tools.weather import get_weather
+from durable_react_agent.contract import EndRequest, SayRequest
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.conftest import SECRET_KEY
 from tests.helpers import (
     HISTORIES,
@@ -27,9 +27,9 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import workflow_runner
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
+from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -210,7 +210,7 @@ async def test_finished_conversation_replays_deterministically(
 RECORDED = sorted(HISTORIES.rglob("*.json"))
 # in a few groups, which the test processes share out
 GROUPS = [pytest.param(RECORDED[n::2], id=f"group{n}") for n in range(2)]
-# As `python -m worker` runs workflow code: outside the sandbox, which the tests' own workers and
+# As `agent-worker` runs workflow code: outside the sandbox, which the tests' own workers and
 # replays keep (it refuses the clock, randomness and I/O at the first run). Re-importing the
 # workflow's modules for each of over a hundred histories took 49 s in the sandbox, 6 s here.
 AS_DEPLOYED = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,

@@ -10,11 +10,11 @@ import genai_prices
 import pytest
 from temporalio.client import Client
 
-from activities.llm_stream import counted
-from activities.pricing import ModelPrice, Prices, PricesError
-from contract import Usage
-from rules.stopping import child_share, dollars, over_budget
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.llm_stream import counted
+from durable_react_agent.activities.pricing import ModelPrice, Prices, PricesError
+from durable_react_agent.contract import Usage
+from durable_react_agent.rules.stopping import child_share, dollars, over_budget
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, settled, start, steps_of, tool_call, unique
 
 

@@ -20,15 +20,15 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.settings import ActivitySettings
-from contract import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
     SayRequest,
 )
-from rules.gate import args_hash
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.rules.gate import args_hash
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     HISTORIES,
@@ -44,8 +44,8 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
 Send = Callable[[WorkflowHandle], Awaitable[None]]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from activities.tools import default_registry
-from contract import ChatMessage, FunctionCall, ToolCall, ToolDefinition
-from rules import loop
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.contract import ChatMessage, FunctionCall, ToolCall, ToolDefinition
+from durable_react_agent.rules import loop
 
 CATALOG = {t.name: t for t in default_registry().definitions()}
 

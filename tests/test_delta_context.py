@@ -11,13 +11,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.context_cache import CachedPrompt, ContextCache
-from activities.llm import LLMActivities
-from activities.settings import ActivitySettings
-from contract import ChatMessage, FunctionCall, SayRequest, ToolCall
-from contract.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
-from rules import delta, loop
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.context_cache import CachedPrompt, ContextCache
+from durable_react_agent.activities.llm import LLMActivities
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import ChatMessage, FunctionCall, SayRequest, ToolCall
+from durable_react_agent.contract.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
+from durable_react_agent.rules import delta, loop
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     replay,
@@ -29,9 +29,9 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
-from workflows.patches import DELTA_CONTEXT_PATCH
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.patches import DELTA_CONTEXT_PATCH
 
 WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
 

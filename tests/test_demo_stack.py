@@ -25,11 +25,11 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.settings import ActivitySettings
-from scripted_model import ScriptedModelServer
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.testing import ScriptedModelServer
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
-from worker.app import build_worker
+from durable_react_agent.worker.app import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(sys.executable).parent.parent

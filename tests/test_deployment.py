@@ -10,19 +10,20 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from activities.settings import (
+from durable_react_agent.activities.settings import (
     DEFAULT_FORECAST_URL,
     DEFAULT_GEOCODING_URL,
     ActivitySettings,
 )
-from activities.memory import url_from_env
-from api.settings import ApiSettings, SettingsError
-from client.connection import TemporalSettings
-from contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
-from worker.app import workflow_sandbox
-from worker.deployment import version_from
+from durable_react_agent.activities.memory import url_from_env
+from durable_react_agent.api.settings import ApiSettings, SettingsError
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
+from durable_react_agent.worker.app import workflow_sandbox
+from durable_react_agent.worker.deployment import version_from
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import LAYERS, ROOT
+
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 ENV_DEFAULT = re.compile(r"^\$\{(\w+):-(.*)\}$")
@@ -91,15 +92,18 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
 def test_dockerfile_runs_the_worker_from_the_installed_project():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert dockerfile.startswith("# ") and "FROM python:3.11" in dockerfile
-    assert 'CMD ["python", "-m", "worker"]' in dockerfile
-    for package in ("contract", "rules", "workflows", "activities", "worker", "client", "api"):
+    assert 'CMD ["agent-worker"]' in dockerfile
+    for package in ("durable_react_agent", *LAYERS):
         assert f"COPY {package} ./{package}" in dockerfile
+    # run where no source folder of ours shadows the installed durable_react_agent
+    installed = dockerfile.index("pip install --no-cache-dir .")
+    assert "rm -rf /src" in dockerfile[installed:] and "WORKDIR /app" in dockerfile[installed:]
 
 
 def test_the_api_is_built_here_and_needs_tokens_off_loopback():
     api = SERVICES["api"]
     assert api["build"]["dockerfile"] == "Dockerfile"
-    assert api["command"] == ["python", "-m", "api"]
+    assert api["command"] == ["agent-api"]
     env = api["environment"]
     assert env["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert default_of(env["AGENT_TASK_QUEUE"]) == TemporalSettings().task_queue
@@ -134,21 +138,3 @@ def test_memory_runs_on_a_postgresql_of_its_own_read_by_the_workers_and_the_api(
     worker = {k: default_of(v) for k, v in SERVICES["worker"]["environment"].items()}
     assert (worker["AGENT_MEMORY"], int(worker["AGENT_MEMORY_RECALL"]),
             int(worker["AGENT_MEMORY_MAX"])) == ("on", DEFAULT_RECALL, DEFAULT_MAX_PER_OWNER)
-
-
-def test_an_installed_project_has_every_package_and_every_file_of_the_console():
-    """A wheel (the image installs one) takes the packages and data pyproject names: every
-    top-level package of the product, and every file the console serves."""
-    import fnmatch
-    import tomllib
-
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    included = setuptools["packages"]["find"]["include"]
-    for package in ("contract", "rules", "workflows", "activities", "worker", "client", "api"):
-        assert f"{package}*" in included
-    globs = setuptools["package-data"]["api"]
-    for path in (ROOT / "api" / "static").rglob("*"):
-        if path.is_file():
-            served = str(path.relative_to(ROOT / "api"))
-            assert any(fnmatch.fnmatch(served, g) and served.count("/") == g.count("/")
-                       for g in globs), f"{served} is left out of an installed project"

@@ -1,4 +1,4 @@
-"""Deploys without patches, for real: `python -m worker --deployment NAME --build-id ID` processes
+"""Deploys without patches, for real: `agent-worker --deployment NAME --build-id ID` processes
 of two versions on one dev server, promoted with the temporal CLI as an operator would.
 
 A conversation is pinned to the version it runs on; at a turn boundary it moves to the
@@ -12,7 +12,6 @@ import asyncio
 import base64
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -25,13 +24,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from contract import ConfirmRequest, ConversationInput, ConversationStatus, SayRequest
-from rules.search_attributes import WORKER_VERSION
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.contract import ConfirmRequest, ConversationInput, ConversationStatus, SayRequest
+from durable_react_agent.rules.search_attributes import WORKER_VERSION
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import temporal_cli, worker_env
 from tests.helpers import (
     HISTORIES,
     REPLAY,
+    code_copy,
     USER_TOOLS,
     keep_history,
     note_rows,
@@ -47,8 +47,8 @@ from tests.helpers import (
 )
 from tests.processes import ROOT, WorkerProcess
 from tests.subagent_support import delegate
-from workflows.conversation import ConversationWorkflow
-from worker.deployment import DeploymentRefused, version_from
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.deployment import DeploymentRefused, version_from
 
 STARTED = '"event": "worker started"'
 PROFILES = {"agents": {"researcher": {"description": "Finds facts",
@@ -190,15 +190,9 @@ async def test_a_conversation_moves_to_a_ramped_version_at_its_turn_boundary_wit
 V2_CHANGE = ("        if text is not None:\n            self._begin_turn(text)",
              "        await __import__('temporalio').workflow.sleep(0.01)  # v2\n"
              "        if text is not None:\n            self._begin_turn(text)")
-PACKAGES = ("activities", "client", "contract", "rules", "workflows", "worker")
-
-
 def other_code(into: Path) -> Path:
     """A copy of the worker's code whose workflow issues other commands."""
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, into / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    turn = into / "workflows" / "turn.py"
+    turn = code_copy(into) / "workflows" / "turn.py"
     source = turn.read_text()
     assert source.count(V2_CHANGE[0]) == 1
     turn.write_text(source.replace(*V2_CHANGE))
@@ -283,7 +277,7 @@ async def test_bad_deployments_are_refused_at_start(tmp_path: Path, temporal_add
         (("--deployment", "agents.prod", "--build-id", "v1"), "may not hold '.'"),
         (("--build-id", "v1"), "--deployment (AGENT_DEPLOYMENT) is missing"),
     ]:
-        done = subprocess.run([sys.executable, "-m", "worker", *args], cwd=ROOT, env=env,
+        done = subprocess.run([sys.executable, "-m", "durable_react_agent.worker", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, (args, done.stdout[-2000:], done.stderr[-2000:])
         assert "cannot start: bad deployment" in done.stdout + done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-import shutil
 import subprocess
 import sys
 from collections import Counter, OrderedDict, defaultdict, deque
@@ -17,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-import contract
-import rules
-import workflows
-from tests.helpers import HISTORIES, REPLAY
+from durable_react_agent import contract
+from durable_react_agent import rules
+from durable_react_agent import workflows
+from tests.helpers import HISTORIES, REPLAY, code_copy
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (workflows, rules, contract)  # what runs inside the workflow
 MODULES = sorted(m.name for package in PACKAGES
                  for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))
-RULES = [m for m in MODULES if not m.startswith("workflows.")]
+RULES = [m for m in MODULES if not m.startswith(f"{workflows.__name__}.")]
 MUTABLE = (list, dict, set, bytearray, Counter, OrderedDict, defaultdict, deque)
 
 
@@ -44,25 +43,23 @@ def over_budget(*args, **kwargs):
 """
 
 
-def replayed_with(package: Path, tmp_path: Path) -> str:
+def replayed_with(code: Path, tmp_path: Path) -> str:
     script = tmp_path / "replay.py"
     script.write_text(REPLAY)
     history = HISTORIES / "weather_invalid_call_two_turns.json"
     done = subprocess.run([sys.executable, str(script), str(history)], cwd=ROOT,
-                          env={"PYTHONPATH": f"{package}:{ROOT}", "PATH": "/usr/bin:/bin"},
+                          env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=120)
     return done.stdout + done.stderr
 
 
 def test_the_sandbox_refuses_the_clock_and_randomness_in_the_workflows_own_modules(tmp_path):
-    package = tmp_path / "probe"
-    for each in PACKAGES:
-        shutil.copytree(ROOT / each.__name__, package / each.__name__,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    assert "REPLAYED" in replayed_with(package, tmp_path)  # the copy, as it is
+    code = tmp_path / "probe"
+    package = code_copy(code)
+    assert "REPLAYED" in replayed_with(code, tmp_path)  # the copy, as it is
     with (package / "rules" / "stopping.py").open("a") as rule:
         rule.write(PROBE)
-    out = replayed_with(package, tmp_path)
+    out = replayed_with(code, tmp_path)
     assert "FAILED" in out and "datetime.datetime.now" in out, out
 
 

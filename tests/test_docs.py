@@ -52,8 +52,8 @@ def test_the_docs_site_builds_strictly_with_the_real_cli_help(tmp_path):
         f"{done.stdout}\n{done.stderr}")
     cli = (site / "reference" / "cli.html").read_text()
     assert "help: client" not in cli and "help: worker" not in cli  # every marker was filled in
-    assert "usage: python -m worker" in cli
-    commands = re.search(r"usage: python -m client \[-h\]\s+\{([\w,-]+)\}", cli)
-    assert commands, "the CLI reference lacks the help of python -m client"
+    assert "usage: agent-worker" in cli
+    commands = re.search(r"usage: agent \[-h\]\s+\{([\w,-]+)\}", cli)
+    assert commands, "the CLI reference lacks the help of agent"
     for command in commands.group(1).split(","):
-        assert f"usage: python -m client {command} " in cli, f"no --help of {command}"
+        assert f"usage: agent {command} " in cli, f"no --help of {command}"

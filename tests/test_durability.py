@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from contract import ConfirmRequest, SayRequest
-from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
+from durable_react_agent.contract import ConfirmRequest, SayRequest
+from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from tests.long_chat import message
 from tests.processes import WorkerProcess
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

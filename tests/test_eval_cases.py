@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.checks import UsageError
-from client.evals import (
+from durable_react_agent.client.checks import UsageError
+from durable_react_agent.client.evals import (
     Options,
     Outcome,
     junit,
@@ -24,7 +24,7 @@ from client.evals import (
     report_json,
     table,
 )
-from contract.case import (
+from durable_react_agent.contract.case import (
     MAX_CASE_BYTES,
     MAX_CASE_DEPTH,
     Case,
@@ -34,8 +34,8 @@ from contract.case import (
     CaseTurn,
     load_case,
 )
-from rules.cases import RecordedTools
-from rules.scores import ANSWER_MODES, CALLS_MODES, score
+from durable_react_agent.rules.cases import RecordedTools
+from durable_react_agent.rules.scores import ANSWER_MODES, CALLS_MODES, score
 from tests.generated import json_values, texts
 from tests.hostile_input import HOSTILE_TEXT, RAW_BODIES, nested
 

@@ -4,9 +4,9 @@ case's results in the order they were recorded."""
 
 from __future__ import annotations
 
-from contract.case import Case, CaseCall, CaseDecision, CaseStep
-from rules.cases import RecordedTools
-from rules.scores import compare_answer, score
+from durable_react_agent.contract.case import Case, CaseCall, CaseDecision, CaseStep
+from durable_react_agent.rules.cases import RecordedTools
+from durable_react_agent.rules.scores import compare_answer, score
 
 RECORDED = "It is 12°C and mild in Paris."
 

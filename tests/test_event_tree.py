@@ -8,7 +8,7 @@ import json
 import httpx
 from temporalio.client import Client
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess, sse_events
 from tests.helpers import script, start, unique
 from tests.subagent_support import delegate, delegating

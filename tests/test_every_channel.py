@@ -31,15 +31,15 @@ from ag_ui.core import EventType
 from playwright.async_api import Browser, expect
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from contract import ConfirmRequest, ConversationStatus, RejectRequest
-from rules.links import read_link, sign_link
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import ConfirmRequest, ConversationStatus, RejectRequest
+from durable_react_agent.rules.links import read_link, sign_link
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v"}
 ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer"}
@@ -205,7 +205,7 @@ class Cli(Channel):
     people = frozenset({"alice", "carol"})
 
     async def decide(self, desk, targets, approve, as_, seen=None):
-        argv = [sys.executable, "-m", "client", "confirm" if approve else "reject",
+        argv = [sys.executable, "-m", "durable_react_agent.client", "confirm" if approve else "reject",
                 targets[0].top, *(c.ref for c in targets), "--as", as_ or "", "--timeout", "30"]
         done = await asyncio.to_thread(
             subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=90,

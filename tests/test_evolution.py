@@ -15,16 +15,16 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
-from activities.settings import ActivitySettings
-from client.watch import Renderer, watch
-from contract import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.client.watch import Renderer, watch
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     EndRequest,
     RejectRequest,
     SayRequest,
 )
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     HISTORIES,
     kept_history,
@@ -37,11 +37,11 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
-from workflows import patches
-from workflows.patches import BOUNDED_CONTEXT_PATCH, LATEST_PATCH, STANDS_FOR
-from workflows.signal_guard import SignalGuard
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows import patches
+from durable_react_agent.workflows.patches import BOUNDED_CONTEXT_PATCH, LATEST_PATCH, STANDS_FOR
+from durable_react_agent.workflows.signal_guard import SignalGuard
 
 
 async def asked(handle, kind: str, timeout_s: float = 30) -> None:

@@ -21,16 +21,16 @@ from types import ModuleType
 import pytest
 from temporalio.client import Client
 
-from activities.settings import ActivitySettings
-from contract import ConfirmRequest
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import ConfirmRequest
 from durable_react_agent import NeedsInput, ToolContext, ToolError
-from scripted_model import ScriptedModelServer, ScriptedReply
-from scripted_model.script import load_script
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing.script import load_script
 from tests.devserver import worker_env
 from tests.fake_tools import NO_HTTP
 from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / "examples" / "ticket_tracker"
@@ -210,9 +210,9 @@ def with_pack(installed_pack: Path, env: dict[str, str]) -> dict[str, str]:
 
 FIND_TOOLS = """
 import json
-from activities.settings import ActivitySettings
-from activities.tools.loader import sources
-from worker.app import tool_registry
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools.loader import sources
+from durable_react_agent.worker.app import tool_registry
 print(json.dumps({
     "sources": [source for source, _ in sources([])],
     "tools": [[d.name, d.risk, d.keyed] for d in

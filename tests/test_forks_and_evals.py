@@ -17,13 +17,13 @@ import pytest
 from playwright.async_api import expect
 from temporalio.client import WorkflowExecutionStatus
 
-from activities.tools import default_registry
-from client.cases import export
-from client.connection import TemporalSettings
-from client.session import Session
-from contract import ConfirmRequest, RejectRequest
-from contract.case import Case, load_case
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.client.cases import export
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.session import Session
+from durable_react_agent.contract import ConfirmRequest, RejectRequest
+from durable_react_agent.contract.case import Case, load_case
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.console_support import call, screenshot
 from tests.helpers import (
@@ -35,8 +35,8 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.evals import JUDGE_MARK
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.evals import JUDGE_MARK
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that must not reach it
 EVALS = ROOT / "evals"
@@ -51,7 +51,7 @@ def eval_env(model: ScriptedModelServer, data_dir: Path) -> dict[str, str]:
 
 
 def evaluating(cli, env: dict[str, str]):
-    """`python -m client eval ...` as the `cli` fixture runs it, with the eval worker's `env`."""
+    """`agent eval ...` as the `cli` fixture runs it, with the eval worker's `env`."""
     return lambda *args: cli("eval", *args, extra_env=env, timeout=180)
 
 
@@ -139,7 +139,7 @@ async def test_a_conversation_exports_then_evals_green_without_tools_and_red_whe
 async def test_an_eval_serves_the_queue_of_a_rate_limited_model_entry(
         client, model, cli, tmp_path):
     """With `max_requests_per_s` on the entry, a case's model calls go to the entry's own task
-    queue beside the eval's: the eval's workers serve it, as `python -m worker` does."""
+    queue beside the eval's: the eval's workers serve it, as `agent-worker` does."""
     models = tmp_path / "models.json"
     models.write_text(json.dumps({"models": {"limited": {
         "model": "scripted", "base_url": model.base_url, "max_requests_per_s": 20}}}))

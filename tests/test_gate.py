@@ -17,12 +17,12 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.settings import ActivitySettings, auto_approvable
-from activities.tool_runner import ToolActivities
-from activities.tools import ToolRegistry
-from activities.tools.notes import NOTES_TOOLS
-from contract import (
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.settings import ActivitySettings, auto_approvable
+from durable_react_agent.activities.tool_runner import ToolActivities
+from durable_react_agent.activities.tools import ToolRegistry
+from durable_react_agent.activities.tools.notes import NOTES_TOOLS
+from durable_react_agent.contract import (
     ApprovalPolicy,
     ConfirmRequest,
     Decision,
@@ -30,12 +30,12 @@ from contract import (
     ToolInvocation,
     ToolOutcome,
 )
-from rules.gate import POLICY, args_hash, execution_refusal
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.rules.gate import POLICY, args_hash, execution_refusal
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.fake_tools import registry
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -30,26 +30,26 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from client.checks import Refused
-from client.connection import TemporalSettings
-from client.render import render_status
-from client.session import STREAM_POLL_QUERY, STREAM_TOPICS, Session
-from contract import (
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.client.checks import Refused
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.render import render_status
+from durable_react_agent.client.session import STREAM_POLL_QUERY, STREAM_TOPICS, Session
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     RejectRequest,
     StreamEvent,
     ToolInvocation,
 )
-from rules.gate import args_hash
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.rules.gate import args_hash
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import RISKY_TOOLS, one_command, printed_commands, replies
 from tests.helpers import FAST_LLM, LONG, REPLAYER, script, settled, start, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3" if LONG else "1"))
 AT_ONCE = 6  # conversations a batch runs together

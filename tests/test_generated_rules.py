@@ -14,25 +14,25 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from activities.llm_stream import ReplyAssembler
-from client.render import render_status
-from contract import ApprovalPolicy, ConversationStatus, Usage
-from contract.bounds import Limits, preview_args
-from contract.state import ContextState, ConversationState
-from rules import gate, loop
-from rules.commands import details_markdown
-from rules.questions import ASK_TOOLS
-from rules.repair import (
+from durable_react_agent.activities.llm_stream import ReplyAssembler
+from durable_react_agent.client.render import render_status
+from durable_react_agent.contract import ApprovalPolicy, ConversationStatus, Usage
+from durable_react_agent.contract.bounds import Limits, preview_args
+from durable_react_agent.contract.state import ContextState, ConversationState
+from durable_react_agent.rules import gate, loop
+from durable_react_agent.rules.commands import details_markdown
+from durable_react_agent.rules.questions import ASK_TOOLS
+from durable_react_agent.rules.repair import (
     SAFE_ID_CHARS,
     bound_reply,
     recover_tool_calls,
     unique_call_ids,
 )
-from scripted_model import ScriptedReply
-from scripted_model.script import tool_call_payloads
+from durable_react_agent.testing import ScriptedReply
+from durable_react_agent.testing.script import tool_call_payloads
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import one_command, printed_commands, replies
-from workflows.human_desk import HumanDesk
+from durable_react_agent.workflows.human_desk import HumanDesk
 
 EXAMPLES = int(os.environ.get("AGENT_GENERATED_EXAMPLES", "300"))
 CATALOG = {t.name: t for t in [*ASK_TOOLS, *registry_with_test_tools().definitions()]}

@@ -18,17 +18,17 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.models import ModelEntry, Models
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from contract import (
+from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import (
     SETTLED_STATUSES,
     ApprovalPolicy,
     ConfirmRequest,
     LLMOptions,
     RejectRequest,
 )
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     FAST_LLM,
@@ -43,8 +43,8 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
 

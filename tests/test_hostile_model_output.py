@@ -23,14 +23,15 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from contract import SayRequest
-from rules.commands import client_command
-from rules.repair import SAFE_ID_CHARS
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.contract import SayRequest
+from durable_react_agent.rules.commands import client_command
+from durable_react_agent.rules.repair import SAFE_ID_CHARS
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
+from tests.generated import PRINTED
 from tests.helpers import replay, script, settled, start, tool_messages, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 POISON_REPLY = "```" + " " * 5000 + "x"  # 35 s for `^```(?:json)?\s*(.*?)\s*```$`
 POISON_ANSWER = "```\n" + "\n" * 5000 + "x"  # as long for the typed answer's fence
@@ -121,9 +122,9 @@ def test_no_pattern_of_the_product_backtracks_over_outside_text():
 
 CHECK_FENCES = """
 import time
-from contract import ChatMessage
-from rules.output import check_output
-from rules.repair import recover_tool_calls
+from durable_react_agent.contract import ChatMessage
+from durable_react_agent.rules.output import check_output
+from durable_react_agent.rules.repair import recover_tool_calls
 for text in (%r, %r, "```" + " " * 100_000 + "```", "```json" + "\\n" * 100_000):
     started = time.monotonic()
     recover_tool_calls(ChatMessage(role="assistant", content=text), {"get_weather"})
@@ -142,11 +143,11 @@ def test_a_fenced_reply_is_read_in_linear_time():
 @pytest.fixture
 def worker_apart(temporal_address: str, model: ScriptedModelServer,
                  tmp_path: Path) -> Iterator[str]:
-    """`python -m worker` in a process of its own: one that froze would freeze that process."""
+    """`agent-worker` in a process of its own: one that froze would freeze that process."""
     queue = unique("poison")
     env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data")
     with open(tmp_path / "worker.log", "wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=log,
+        worker = subprocess.Popen([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         yield queue
@@ -213,8 +214,8 @@ async def test_an_agui_thread_id_no_event_can_carry_is_a_422(api: ApiProcess):
 def test_a_printed_command_is_one_command_whatever_it_names():
     for hostile in (SHELL_ID, "a b", "$(reboot)", "`id`", "x'y\"z", "-rf", "\n", ""):
         line = client_command("confirm", f"conv {hostile}", hostile, then='--reason "..."')
-        assert shlex.split(line) == ["python", "-m", "client", "confirm", f"conv {hostile}",
-                                     hostile, "--reason", "..."], line
+        assert shlex.split(line) == ["agent", "confirm", f"conv {hostile}", hostile, "--reason",
+                                     "..."], line
 
 
 async def test_a_models_call_id_never_reaches_a_shell(
@@ -232,18 +233,18 @@ async def test_a_models_call_id_never_reaches_a_shell(
     assert len(ids) == 4 and "ok_id-1" in ids  # a safe id is kept
     assert all(SAFE_ID_CHARS.issuperset(i) and len(i) <= 64 for i in ids), ids
     shown = (await asyncio.to_thread(  # the in-process worker answers its query meanwhile
-        subprocess.run, [sys.executable, "-m", "client", "status", handle.id], cwd=ROOT,
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "status", handle.id], cwd=ROOT,
         env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
         text=True, timeout=60)).stdout
     metadata = await handle.query("__temporal_workflow_metadata")
     details = metadata.current_details
     commands = [line.split(": ", 1)[1] for line in shown.splitlines()
-                if "python -m client" in line and ": " in line]
-    commands += re.findall(r"`(python -m client [^`]*)`", details)
+                if PRINTED.search(line) and ": " in line]
+    commands += re.findall(r"`(agent [^`]*)`", details)
     assert len(commands) >= 8, (shown, details)
     for line in commands:
         argv = shlex.split(line.split("   or   ")[0])
-        assert argv[:3] == ["python", "-m", "client"] and not any(
+        assert argv[:1] == ["agent"] and not any(
             ch in arg for arg in argv for ch in ";|&`$"), line
     await handle.signal(ConversationWorkflow.end)
     await replay(handle, "unsafe_call_ids_replaced")

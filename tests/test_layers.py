@@ -14,31 +14,38 @@ from pathlib import Path
 import pytest
 from temporalio.workflow import _Definition
 
-from contract import names
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.contract import names
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("contract", "rules", "workflows", "activities", "api", "client", "worker",
-           "scripted_model", "durable_react_agent")
+PACKAGE = "durable_react_agent"  # the one import root; the layers install under it (setup.py)
+LAYERS = ("contract", "rules", "workflows", "activities", "api", "client", "worker")
+PRODUCT = (*LAYERS, PACKAGE)  # the folders of the product's code
 STDLIB = sys.stdlib_module_names
 # Pure libraries a rule may use: data, schemas, and patterns that cannot backtrack; and
 # temporalio.common (search attribute keys), which is plain data too.
 PURE = {"pydantic", "jsonschema", "jsonschema_specifications", "referencing", "re2", "regex", "temporalio.common"}
 
 
-def modules(package: str) -> dict[str, Path]:
-    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in sorted((ROOT / package).rglob("*.py"))}
+def modules(folder: str) -> dict[str, Path]:
+    """A folder's modules by the names they install as (`rules/x.py`: `durable_react_agent.rules.x`)."""
+    return {".".join([PACKAGE, *p.relative_to(ROOT / folder).with_suffix("").parts]
+                     if folder == PACKAGE else [PACKAGE, *p.relative_to(ROOT).with_suffix("").parts]
+                     ).removesuffix(".__init__"): p
+            for p in sorted((ROOT / folder).rglob("*.py"))}
 
 
-def imported(path: Path, name: str) -> set[str]:
-    """The modules a file imports (relative imports made absolute), at any depth of the file."""
+def imported(path: Path, name: str, relative: bool = True) -> set[str]:
+    """The modules a file imports (relative imports made absolute, or left out), at any depth
+    of the file."""
     found, package = set(), name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
+            if node.level and not relative:
+                continue
             if node.level:
                 parts = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, *([base] if base else [])])
@@ -51,7 +58,19 @@ ALL = {name: path for package in PRODUCT for name, path in modules(package).item
 
 
 def top(module: str) -> str:
-    return module.split(".")[0]
+    """A module's layer (`rules` for durable_react_agent.rules.x), or its top package."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == PACKAGE and len(parts) > 1 else parts[0]
+
+
+def test_every_import_of_ours_is_relative():
+    """Inside the product, an import of ours is relative: the code runs under whatever root it
+    is installed as, and a user's own `api` or `rules` is never taken for ours (nor ours for
+    theirs)."""
+    absolute = {name: sorted(i for i in imported(path, name, relative=False)
+                             if top(i) in PRODUCT or i.split(".")[0] in (*LAYERS, PACKAGE))
+                for name, path in ALL.items()}
+    assert {n: i for n, i in absolute.items() if i} == {}
 
 
 @pytest.mark.parametrize("package", ["api", "client", "activities", "contract", "rules"])

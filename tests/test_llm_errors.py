@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from activities.llm_errors import (
+from durable_react_agent.activities.llm_errors import (
     _retry_after,
     classify_status_error,
     is_retryable_status,

@@ -19,12 +19,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools import default_registry
-from activities.tools.function_tool import ToolDefinitionError, tool
-from contract import ConversationInput
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tool_runner import ToolActivities
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.activities.tools.function_tool import ToolDefinitionError, tool
+from durable_react_agent.contract import ConversationInput
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -40,8 +40,8 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 

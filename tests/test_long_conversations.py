@@ -13,10 +13,10 @@ import sys
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from client.render import render_history, render_status
-from client.watch import Renderer, watch
-from contract import EndRequest, SayRequest
-from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply
+from durable_react_agent.client.render import render_history, render_status
+from durable_react_agent.client.watch import Renderer, watch
+from durable_react_agent.contract import EndRequest, SayRequest
+from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.helpers import (
     outcome_of,
@@ -31,7 +31,7 @@ from tests.helpers import (
     unique,
 )
 from tests.long_chat import message, prompt_tokens, run_long_chat
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def chat_bodies(model: ScriptedModelServer, trigger: str, kind: str = "chat") -> list[dict]:
@@ -237,7 +237,7 @@ async def test_the_cli_refuses_a_3_mb_message_and_the_next_one_is_answered(
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
 
     def say(text: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "client", "say", handle.id, "-", *extra],
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", "say", handle.id, "-", *extra],
                               cwd=ROOT, env=env, input=text, capture_output=True, text=True,
                               timeout=60)
 

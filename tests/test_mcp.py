@@ -15,12 +15,12 @@ import pytest_asyncio
 from mcp import Client as McpClient
 from temporalio.client import Client
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.mcp.content import progress_text
-from activities.settings import ActivitySettings
-from client.session import follow
-from contract import ConfirmRequest
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.mcp.content import progress_text
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.client.session import follow
+from durable_react_agent.contract import ConfirmRequest
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -35,8 +35,8 @@ from tests.helpers import (
 )
 from tests.mcp_support import SERVERS, TOKEN
 from tests.processes import WorkerProcess
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 UNRULY_SECRET = "unruly-secret-9c1d0e4b"
 

@@ -16,14 +16,14 @@ import httpx
 from mcp.types import CreateMessageRequestParams, CreateMessageResult, SamplingMessage, TextContent
 from temporalio.common import RawValue
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.mcp.config import StdioServerConfig
-from activities.mcp.elicitation import AskingCall, InFlight, outside_any_call
-from activities.mcp.sessions import IDLE_S, MAX_IDLE, ConversationSessions
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools import ToolRegistry
-from contract import ElicitAnswer, ToolInvocation, ToolOutcome
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.mcp.config import StdioServerConfig
+from durable_react_agent.activities.mcp.elicitation import AskingCall, InFlight, outside_any_call
+from durable_react_agent.activities.mcp.sessions import IDLE_S, MAX_IDLE, ConversationSessions
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tool_runner import ToolActivities
+from durable_react_agent.activities.tools import ToolRegistry
+from durable_react_agent.contract import ElicitAnswer, ToolInvocation, ToolOutcome
 from tests.helpers import unique
 from tests.mcp_support import asking_config, told, tool_env
 

@@ -13,20 +13,20 @@ from mcp.types import CreateMessageRequestParams, ErrorData, SamplingMessage, Te
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.endpoints import Endpoints
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.mcp.sampling import CallSampler
-from activities.models import ModelEntry, Models
-from activities.pricing import ModelPrice
-from activities.settings import ActivitySettings
-from activities.tools import ToolRegistry
-from contract import SamplingGrant, Usage
-from rules.sampling import RequestPrice, answer_room, call_grant
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.endpoints import Endpoints
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.mcp.sampling import CallSampler
+from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.pricing import ModelPrice
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import ToolRegistry
+from durable_react_agent.contract import SamplingGrant, Usage
+from durable_react_agent.rules.sampling import RequestPrice, answer_room, call_grant
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, settled, start, tool_call, unique
 from tests.mcp_support import tool_env
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 UNPRICED = "the model's price is unknown, and a conversation with a cost budget cannot spend " \
            "on a model whose cost it cannot count"

@@ -26,10 +26,10 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from activities.mcp import McpConfigError, McpToolbox, load_mcp_config
-from activities.mcp.catalog import build_catalog, exposed_name
-from activities.mcp.config import StdioServerConfig
-from activities.mcp.content import result_text
+from durable_react_agent.activities.mcp import McpConfigError, McpToolbox, load_mcp_config
+from durable_react_agent.activities.mcp.catalog import build_catalog, exposed_name
+from durable_react_agent.activities.mcp.config import StdioServerConfig
+from durable_react_agent.activities.mcp.content import result_text
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
 
 UNRULY = {"command": PYTHON, "args": [str(SERVERS / "stdio_server.py")]}

@@ -10,16 +10,16 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.settings import ActivitySettings
-from activities.tools import ToolRegistry
-from contract import ElicitAnswer, SayRequest
-from rules.listing import changed_servers
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import ToolRegistry
+from durable_react_agent.contract import ElicitAnswer, SayRequest
+from durable_react_agent.rules.listing import changed_servers
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import replay, script, settled, start, tool_call, unique
 from tests.mcp_support import asking_config
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def test_only_a_server_that_lists_otherwise_now_is_a_change():

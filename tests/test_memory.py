@@ -24,24 +24,24 @@ from playwright.async_api import expect
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
-from activities import telemetry as activity_telemetry
-from activities.memory import MemoryRefused, MemoryStore, open_store
-from activities.memory.sqlite import SqliteMemories
-from activities.memory.store import memory_id
-from activities.settings import ActivitySettings
-from activities.tools import BUILTIN_TOOLS, ToolContext, ToolError, ToolRegistry
-from activities.tools.memory import MEMORY_TOOLS, forget, recall, remember
-from contract import ConfirmRequest, RejectRequest
-from contract.memory import MAX_MEMORY_BYTES, Memory
-from rules.memory import (
+from durable_react_agent.activities import telemetry as activity_telemetry
+from durable_react_agent.activities.memory import MemoryRefused, MemoryStore, open_store
+from durable_react_agent.activities.memory.sqlite import SqliteMemories
+from durable_react_agent.activities.memory.store import memory_id
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import BUILTIN_TOOLS, ToolContext, ToolError, ToolRegistry
+from durable_react_agent.activities.tools.memory import MEMORY_TOOLS, forget, recall, remember
+from durable_react_agent.contract import ConfirmRequest, RejectRequest
+from durable_react_agent.contract.memory import MAX_MEMORY_BYTES, Memory
+from durable_react_agent.rules.memory import (
     RECALLED_HEADER,
     memory_text_problem,
     recall_messages,
     search_terms,
     within_bytes,
 )
-from scripted_model import ScriptedModelServer, ScriptedReply
-from scripted_model.embeddings import embed
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing.embeddings import embed
 from tests.api_support import ROOT, ApiProcess, until
 from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
@@ -56,9 +56,9 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from worker.app import build_worker
-from worker.telemetry import Tracing
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.worker.telemetry import Tracing
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = "ann:tok-ann-123:user,bob:tok-bob-456:user,root:tok-root-789:admin"
 LISBON = "my favourite city is Lisbon"
@@ -331,7 +331,7 @@ async def test_a_memory_is_stored_on_approval_and_recalled_for_its_owner_alone(
 
 async def test_a_remember_approved_after_its_worker_was_killed_is_stored_once(
         client: Client, temporal_address: str, model: ScriptedModelServer, tmp_path: Path):
-    """`python -m worker` (memory on by default, SQLite in its data dir) is SIGKILLed while a
+    """`agent-worker` (memory on by default, SQLite in its data dir) is SIGKILLed while a
     `remember` waits for approval; approved, a new worker stores it exactly once. The CLI then
     shows the memory and forgets it."""
     queue, data = unique("memory-kill"), tmp_path / "data"
@@ -370,7 +370,7 @@ async def test_a_remember_approved_after_its_worker_was_killed_is_stored_once(
     assert scheduled(history).count("remember") == 1 and len(completed) == 3  # 2 model calls
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
 
     shown = cli("memories", "--as", "ann", "--json")

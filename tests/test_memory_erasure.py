@@ -15,10 +15,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from activities.memory import MemoryStore, open_store
-from activities.memory.postgres import PostgresMemories
-from activities.memory.sqlite import SCHEMA, SqliteMemories
-from contract.memory import Memory
+from durable_react_agent.activities.memory import MemoryStore, open_store
+from durable_react_agent.activities.memory.postgres import PostgresMemories
+from durable_react_agent.activities.memory.sqlite import SCHEMA, SqliteMemories
+from durable_react_agent.contract.memory import Memory
 from tests.api_support import ROOT
 from tests.helpers import unique
 
@@ -98,13 +98,13 @@ def test_a_removed_memory_is_in_no_file_of_the_sqlite_store(
 
 
 def test_a_forget_from_the_command_line_erases_it_too(tmp_path: Path):
-    """`python -m client forget` reaches the same store function as the tool and the API."""
+    """`agent forget` reaches the same store function as the tool and the API."""
     db = tmp_path / "memory.sqlite3"
     store = open_store(f"sqlite:///{db}")
     secret = store.add("ann", SECRET, unique("k")).memory
     assert files_holding(db)
     env = {**os.environ, "AGENT_MEMORY_URL": f"sqlite:///{db}"}
-    forgot = subprocess.run([sys.executable, "-m", "client", "forget", secret.id, "--as", "ann"],
+    forgot = subprocess.run([sys.executable, "-m", "durable_react_agent.client", "forget", secret.id, "--as", "ann"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert forgot.returncode == 0, forgot.stderr
     assert files_holding(db) == {} and store.list("ann") == []

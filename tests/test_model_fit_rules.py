@@ -23,24 +23,24 @@ from temporalio.exceptions import (
 )
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from activities.llm_errors import (
+from durable_react_agent.activities.llm_errors import (
     CONTEXT_TOO_LONG,
     FormatError,
     classify_status_error,
     classify_stream_error,
     context_too_long,
 )
-from activities.models import (
+from durable_react_agent.activities.models import (
     MIN_CONTEXT_TOKENS,
     ModelEntry,
     Models,
     ModelsError,
     model_routes,
 )
-from activities.pricing import ModelPrice, Prices
-from client.render import CONTINUED, render_status
-from client.watch import Renderer
-from contract import (
+from durable_react_agent.activities.pricing import ModelPrice, Prices
+from durable_react_agent.client.render import CONTINUED, render_status
+from durable_react_agent.client.watch import Renderer
+from durable_react_agent.contract import (
     ChatMessage,
     ContextUse,
     ConversationStatus,
@@ -48,8 +48,8 @@ from contract import (
     StreamEvent,
     Usage,
 )
-from contract.state import ContextState
-from rules.context import (
+from durable_react_agent.contract.state import ContextState
+from durable_react_agent.rules.context import (
     LENIENT_RATIO,
     MAX_COUNTED,
     MIN_FITTED_TOKENS,
@@ -61,7 +61,7 @@ from rules.context import (
     text_digest,
     with_counts,
 )
-from workflows.failures import model_failure
+from durable_react_agent.workflows.failures import model_failure
 
 # ----- the budget a known window leaves -----
 

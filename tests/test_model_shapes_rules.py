@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from contract import ChatMessage, FunctionCall, ToolCall
-from contract.bounds import DEFAULT_MESSAGE_BYTES, Limits
-from rules import questions, repeats, replies
-from rules.text_calls import announced
+from durable_react_agent.contract import ChatMessage, FunctionCall, ToolCall
+from durable_react_agent.contract.bounds import DEFAULT_MESSAGE_BYTES, Limits
+from durable_react_agent.rules import questions, repeats, replies
+from durable_react_agent.rules.text_calls import announced
 
 TOOLS = ["get_weather", "create_note", "list_notes", "ask_input"]
 

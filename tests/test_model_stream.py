@@ -14,10 +14,10 @@ import httpx
 import openai
 import pytest
 
-from activities.llm import TOKEN_BATCH, TokenRelay
-from activities.llm_stream import ReplyAssembler, chunks, counted, stream_completion
-from contract import StreamEvent
-from scripted_model import Scenario, Script, ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.activities.llm import TOKEN_BATCH, TokenRelay
+from durable_react_agent.activities.llm_stream import ReplyAssembler, chunks, counted, stream_completion
+from durable_react_agent.contract import StreamEvent
+from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply, ScriptedToolCall
 
 
 class Lines:

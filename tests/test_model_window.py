@@ -18,21 +18,21 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.models import ModelEntry, Models
-from activities.settings import ActivitySettings
-from activities.windows import OLLAMA_DEFAULT_CTX, Windows
-from api.app import create_app
-from api.settings import ApiSettings
-from client.connection import TemporalSettings
-from client.render import render_status
-from contract import EndRequest, SayRequest
-from rules.context import fitted_budget
-from scripted_model import ScriptedModelServer, ScriptedReply, tokenizer
+from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.windows import OLLAMA_DEFAULT_CTX, Windows
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.settings import ApiSettings
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.render import render_status
+from durable_react_agent.contract import EndRequest, SayRequest
+from durable_react_agent.rules.context import fitted_budget
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, tokenizer
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import outcome_of, replay, script, settled, start, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.tools import NeedsInput, ToolError
-from activities.tools.notes import (
+from durable_react_agent.activities.tools import NeedsInput, ToolError
+from durable_react_agent.activities.tools.notes import (
     CreateNoteArgs,
     DeleteNoteArgs,
     _create,

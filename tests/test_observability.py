@@ -12,10 +12,10 @@ from pathlib import Path
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
-from client.watch import Renderer, watch
-from contract import ConfirmRequest, EndRequest, RejectRequest
-from rules.search_attributes import AGENT_STATUS
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.client.watch import Renderer, watch
+from durable_react_agent.contract import ConfirmRequest, EndRequest, RejectRequest
+from durable_react_agent.rules.search_attributes import AGENT_STATUS
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     reaches,
     script,
@@ -26,8 +26,8 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.logging import redact_secrets
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.logging import redact_secrets
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ async def test_the_stream_tells_the_turn_in_order(client: Client, task_queue: st
     await watch(client, handle.id, renderer=Renderer(handle.id, out))
     shown = out.getvalue()
     assert "Let me check." in shown and "→ get_weather(location=Paris)" in shown
-    assert f"python -m client confirm {handle.id} {create.call_id}" in shown
+    assert f"agent confirm {handle.id} {create.call_id}" in shown
     assert "! refused: unknown call id nope" in shown
     assert f"✗ delete_note call {delete.call_id} rejected by bo: keep it" in shown
     assert "answer: Noted the weather in Paris." in shown
@@ -137,7 +137,7 @@ async def test_temporal_ui_metadata(client: Client, task_queue: str, model: Scri
     assert description.typed_search_attributes.get(AGENT_STATUS) == "idle"
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert "**Status:** idle" in metadata.current_details
-    assert f"python -m client say {handle.id}" in metadata.current_details
+    assert f"agent say {handle.id}" in metadata.current_details
 
 
 async def test_cli_history_and_watch(client: Client, task_queue: str, model: ScriptedModelServer,
@@ -148,7 +148,7 @@ async def test_cli_history_and_watch(client: Client, task_queue: str, model: Scr
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
 
     history = await asyncio.to_thread(cli, "history", handle.id)

@@ -9,9 +9,9 @@ import openai
 import pytest
 from temporalio.client import Client
 
-from activities.settings import ActivitySettings
-from contract import ConfirmRequest
-from scripted_model import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import ConfirmRequest
+from durable_react_agent.testing import (
     Scenario,
     Script,
     ScriptedModelServer,
@@ -19,9 +19,9 @@ from scripted_model import (
     read_intent,
     select_reply,
 )
-from scripted_model.intents import ASK_BODY, ASK_CITY, ASK_TARGET, HELP
+from durable_react_agent.testing.intents import ASK_BODY, ASK_CITY, ASK_TARGET, HELP
 from tests.helpers import note_rows, reaches, settled, start, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKYO = "Check the weather in Tokyo and save it as a note titled 'Tokyo'"
 PARIS_DEMO = "Check the weather in Paris and save it as a note titled 'Paris weather'."  # demo.sh

@@ -14,10 +14,10 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.mcp.patterns import BoundedSearch
-from activities.settings import ActivitySettings
-from contract import (
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.mcp.patterns import BoundedSearch
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import (
     ChatMessage,
     ConfirmRequest,
     FunctionCall,
@@ -25,11 +25,11 @@ from contract import (
     ToolCall,
     ToolDefinition,
 )
-from rules.gate import PendingCall, Refusal, check_edited_args
-from rules.loop import InvalidCall, check_tool_call
-from rules.repair import recover_tool_calls
-from rules.schemas import argument_problem, schema_problem
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.rules.gate import PendingCall, Refusal, check_edited_args
+from durable_react_agent.rules.loop import InvalidCall, check_tool_call
+from durable_react_agent.rules.repair import recover_tool_calls
+from durable_react_agent.rules.schemas import argument_problem, schema_problem
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.devserver import worker_env
 from tests.helpers import (
     outcome_of,
@@ -41,8 +41,8 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -56,7 +56,7 @@ DRAFT_7 = "http://json-schema.org/draft-07/schema#"
 # A match in Python's `re` holds the GIL: no thread of this process could stop it, or time it.
 CHECK_APART = """
 import json, sys, time
-from rules.schemas import argument_problem
+from durable_react_agent.rules.schemas import argument_problem
 for schema, arguments in json.loads(sys.argv[1]):
     started = time.monotonic()
     problem = argument_problem(schema, arguments)
@@ -255,7 +255,7 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
 @pytest.fixture
 def worker_apart(temporal_address: str, model: ScriptedModelServer,
                  tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`python -m worker` with the odd server, in a process of its own: a worker that froze
+    """`agent-worker` with the odd server, in a process of its own: a worker that froze
     would freeze that process, not the tests."""
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"odd": {
@@ -264,7 +264,7 @@ def worker_apart(temporal_address: str, model: ScriptedModelServer,
     env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
                      AGENT_MCP_CONFIG=str(config), AGENT_AUTO_APPROVE="*")
     with open(tmp_path / "worker.log", "wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=log,
+        worker = subprocess.Popen([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         yield queue, worker

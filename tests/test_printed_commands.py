@@ -30,20 +30,20 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-from activities.mcp import McpToolbox, load_mcp_config
-from activities.settings import ActivitySettings
-from client.render import ANSWER_PLACEHOLDERS, render_status
-from contract import ConversationStatus, EndRequest
-from rules.commands import REASON, TEXT
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.client.render import ANSWER_PLACEHOLDERS, render_status
+from durable_react_agent.contract import ConversationStatus, EndRequest
+from durable_react_agent.rules.commands import REASON, TEXT
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT
 from tests.fake_tools import registry_with_test_tools
-from tests.generated import printed_commands
+from tests.generated import PRINTED, printed_commands
 from tests.helpers import note_rows, script, settled, start, tool_call, unique
 from tests.mcp_support import asking_config
 from tests.subagent_support import delegating
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 PLACEHOLDERS = {*shlex.split(TEXT), *shlex.split(REASON)[1:],
                 *(p for kind in ANSWER_PLACEHOLDERS.values() for p in kind)}
@@ -67,7 +67,7 @@ class Printed:
         self.forms: set[tuple[str, ...]] = set()
         self.run_forms: set[tuple[str, ...]] = set()
         self.refs: set[str] = set()  # of the calls and questions shown
-        self.watch = subprocess.Popen([sys.executable, "-m", "client", "watch", wid], cwd=ROOT,
+        self.watch = subprocess.Popen([sys.executable, "-m", "durable_react_agent.client", "watch", wid], cwd=ROOT,
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True)
         self.watched: list[str] = []
@@ -98,8 +98,8 @@ class Printed:
             assert time.monotonic() < deadline, f"watch printed no {watched}: {self.watched}"
             await asyncio.sleep(0.1)
         found = {"status": printed_commands(text, ""), "details": printed_commands("", details),
-                 "watch": [line[line.index("python -m client"):] for line in self.watched
-                           if "python -m client" in line]}
+                 "watch": [line[m.start():] for line in self.watched
+                           if (m := PRINTED.search(line))]}
         self.refs |= {p.ref or p.call_id for p in status.pending_confirmations}
         if status.pending_question is not None:
             self.refs.add(status.pending_question.ref or status.pending_question.call_id)
@@ -132,8 +132,8 @@ class Printed:
         if marked:
             assert marked == list(range(marked[0], marked[-1] + 1)), command
             words[marked[0]:marked[-1] + 1] = values
-        assert words[:3] == ["python", "-m", "client"], command
-        done = await self.cli(*words[3:])
+        assert words[0] == "agent", command
+        done = await self.cli(*words[1:])
         assert done.returncode == 0, (command, words, done.stdout, done.stderr)
         self.run_forms.add(self.form(command))
         return done
@@ -238,7 +238,7 @@ async def test_each_command_status_watch_and_the_ui_print_runs_as_printed(
     assert final.stop_reason == "ended"
     assert (final.pending_question, final.pending_confirmations) == (None, [])
     text = render_status(final)
-    assert "python -m client" not in text and "question" not in text, text
+    assert not PRINTED.search(text) and "question" not in text, text
     await p.finished()
 
 
@@ -277,7 +277,7 @@ async def test_an_mcp_servers_question_is_answered_by_the_command_printed(
     await handle.signal(ConversationWorkflow.end, EndRequest())
     final = await p.settles(lambda s: s.status == "completed")
     assert (final.pending_question, final.pending_confirmations) == (None, [])
-    assert "python -m client" not in render_status(final)
+    assert not PRINTED.search(render_status(final))
     await p.finished()
 
 
@@ -337,7 +337,7 @@ async def test_an_ended_conversation_shows_nothing_pending_and_prints_no_command
         status = await handle.query(ConversationWorkflow.status)
         assert (status.status, status.stop_reason) == ("completed", "ended")
         assert (status.pending_question, status.pending_confirmations) == (None, [])
-        assert "python -m client" not in render_status(status)
+        assert not PRINTED.search(render_status(status))
 
 
 async def test_an_ended_conversations_ui_details_print_no_command(
@@ -345,4 +345,4 @@ async def test_an_ended_conversations_ui_details_print_no_command(
     handle = await ended_while_waiting(client, model, task_queue, ask("ask_input", "Name?"))
     details = await details_of(handle)
     assert "**Stop reason:** ended" in details
-    assert "python -m client" not in details, details
+    assert not PRINTED.search(details), details

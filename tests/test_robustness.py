@@ -12,9 +12,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from activities.settings import ActivitySettings
-from contract import EndRequest, SayRequest, WorkerHandshake
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import EndRequest, SayRequest, WorkerHandshake
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import (
     note_rows,
@@ -26,7 +26,7 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:
@@ -199,8 +199,8 @@ async def test_cancelling_during_a_model_call(client: Client, task_queue: str, m
 
 
 def prompt_tokens(request) -> int:
-    from scripted_model.script import ScriptedReply as Reply
-    from scripted_model.script import usage
+    from durable_react_agent.testing.script import ScriptedReply as Reply
+    from durable_react_agent.testing.script import usage
 
     return usage(request.body["messages"], request.body.get("tools"), Reply())["prompt_tokens"]
 

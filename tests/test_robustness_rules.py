@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from contract import ChatMessage, FunctionCall, ToolCall, Usage
-from rules.compaction import ELIDED_PREFIX, compact, estimate_tokens
-from rules.repair import recover_tool_calls, unique_call_ids
-from rules.stopping import call_record, is_looping, over_budget
+from durable_react_agent.contract import ChatMessage, FunctionCall, ToolCall, Usage
+from durable_react_agent.rules.compaction import ELIDED_PREFIX, compact, estimate_tokens
+from durable_react_agent.rules.repair import recover_tool_calls, unique_call_ids
+from durable_react_agent.rules.stopping import call_record, is_looping, over_budget
 
 KNOWN = {"get_weather", "create_note"}
 

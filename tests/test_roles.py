@@ -1,4 +1,4 @@
-"""Who may do what, over the real API (`python -m api` as a process) and a worker with
+"""Who may do what, over the real API (`agent-api` as a process) and a worker with
 `AGENT_FOUR_EYES=destructive`: every route against every role, four eyes through REST, AG-UI
 and the Update twins, the audit of who did what, and set-ups from before roles and owners."""
 
@@ -12,16 +12,16 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from client.connection import TemporalSettings
-from client.session import Session
-from contract import ConfirmRequest
-from rules.search_attributes import AGENT_OWNER
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.session import Session
+from durable_react_agent.contract import ConfirmRequest
+from durable_react_agent.rules.search_attributes import AGENT_OWNER
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import AGUI_EVENTS as EVENTS
 from tests.api_support import ApiProcess, sse_events, until, user
 from tests.helpers import replay, script, start, tool_call, unique
 from tests.subagent_support import delegating
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v", "root": "tok-r",
           "legacy": "tok:legacy"}  # a token from before roles: no role, and a `:` in it

@@ -16,17 +16,17 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from activities.mcp import elicitation, toolbox
-from activities.mcp.catalog import build_catalog
-from activities.mcp.config import StdioServerConfig
-from contract import EndRequest
-from contract.models import Question, ToolDefinition
-from rules import output, schemas
-from rules.gate import Refusal, check_answer
-from rules.loop import validate_arguments
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.mcp import elicitation, toolbox
+from durable_react_agent.activities.mcp.catalog import build_catalog
+from durable_react_agent.activities.mcp.config import StdioServerConfig
+from durable_react_agent.contract import EndRequest
+from durable_react_agent.contract.models import Question, ToolDefinition
+from durable_react_agent.rules import output, schemas
+from durable_react_agent.rules.gate import Refusal, check_answer
+from durable_react_agent.rules.loop import validate_arguments
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import script, settled, start, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 # What a workflow task may take before Temporal calls it a deadlock, and a check may never near.
 TASK_SECONDS = 2.0

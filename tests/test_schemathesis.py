@@ -26,7 +26,7 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
-from rules.output import output_schema_problem
+from durable_react_agent.rules.output import output_schema_problem
 from tests.api_support import ApiProcess
 from tests.helpers import unique
 

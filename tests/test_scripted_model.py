@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from scripted_model import (
+from durable_react_agent.testing import (
     Scenario,
     Script,
     ScriptedModelServer,
@@ -21,7 +21,7 @@ from scripted_model import (
     ScriptedToolCall,
     select_reply,
 )
-from scripted_model.intents import HELP
+from durable_react_agent.testing.intents import HELP
 from tests.devserver import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_fake_open_meteo(server):
 def test_cli_serves_the_intent_reader():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripted_model", "--port", str(port)],
+        [sys.executable, "-m", "durable_react_agent.testing", "--port", str(port)],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.checks import Refused
-from client.decisions import pending_call
-from contract import (
+from durable_react_agent.client.checks import Refused
+from durable_react_agent.client.decisions import pending_call
+from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     PendingConfirmation,
@@ -23,18 +23,18 @@ from contract import (
     RejectRequest,
     ToolDefinition,
 )
-from contract.bounds import Limits, text_size, truncate_observation
-from contract.names import relative_id
-from contract.state import ContextState, ConversationState
-from rules.commands import code_span
-from rules.compaction import tool_counts
-from rules.links import call_ticket
-from rules.output import unfenced
-from rules.repair import fenced
+from durable_react_agent.contract.bounds import Limits, text_size, truncate_observation
+from durable_react_agent.contract.names import relative_id
+from durable_react_agent.contract.state import ContextState, ConversationState
+from durable_react_agent.rules.commands import code_span
+from durable_react_agent.rules.compaction import tool_counts
+from durable_react_agent.rules.links import call_ticket
+from durable_react_agent.rules.output import unfenced
+from durable_react_agent.rules.repair import fenced
 from tests.generated import code_spans
-from workflows import human_desk as desk_module
-from workflows.human_desk import HumanDesk
-from workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
+from durable_react_agent.workflows import human_desk as desk_module
+from durable_react_agent.workflows.human_desk import HumanDesk
+from durable_react_agent.workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 NOTE = ToolDefinition(name="create_note", description="", risk="sensitive",

@@ -23,28 +23,28 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
-from activities import telemetry as activity_telemetry
-from activities.llm import LLMActivities
-from activities.llm_stream import counted
-from activities.models import ModelEntry, Models
-from activities.pricing import ModelPrice, Prices
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools.registry import RESERVED_NAMES, name_problem
-from activities.webhooks import WebhookActivities
-from api.app import create_app
-from api.deps import caller_trace, canonical_traceparent
-from api.routes import every_route
-from api.settings import ApiSettings
-from client.connection import TemporalSettings
-from contract import ChatMessage, LLMRequest, SummaryRequest, Usage
-from rules.tracing import parse_traceparent, tool_label
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities import telemetry as activity_telemetry
+from durable_react_agent.activities.llm import LLMActivities
+from durable_react_agent.activities.llm_stream import counted
+from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.pricing import ModelPrice, Prices
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tool_runner import ToolActivities
+from durable_react_agent.activities.tools.registry import RESERVED_NAMES, name_problem
+from durable_react_agent.activities.webhooks import WebhookActivities
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.deps import caller_trace, canonical_traceparent
+from durable_react_agent.api.routes import every_route
+from durable_react_agent.api.settings import ApiSettings
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.contract import ChatMessage, LLMRequest, SummaryRequest, Usage
+from durable_react_agent.rules.tracing import parse_traceparent, tool_label
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import concrete
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import script, settled, start, tool_call, unique
-from worker.app import build_worker, model_activities
+from durable_react_agent.worker.app import build_worker, model_activities
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 VALID = f"00-{TRACE}-{SPAN}-01"

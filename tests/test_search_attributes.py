@@ -17,17 +17,17 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.settings import ActivitySettings
-from api.app import create_app
-from api.settings import ApiSettings
-from client.checks import NoWorker
-from client.connection import TemporalSettings
-from client.session import Session
-from contract import ConversationInput
-from rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.settings import ApiSettings
+from durable_react_agent.client.checks import NoWorker
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.session import Session
+from durable_react_agent.contract import ConversationInput
+from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from tests.devserver import temporal_cli
 from tests.fake_tools import registry_with_test_tools
-from worker.app import build_worker
+from durable_react_agent.worker.app import build_worker
 
 
 async def unprepared_namespace(client: Client) -> Client:
@@ -43,7 +43,7 @@ async def unprepared_namespace(client: Client) -> Client:
 @asynccontextmanager
 async def a_worker(client: Client, settings: ActivitySettings) -> AsyncIterator[str]:
     """A worker on a queue of its own, as the tests' workers are built: it registers nothing
-    (`python -m worker` does, at its start), so the namespace stays unprepared."""
+    (`agent-worker` does, at its start), so the namespace stays unprepared."""
     queue = f"fresh-{uuid.uuid4().hex[:6]}"
     async with httpx.AsyncClient(timeout=10) as http, \
             build_worker(client, queue, settings, http, registry_with_test_tools()):

@@ -91,7 +91,7 @@ def test_the_guard_sees_every_way_of_importing_a_test_module(form: str):
     "import tests.api_support",
     "from tests import helpers",
     "from tests.fake_tools import registry_with_test_tools",
-    "from scripted_model import ScriptedModelServer",
+    "from durable_react_agent.testing import ScriptedModelServer",
     '"""Tests of the API (see tests/test_api.py): it imports nothing of theirs."""',
     'CHILD = "import json, sys"',
 ])

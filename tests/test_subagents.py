@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
-from api.agui import interrupts
-from client.watch import Renderer, watch
-from contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
-from contract.names import CHILD_STATUS_SIGNAL
-from rules.search_attributes import AGENT_STATUS
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.api.agui import interrupts
+from durable_react_agent.client.watch import Renderer, watch
+from durable_react_agent.contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
+from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL
+from durable_react_agent.rules.search_attributes import AGENT_STATUS
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.helpers import (
@@ -40,7 +40,7 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.subagent_support import delegate, delegating
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 async def parent_history(client: Client, workflow_id: str):
@@ -128,7 +128,7 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
     # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
     env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
     done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "client", "confirm", handle.id, pending.call_id,
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", handle.id, pending.call_id,
                          "--as", "alice"],
         cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
         timeout=60)
@@ -332,7 +332,7 @@ async def test_two_subagents_calls_with_one_id_are_told_apart(
         assert note_rows(activity_settings.data_dir, titles[0]) == []
     # Through the child's own conversation id, its call id is its own.
     done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "client", "confirm", f"{handle.id}/p1", "call_0",
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", f"{handle.id}/p1", "call_0",
                          "--as", "carol"],
         cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
         text=True, timeout=60)
@@ -355,7 +355,7 @@ async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
 
     handle, titles = await two_writers(client, agents_queue, model)
     done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "client", "reject", handle.id, "--all",
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "reject", handle.id, "--all",
                          "--reason", "no", "--as", "dan"],
         cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
         text=True, timeout=60)

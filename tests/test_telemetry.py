@@ -1,6 +1,6 @@
 """Traces and metrics (DESIGN "Telemetry"): the span tree of real conversations in the SDK's
 in-memory exporter (one trace per turn, GenAI names and attributes, approvals, subagents nested,
-continue-as-new, nothing from a replay); OTLP over HTTP from a `python -m worker` that is
+continue-as-new, nothing from a replay); OTLP over HTTP from an `agent-worker` that is
 SIGKILLed while it waits for an approval, to a receiver the test runs; and `/metrics` scraped
 and parsed as Prometheus would."""
 
@@ -29,17 +29,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from activities import telemetry as activity_telemetry
-from activities.profiles import Profiles
-from contract import ConfirmRequest, EndRequest, RejectRequest, SayRequest
-from rules.tracing import (
+from durable_react_agent.activities import telemetry as activity_telemetry
+from durable_react_agent.activities.profiles import Profiles
+from durable_react_agent.contract import ConfirmRequest, EndRequest, RejectRequest, SayRequest
+from durable_react_agent.rules.tracing import (
     SpanRecord,
     child_span,
     new_span,
     parse_traceparent,
     traceparent,
 )
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import free_port
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -55,15 +55,15 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.subagent_support import PROFILES, delegate
-from worker.app import build_worker
-from worker.telemetry import (
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.worker.telemetry import (
     TelemetryError,
     TelemetryInterceptor,
     Tracing,
     metrics_runtime,
 )
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract import ChatMessage, FunctionCall, ToolCall
-from contract.bounds import MAX_REPLY_TEXT_BYTES
-from rules import loop
-from rules.repair import calls_from_text
-from rules.text_calls import MARKERS, TextCalls, WrittenCall, calls_in_text
+from durable_react_agent.contract import ChatMessage, FunctionCall, ToolCall
+from durable_react_agent.contract.bounds import MAX_REPLY_TEXT_BYTES
+from durable_react_agent.rules import loop
+from durable_react_agent.rules.repair import calls_from_text
+from durable_react_agent.rules.text_calls import MARKERS, TextCalls, WrittenCall, calls_in_text
 from tests.fake_tools import registry_with_test_tools
 
 CASSETTES = Path(__file__).parent / "cassettes"

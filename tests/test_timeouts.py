@@ -19,9 +19,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
-from activities.settings import ActivitySettings
-from contract import EndRequest, SayRequest
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import EndRequest, SayRequest
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.helpers import (
     REPLAYER,
     note_rows,
@@ -33,9 +33,9 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker, ensure_search_attributes
-from workflows.conversation import ConversationWorkflow
-from workflows.patches import LATEST_PATCH
+from durable_react_agent.worker.app import build_worker, ensure_search_attributes
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.patches import LATEST_PATCH
 
 
 def time_skipping_server() -> str:

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from activities.windows import ServerTokens
-from rules.context import text_digest
-from scripted_model import ScriptedModelServer, tokenizer
+from durable_react_agent.activities.windows import ServerTokens
+from durable_react_agent.rules.context import text_digest
+from durable_react_agent.testing import ScriptedModelServer, tokenizer
 
 PROSE = "The model counts this sentence with its own tokenizer, word by word. " * 20
 

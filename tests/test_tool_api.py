@@ -27,31 +27,31 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
-from activities.tools.function_tool import ToolDefinitionError
-from activities.tools.memory import MEMORY_TOOLS
-from activities.tools.loader import ToolLoadError, load_tools
-from client.session import follow
-from contract import (
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tool_runner import ToolActivities
+from durable_react_agent.activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
+from durable_react_agent.activities.tools.function_tool import ToolDefinitionError
+from durable_react_agent.activities.tools.memory import MEMORY_TOOLS
+from durable_react_agent.activities.tools.loader import ToolLoadError, load_tools
+from durable_react_agent.client.session import follow
+from durable_react_agent.contract import (
     ConfirmRequest,
     ToolInvocation,
     ToolListRequest,
     ToolOutcome,
 )
 from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import NO_HTTP
 from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
-from worker.app import build_worker, tool_registry
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker, tool_registry
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
-# what `python -m worker` has before any module's: the built-in tools, then memory's
+# what `agent-worker` has before any module's: the built-in tools, then memory's
 BUILTIN_NAMES = [spec.name for spec in (*BUILTIN_TOOLS, *MEMORY_TOOLS)]
 
 
@@ -416,7 +416,7 @@ async def test_a_tools_module_that_cannot_load_stops_the_worker_naming_it(tmp_pa
         # Refused before connecting: the address has no server behind it.
         env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
                "PYTHONPATH": str(tmp_path), "AGENT_TOOLS": module}
-        return subprocess.run([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
 
     runs = await asyncio.gather(*(asyncio.to_thread(worker, m) for m, _ in cases.values()))

@@ -13,13 +13,13 @@ import time
 import httpx
 import pytest
 
-from activities.profiles import Profiles, ProfilesError
-from contract import EndRequest
-from rules import output
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.activities.profiles import Profiles, ProfilesError
+from durable_react_agent.contract import EndRequest
+from durable_react_agent.rules import output
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ROOT
 from tests.helpers import replay, script, settled, start, unique
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
            "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}
@@ -113,11 +113,11 @@ def test_a_profile_can_ask_its_agent_for_a_typed_result(tmp_path):
 
 
 def test_the_cli_reads_the_schema_inline_or_from_a_file_and_refuses_a_bad_one(tmp_path):
-    from client.cli import read_output_schema
+    from durable_react_agent.client.cli import read_output_schema
     path = tmp_path / "schema.json"
     path.write_text(json.dumps(WEATHER))
     assert read_output_schema(str(path)) == read_output_schema(json.dumps(WEATHER)) == WEATHER
-    bad = subprocess.run([sys.executable, "-m", "client", "start", "hi", "--output-schema",
+    bad = subprocess.run([sys.executable, "-m", "durable_react_agent.client", "start", "hi", "--output-schema",
                           '{"type": "nope"}'], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env={"TEMPORAL_ADDRESS": "127.0.0.1:1", "PATH": "/usr/bin"})
     assert bad.returncode == 2 and "output schema is not usable" in bad.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from client.watch import Renderer
-from contract import StreamEvent
+from durable_react_agent.client.watch import Renderer
+from durable_react_agent.contract import StreamEvent
 
 
 def test_a_running_tools_progress_shows_under_it_a_subagents_marked():

@@ -27,17 +27,17 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.settings import ActivitySettings
-from activities.webhooks import (
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.webhooks import (
     Webhook,
     WebhookActivities,
     Webhooks,
     WebhooksError,
     slack_text,
 )
-from contract import AnswerRequest, NotifyRequest, SayRequest
-from rules.links import LinkClaims, read_link, sign_link
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.contract import AnswerRequest, NotifyRequest, SayRequest
+from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiProcess
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -53,8 +53,8 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

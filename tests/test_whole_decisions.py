@@ -18,19 +18,19 @@ import pytest_asyncio
 from ag_ui.core import EventType
 from temporalio.client import Client
 
-from activities.profiles import AgentProfile, Profiles
-from activities.settings import ActivitySettings
-from client.checks import Refused
-from client.decisions import PartlyApplied
-from client.session import Session
-from contract import (
+from durable_react_agent.activities.profiles import AgentProfile, Profiles
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.client.checks import Refused
+from durable_react_agent.client.decisions import PartlyApplied
+from durable_react_agent.client.session import Session
+from durable_react_agent.contract import (
     ConfirmRequest,
     ConversationStatus,
     PendingConfirmation,
     SignalOutcome,
     Usage,
 )
-from scripted_model import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from tests.api_support import ApiProcess, agui_run, of, user
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -44,8 +44,8 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
                       tools=["create_note", "delete_note", "ask_confirm"], max_steps=3)

@@ -17,10 +17,10 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 
-from scripted_model import ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.devserver import worker_env
 from tests.helpers import script, start, tool_call, unique
-from worker.app import ensure_search_attributes
+from durable_react_agent.worker.app import ensure_search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ async def test_worker_stops_gracefully_on_sigterm(temporal_address: str, tmp_pat
            "AGENT_TASK_QUEUE": f"sigterm-{uuid.uuid4().hex[:6]}"}
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while "worker started" not in log.read_text():
@@ -67,7 +67,7 @@ async def test_worker_processes_share_the_queue_and_a_dead_one_is_replaced(
     log = tmp_path / "workers.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", "--processes", "2"], cwd=ROOT,
+            [sys.executable, "-m", "durable_react_agent.worker", "--processes", "2"], cwd=ROOT,
             env=worker_env(temporal_address, queue, model.base_url, tmp_path / "data"),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -109,7 +109,7 @@ def test_bad_worker_settings_stop_it_with_a_clear_error(temporal_address: str, t
         ("AGENT_CONTEXT_CACHE_MB", "lots", "AGENT_CONTEXT_CACHE_MB must be a number of MiB, not 'lots'"),
     ):
         env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, name: value}
-        done = subprocess.run([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+        done = subprocess.run([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -119,7 +119,7 @@ def test_a_worker_without_mcp_servers_never_imports_the_mcp_sdk():
     """The MCP SDK takes a second to import here, and several on a busy machine: a worker
     without MCP servers, started again after a crash, must not wait for it (the chaos run's
     workers, killed every few seconds, spent half their lives importing it)."""
-    probe = ("import sys, worker.__main__, worker.app, activities.tool_runner\n"
+    probe = ("import sys, durable_react_agent.worker.__main__, durable_react_agent.worker.app, durable_react_agent.activities.tool_runner\n"
              "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)

@@ -19,13 +19,13 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from activities.mcp import McpToolbox
-from activities.settings import ActivitySettings
-from activities.webhooks import Webhook, Webhooks
+from durable_react_agent.activities.mcp import McpToolbox
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.webhooks import Webhook, Webhooks
 from tests.api_support import ApiProcess
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
-from worker.app import build_worker
+from durable_react_agent.worker.app import build_worker
 
 SECRET, LINKS = "hook-secret-123", "link-secret-456"
 

@@ -1,1 +1,1 @@
-"""`python -m worker`: serves conversations and their activities on the agent task queue."""
+"""`agent-worker`: serves conversations and their activities on the agent task queue."""

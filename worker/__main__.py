@@ -1,4 +1,4 @@
-"""Run the agent worker until SIGINT or SIGTERM: `python -m worker [--processes N] [--role R]
+"""Run the agent worker until SIGINT or SIGTERM: `agent-worker [--processes N] [--role R]
 [--deployment NAME --build-id ID]`."""
 
 from __future__ import annotations
@@ -18,27 +18,27 @@ import structlog
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
-from activities.mcp import McpConfigError
-from activities.models import WORKER_ROLES
-from activities.settings import ActivitySettings
-from activities.tools.loader import ToolLoadError
-from client.connection import TemporalSettings, connect
-from worker.app import (
+from ..activities.mcp import McpConfigError
+from ..activities.models import WORKER_ROLES
+from ..activities.settings import ActivitySettings
+from ..activities.tools.loader import ToolLoadError
+from ..client.connection import TemporalSettings, connect
+from .app import (
     ensure_search_attributes,
     mcp_toolbox,
     role_workers,
     tool_registry,
     workflow_sandbox,
 )
-from contract.names import version_label
-from worker.deployment import (
+from ..contract.names import version_label
+from .deployment import (
     DeploymentRefused,
     deployment_config,
     registered,
     version_from,
 )
-from worker.logging import configure_logging
-from worker.telemetry import Tracing, metrics_runtime
+from .logging import configure_logging
+from .telemetry import Tracing, metrics_runtime
 
 log = structlog.get_logger()
 
@@ -153,7 +153,7 @@ def supervise(processes: int, role: str = "all", deployment: str | None = None,
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    command = [sys.executable, "-m", "worker", "--role", role,
+    command = [sys.executable, "-m", "durable_react_agent.worker", "--role", role,
                *(["--deployment", deployment] if deployment is not None else []),
                *(["--build-id", build_id] if build_id is not None else [])]
     children = [subprocess.Popen(command) for _ in range(processes)]
@@ -179,7 +179,7 @@ def supervise(processes: int, role: str = "all", deployment: str | None = None,
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="agent-worker", description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="worker processes on the task queue (default 1; use one per core)")
     parser.add_argument("--role", choices=WORKER_ROLES, default="all",

@@ -21,23 +21,23 @@ from temporalio.worker.workflow_sandbox import (
     SandboxRestrictions,
 )
 
-from activities.llm import LLMActivities
-from activities.mcp import load_mcp_config
-from activities.models import WORKER_ROLES, model_queue, role_queues
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
-from activities.tools.memory import MEMORY_TOOLS
-from activities.tools.loader import load_tools
-from activities.webhooks import WebhookActivities
-from client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
-from worker.logging import LoggingInterceptor
-from worker.telemetry import TelemetryInterceptor, Tracing
-from workflows.conversation import ConversationWorkflow
-from workflows.signal_guard import SignalGuard
+from ..activities.llm import LLMActivities
+from ..activities.mcp import load_mcp_config
+from ..activities.models import WORKER_ROLES, model_queue, role_queues
+from ..activities.settings import ActivitySettings
+from ..activities.tool_runner import ToolActivities
+from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
+from ..activities.tools.memory import MEMORY_TOOLS
+from ..activities.tools.loader import load_tools
+from ..activities.webhooks import WebhookActivities
+from ..client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
+from .logging import LoggingInterceptor
+from .telemetry import TelemetryInterceptor, Tracing
+from ..workflows.conversation import ConversationWorkflow
+from ..workflows.signal_guard import SignalGuard
 
 if TYPE_CHECKING:
-    from activities.mcp import McpToolbox
+    from ..activities.mcp import McpToolbox
 
 log = structlog.get_logger()
 # Libraries the workflow's code uses, imported once and shared by every workflow in the sandbox.
@@ -79,7 +79,7 @@ def build_worker(
 
     `sandboxed` runs workflow code in Temporal's sandbox, which refuses what workflow code must
     not do (I/O, the clock, randomness) at its first run instead of at a replay. The tests run it
-    so; `python -m worker` runs without it unless `AGENT_WORKFLOW_SANDBOX=on`: it costs a
+    so; `agent-worker` runs without it unless `AGENT_WORKFLOW_SANDBOX=on`: it costs a
     production worker 30% of its CPU per step (importing a workflow's modules for every workflow
     it starts or replays, and entering the sandbox for every payload), and in production a
     refusal fails the workflow task just as a non-determinism error does. `workflows` and
@@ -129,7 +129,7 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
                  llm: LLMActivities | None = None, sandboxed: bool = True,
                  tracing: Tracing | None = None,
                  deployment: WorkerDeploymentConfig | None = None) -> list[Worker]:
-    """The workers of one process, by its role (`python -m worker --role`):
+    """The workers of one process, by its role (`agent-worker --role`):
     - `all`: workflow tasks, model calls and tool runs, on the task queue, as before;
     - `workflows`: workflow tasks only (and listing tools); its conversations send model calls
       and tool runs to the queues of `role_queues`, which `models` and `tools` workers serve;
@@ -191,7 +191,7 @@ def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
 
 def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
     """Temporal's sandbox, with the libraries passed through and the workflow's own modules
-    checked; or none (`python -m worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
+    checked; or none (`agent-worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
     if not sandboxed:
         return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
@@ -224,6 +224,6 @@ def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:
     for error in config.errors:
         log.warning("mcp server left out", error=error)
     log.info("mcp servers configured", servers=[s.name for s in config.servers])
-    from activities.mcp import McpToolbox  # noqa: PLC0415 (the MCP SDK, only when configured)
+    from ..activities.mcp import McpToolbox  # noqa: PLC0415 (the MCP SDK, only when configured)
 
     return McpToolbox(config, log_dir=settings.data_dir / "mcp-logs")

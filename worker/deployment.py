@@ -1,4 +1,4 @@
-"""A versioned worker: `python -m worker --deployment NAME --build-id ID` (or `AGENT_DEPLOYMENT`,
+"""A versioned worker: `agent-worker --deployment NAME --build-id ID` (or `AGENT_DEPLOYMENT`,
 `AGENT_BUILD_ID`) runs every worker of the process as that Temporal Worker Deployment Version.
 Conversations are pinned to the version they start on, and move to a new current version at a
 turn boundary (`workflows.conversation`); operators promote versions with the temporal CLI.
@@ -21,7 +21,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
-from contract.names import version_label
+from ..contract.names import version_label
 
 MAX_BUILD_ID_CHARS = 255  # the server's default `limit.workerBuildIdSize`
 REGISTER_PATIENCE_S = 20.0

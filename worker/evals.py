@@ -1,4 +1,4 @@
-"""The worker of an eval (`python -m client eval`): the conversation workflow and the model calls
+"""The worker of an eval (`agent eval`): the conversation workflow and the model calls
 as every worker runs them, on the eval's own task queue, with tool runs answered from the cases.
 
 A call whose tool and arguments the case recorded gets the recorded observation; any other call
@@ -19,19 +19,19 @@ import structlog
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.llm import LLMActivities
-from activities.settings import ActivitySettings
-from activities.tool_runner import ToolActivities
-from activities.tools import ToolRegistry
-from contract import (
+from ..activities.llm import LLMActivities
+from ..activities.settings import ActivitySettings
+from ..activities.tool_runner import ToolActivities
+from ..activities.tools import ToolRegistry
+from ..contract import (
     LIST_TOOLS_ACTIVITY,
     ToolInvocation,
     ToolListRequest,
     ToolOutcome,
     WorkerHandshake,
 )
-from rules.cases import RecordedTools
-from worker.app import build_worker, model_workers
+from ..rules.cases import RecordedTools
+from .app import build_worker, model_workers
 
 log = structlog.get_logger()
 
@@ -81,7 +81,7 @@ async def eval_worker(client: Client, task_queue: str, settings: ActivitySetting
                       live_safe: bool = False) -> AsyncIterator[None]:
     """Run an eval's workers on its own task queue while the block runs: `registry`'s tools,
     answered from `books` (by conversation id), and the model calls of its rate-limited model
-    entries on their own queues, as `python -m worker` serves them."""
+    entries on their own queues, as `agent-worker` serves them."""
     quiet = eval_settings(settings)
     async with httpx.AsyncClient(timeout=30) as http, AsyncExitStack() as stack:
         tools = CaseTools(books, live_safe, registry, quiet, http)

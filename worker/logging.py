@@ -17,7 +17,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from contract import RUNTIME_ACTIVITIES
+from ..contract import RUNTIME_ACTIVITIES
 
 
 def add_pid(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:

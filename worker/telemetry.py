@@ -57,8 +57,8 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from activities import telemetry as activity_telemetry
-from rules.tracing import EMIT_SPAN, TRACEPARENT, SpanRecord, parse_traceparent
+from ..activities import telemetry as activity_telemetry
+from ..rules.tracing import EMIT_SPAN, TRACEPARENT, SpanRecord, parse_traceparent
 
 log = structlog.get_logger("telemetry")
 SERVICE_NAME = "durable-react-agent"  # the distribution's name: OTEL_SERVICE_NAME's default

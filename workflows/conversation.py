@@ -18,7 +18,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from contract import (
+from ..contract import (
     PENDING_PROMPT_QUERY,
     AnswerRequest,
     AuditRecord,
@@ -32,18 +32,18 @@ from contract import (
     SignalOutcome,
     Status,
 )
-from contract.bounds import Limits
-from contract.names import CHILD_STATUS_SIGNAL
-from rules import context, loop, output
-from rules.gate import Refusal
-from rules.prompts import default_system_prompt
-from rules.start_input import first_state, settled_input
-from workflows.decisions import DECISIONS, decision_signal, decision_update
-from workflows.handover import carried, next_input
-from workflows.handshake import shake_hands, tools_changed
-from workflows.human_desk import HumanDesk, HumanRequest, Taken
-from workflows.model_step import Thinker
-from workflows.patches import (
+from ..contract.bounds import Limits
+from ..contract.names import CHILD_STATUS_SIGNAL
+from ..rules import context, loop, output
+from ..rules.gate import Refusal
+from ..rules.prompts import default_system_prompt
+from ..rules.start_input import first_state, settled_input
+from .decisions import DECISIONS, decision_signal, decision_update
+from .handover import carried, next_input
+from .handshake import shake_hands, tools_changed
+from .human_desk import HumanDesk, HumanRequest, Taken
+from .model_step import Thinker
+from .patches import (
     AUDIT_INPUTS_PATCH,
     BOUNDED_CONTEXT_PATCH,
     DELTA_CONTEXT_PATCH,
@@ -55,14 +55,14 @@ from workflows.patches import (
     REAL_MODELS_PATCH,
     TRUSTED_SEAMS_PATCH,
 )
-from workflows.reporting import Narrator
-from workflows.signal_guard import sent
-from workflows.standing import Standing, moved_here, new_version, running_version
-from workflows.tool_round import FAST, Pace
-from workflows.turn import TurnLoop
+from .reporting import Narrator
+from .signal_guard import sent
+from .standing import Standing, moved_here, new_version, running_version
+from .tool_round import FAST, Pace
+from .turn import TurnLoop
 
 
-# On a versioned worker (`python -m worker --deployment`, `worker.deployment`) a run is pinned
+# On a versioned worker (`agent-worker --deployment`, `worker.deployment`) a run is pinned
 # to its version, so it never meets other code; it moves to a new version only by continuing as
 # new at a turn boundary. (The behaviour is the worker's default, not this definition's: Temporal
 # refuses the workflow tasks of an unversioned worker whose workflow names one.)

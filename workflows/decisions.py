@@ -9,8 +9,8 @@ from typing import Any
 
 from temporalio import workflow
 
-from contract import AnswerRequest, ConfirmRequest, RejectRequest, SignalOutcome, names
-from workflows.signal_guard import sent
+from ..contract import AnswerRequest, ConfirmRequest, RejectRequest, SignalOutcome, names
+from .signal_guard import sent
 
 # (the signal, its Update twin, the request both carry, the desk's plan of it)
 DECISIONS = (

@@ -9,15 +9,15 @@ and the live stream are fitted to their carry budgets, so the next run's input s
 
 from __future__ import annotations
 
-from contract import ConversationInput
-from contract.bounds import (
+from ..contract import ConversationInput
+from ..contract.bounds import (
     AUDIT_BYTES,
     CONTEXT_CARRY_BYTES,
     MAX_AUDIT_RECORDS,
     Tail,
 )
-from contract.state import ConversationState, StreamSnapshot
-from rules.context import fit_bytes
+from ..contract.state import ConversationState, StreamSnapshot
+from ..rules.context import fit_bytes
 
 CARRY_DROP_REASON = "the context carried to a new run passed its size bound"
 

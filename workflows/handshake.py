@@ -10,7 +10,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from contract import (
+from ..contract import (
     LIST_TOOLS_ACTIVITY,
     MCP_LISTING_ACTIVITY,
     ApprovalPolicy,
@@ -18,14 +18,14 @@ from contract import (
     ToolListRequest,
     WorkerHandshake,
 )
-from contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
-from contract.memory import RECALL_TOOL
-from contract.state import ConversationState, ModelRoutes
-from rules.gate import policy_refusal
-from rules.listing import changed_servers
-from rules.questions import ASK_TOOLS
-from rules.start_input import admitted_tools
-from workflows.failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
+from ..contract.bounds import MAX_SYSTEM_PROMPT_BYTES, Limits, clip_bytes
+from ..contract.memory import RECALL_TOOL
+from ..contract.state import ConversationState, ModelRoutes
+from ..rules.gate import policy_refusal
+from ..rules.listing import changed_servers
+from ..rules.questions import ASK_TOOLS
+from ..rules.start_input import admitted_tools
+from .failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
 
 
 async def shake_hands(state: ConversationState, limits: Limits,

@@ -17,7 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from contract import (
+from ..contract import (
     AnswerRequest,
     ConfirmRequest,
     Decision,
@@ -30,7 +30,7 @@ from contract import (
     Status,
     ToolDefinition,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_QUEUED_MESSAGES,
     MAX_REASON_BYTES,
@@ -46,11 +46,11 @@ from contract.bounds import (
     keep_last,
     text_size,
 )
-from contract.state import ConversationState
-from rules import gate, tracing
-from rules.gate import PendingCall, Refusal
-from rules.questions import DECLINED
-from workflows import telemetry
+from ..contract.state import ConversationState
+from ..rules import gate, tracing
+from ..rules.gate import PendingCall, Refusal
+from ..rules.questions import DECLINED
+from . import telemetry
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # What became of a human request: the decisions it took, the answer's text, or a refusal.

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from contract import (
+from ..contract import (
     LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     SUMMARIZE_ACTIVITY,
@@ -33,7 +33,7 @@ from contract import (
     SummaryRequest,
     Usage,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     MAX_ERROR_BYTES,
     MAX_SEEN_CALL_IDS,
     MAX_SUMMARY_BYTES,
@@ -42,10 +42,10 @@ from contract.bounds import (
     clip_bytes,
     keep_last,
 )
-from contract.state import ConversationState
-from rules import context, delta, output, replies
-from rules.compaction import compact, estimate_tokens
-from workflows.failures import (
+from ..contract.state import ConversationState
+from ..rules import context, delta, output, replies
+from ..rules.compaction import compact, estimate_tokens
+from .failures import (
     MIN_WINDOW_TOKENS,
     failure_reason,
     fallback_reason,
@@ -55,9 +55,9 @@ from workflows.failures import (
     raise_if_cancelled,
     refusal_said,
 )
-from workflows.patches import FORCED_ANSWER_RETRY_PATCH, REAL_MODEL_SHAPES_PATCH, Patches
-from workflows.reporting import Narrator
-from workflows.tool_round import Pace
+from .patches import FORCED_ANSWER_RETRY_PATCH, REAL_MODEL_SHAPES_PATCH, Patches
+from .reporting import Narrator
+from .tool_round import Pace
 
 SUMMARY_ATTEMPTS = 3
 T = TypeVar("T")

@@ -19,10 +19,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from contract import NOTIFY_ACTIVITY, AuditRecord, NotifyRequest, Usage
-from contract.bounds import keep_last
-from contract.state import ConversationState
-from workflows.failures import failure_reason, is_cancelled
+from ..contract import NOTIFY_ACTIVITY, AuditRecord, NotifyRequest, Usage
+from ..contract.bounds import keep_last
+from ..contract.state import ConversationState
+from .failures import failure_reason, is_cancelled
 
 MAX_OUTBOX = 64  # deliveries a conversation carries at most (the oldest go first)
 DELIVERY_TIMEOUT = timedelta(seconds=15)

@@ -17,8 +17,8 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.converter import value_to_type
 
-from contract import AuditRecord, Decision, StreamEvent
-from contract.bounds import (
+from ..contract import AuditRecord, Decision, StreamEvent
+from ..contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_AUDIT_RECORD_BYTES,
     MAX_AUDIT_RECORDS,
@@ -37,10 +37,10 @@ from contract.bounds import (
     keep_within,
     preview_args,
 )
-from contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC
-from contract.state import ConversationState, StreamSnapshot
-from rules.gate import Refusal
-from workflows.notifier import Notifier
+from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC
+from ..contract.state import ConversationState, StreamSnapshot
+from ..rules.gate import Refusal
+from .notifier import Notifier
 
 # Who started a conversation (a subagent: its parent's owner): a user's list filters on it.
 CARRIED_PUBLISHERS = 16  # dedup state of the latest token publishers (LLM activity attempts)

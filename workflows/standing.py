@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from temporalio import workflow
 
-from contract import (
+from ..contract import (
     CLOSED_STATUSES,
     WAITING_STATUSES,
     ChildRef,
@@ -20,14 +20,14 @@ from contract import (
     PendingQuestion,
     Status,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     MAX_CALLS_PER_REPLY,
 )
-from contract.names import CHILD_STATUS_SIGNAL, relative_id, version_label
-from contract.state import ConversationState
-from rules import tracing
-from rules.commands import details_markdown
-from rules.search_attributes import AGENT_STATUS
+from ..contract.names import CHILD_STATUS_SIGNAL, relative_id, version_label
+from ..contract.state import ConversationState
+from ..rules import tracing
+from ..rules.commands import details_markdown
+from ..rules.search_attributes import AGENT_STATUS
 
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
 

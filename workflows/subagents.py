@@ -21,7 +21,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
-from contract import (
+from ..contract import (
     AgentSpec,
     ChildReport,
     ConversationInput,
@@ -29,14 +29,14 @@ from contract import (
     ToolOutcome,
     Usage,
 )
-from contract.bounds import MAX_CHILDREN, clip, keep_last
-from contract.state import ConversationState
-from rules import loop, tracing
-from rules.search_attributes import owned_by
-from rules.stopping import child_share, dollars
-from workflows import telemetry
-from workflows.failures import failure_reason
-from workflows.reporting import Narrator
+from ..contract.bounds import MAX_CHILDREN, clip, keep_last
+from ..contract.state import ConversationState
+from ..rules import loop, tracing
+from ..rules.search_attributes import owned_by
+from ..rules.stopping import child_share, dollars
+from . import telemetry
+from .failures import failure_reason
+from .reporting import Narrator
 
 CONVERSATION_WORKFLOW = "ConversationWorkflow"  # a subagent is a conversation too
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from rules.tracing import EMIT_SPAN, SpanRecord, label, ns, parse_traceparent
+from ..rules.tracing import EMIT_SPAN, SpanRecord, label, ns, parse_traceparent
 
 
 def emit(name: str, span: str | None, parent: str | None, start: datetime, end: datetime,

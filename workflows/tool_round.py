@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import TimeoutError
 
-from contract import (
+from ..contract import (
     AuditAction,
     AuditRecord,
     ChatMessage,
@@ -31,18 +31,18 @@ from contract import (
     ToolInvocation,
     ToolOutcome,
 )
-from contract.bounds import MAX_TOOLS_USED, keep_last, truncate_observation
-from contract.state import ConversationState
-from rules import gate, loop, sampling, tracing
-from rules.links import call_ticket
-from rules.questions import DECLINED, heard, not_asked, question_from_args
-from rules.repeats import MAX_RAN_CALLS, ran_call
-from rules.stopping import CallRecord, call_record
-from workflows import telemetry
-from workflows.failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
-from workflows.human_desk import HumanDesk
-from workflows.reporting import Narrator
-from workflows.subagents import Subagents
+from ..contract.bounds import MAX_TOOLS_USED, keep_last, truncate_observation
+from ..contract.state import ConversationState
+from ..rules import gate, loop, sampling, tracing
+from ..rules.links import call_ticket
+from ..rules.questions import DECLINED, heard, not_asked, question_from_args
+from ..rules.repeats import MAX_RAN_CALLS, ran_call
+from ..rules.stopping import CallRecord, call_record
+from . import telemetry
+from .failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
+from .human_desk import HumanDesk
+from .reporting import Narrator
+from .subagents import Subagents
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from contract import (
+from ..contract import (
     AuditAction,
     AuditRecord,
     ChatMessage,
@@ -20,7 +20,7 @@ from contract import (
     TurnSummary,
     Usage,
 )
-from contract.bounds import (
+from ..contract.bounds import (
     MAX_ERROR_BYTES,
     MAX_MODEL_NAME_BYTES,
     MAX_TOOLS_LISTED,
@@ -28,7 +28,7 @@ from contract.bounds import (
     clip,
     keep_last,
 )
-from contract.memory import (
+from ..contract.memory import (
     MAX_RECALL_QUERY_BYTES,
     MAX_RECALLED,
     MAX_RECALLED_BYTES,
@@ -36,19 +36,19 @@ from contract.memory import (
     Recalled,
     RecallRequest,
 )
-from contract.state import TurnState
-from rules import context, loop, output, tracing
-from rules.memory import recall_messages, within_bytes
-from rules.stopping import is_looping, over_budget
-from workflows import telemetry
-from workflows.failures import (
+from ..contract.state import TurnState
+from ..rules import context, loop, output, tracing
+from ..rules.memory import recall_messages, within_bytes
+from ..rules.stopping import is_looping, over_budget
+from . import telemetry
+from .failures import (
     ACTIVITY_FAILURES,
     failure_reason,
     is_context_too_long,
     raise_if_cancelled,
 )
-from workflows.patches import END_INTERRUPTS_PATCH, MEMORY_PATCH
-from workflows.tool_round import ToolRound
+from .patches import END_INTERRUPTS_PATCH, MEMORY_PATCH
+from .tool_round import ToolRound
 
 ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
 

@@ -5,17 +5,17 @@ named, so a worker without MCP servers starts (and restarts after a crash) that 
 
 from typing import TYPE_CHECKING, Any
 
-from activities.mcp.config import McpConfig, McpConfigError, load_mcp_config
+from .config import McpConfig, McpConfigError, load_mcp_config
 
 if TYPE_CHECKING:
-    from activities.mcp.toolbox import McpDiscovery, McpToolbox
+    from .toolbox import McpDiscovery, McpToolbox
 
 __all__ = ["McpConfig", "McpConfigError", "McpDiscovery", "McpToolbox", "load_mcp_config"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("McpDiscovery", "McpToolbox"):
-        from activities.mcp import toolbox
+        from . import toolbox
 
         return getattr(toolbox, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from contract import Risk
+from ...contract import Risk
 
 log = structlog.get_logger()
 

@@ -25,8 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation, ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from activities.mcp.config import HttpServerConfig, McpServerConfig, StdioServerConfig
-from activities.mcp.elicitation import InFlight, outside_any_call
+from .config import HttpServerConfig, McpServerConfig, StdioServerConfig
+from .elicitation import InFlight, outside_any_call
 
 log = structlog.get_logger()
 

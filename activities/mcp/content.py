@@ -17,7 +17,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from contract.bounds import valid_text
+from ...contract.bounds import valid_text
 
 
 def _decoded_size(data: str) -> int:

@@ -38,9 +38,9 @@ from mcp.types import (
     ErrorData,
 )
 
-from contract import ElicitAnswer, Question
-from contract.bounds import canonical_json, clip
-from rules.schemas import schema_problem
+from ...contract import ElicitAnswer, Question
+from ...contract.bounds import canonical_json, clip
+from ...rules.schemas import schema_problem
 
 # What enters the conversation of a request: its message, and its schema's canonical JSON.
 MAX_MESSAGE_BYTES = 4_000

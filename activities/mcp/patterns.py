@@ -13,7 +13,7 @@ import time
 
 import regex
 
-from rules.schemas import PatternTimeout, re2_search
+from ...rules.schemas import PatternTimeout, re2_search
 
 PATTERN_BUDGET_S = 0.5  # of fallback matching per call; a sane pattern needs microseconds
 

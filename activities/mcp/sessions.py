@@ -19,8 +19,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from activities.mcp.config import McpServerConfig
-from activities.mcp.connection import McpConnection
+from .config import McpServerConfig
+from .connection import McpConnection
 
 # Idle sessions a server keeps for conversations' next calls: each is a process (tens of MB for
 # a Python server), so a worker keeps the few conversations busy now warm, not every one it saw.

@@ -23,15 +23,15 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallTool
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.mcp.catalog import CatalogEntry, build_catalog, listing_digests
-from activities.mcp.config import McpConfig, McpServerConfig, StdioServerConfig
-from activities.mcp.connection import McpConnection, ServerUnavailable, describe
-from activities.mcp.content import progress_text, result_text
-from activities.mcp.elicitation import AskingCall, Sampler
-from activities.mcp.patterns import BoundedSearch
-from activities.mcp.sessions import ConversationSessions
-from contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
-from rules.schemas import argument_errors
+from .catalog import CatalogEntry, build_catalog, listing_digests
+from .config import McpConfig, McpServerConfig, StdioServerConfig
+from .connection import McpConnection, ServerUnavailable, describe
+from .content import progress_text, result_text
+from .elicitation import AskingCall, Sampler
+from .patterns import BoundedSearch
+from .sessions import ConversationSessions
+from ...contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
+from ...rules.schemas import argument_errors
 
 log = structlog.get_logger()
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote
 
-from activities.memory.store import (
+from .store import (
     MemoryRefused,
     MemoryStore,
     MemoryUnavailable,
@@ -48,10 +48,10 @@ def open_store(url: str) -> MemoryStore:
     """The store `url` names (its schema is made at the first use)."""
     check_url(url)
     if url.startswith("sqlite:///"):
-        from activities.memory.sqlite import SqliteMemories
+        from .sqlite import SqliteMemories
 
         return SqliteMemories(url, Path(unquote(url.removeprefix("sqlite://"))))
-    from activities.memory.postgres import PostgresMemories
+    from .postgres import PostgresMemories
 
     return PostgresMemories(url)
 

@@ -12,7 +12,7 @@ import openai
 import structlog
 
 if TYPE_CHECKING:
-    from activities.settings import ActivitySettings
+    from ..settings import ActivitySettings
 
 log = structlog.get_logger()
 TIMEOUT_S = 10.0

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from activities.memory.store import (
+from .store import (
     LOG_SCHEMA,
     SCRUB_LOG,
     MemoryStore,

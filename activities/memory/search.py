@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from activities.memory import open_store
-from activities.memory.embeddings import embedding_of
-from contract.memory import Memory
+from . import open_store
+from .embeddings import embedding_of
+from ...contract.memory import Memory
 
 if TYPE_CHECKING:
-    from activities.settings import ActivitySettings
+    from ..settings import ActivitySettings
 
 
 async def search(settings: ActivitySettings, owner: str, query: str, limit: int) -> list[Memory]:

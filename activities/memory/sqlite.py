@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from activities.memory.store import LOG_SCHEMA, SCRUB_LOG, MemoryStore, MemoryUnavailable
+from .store import LOG_SCHEMA, SCRUB_LOG, MemoryStore, MemoryUnavailable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (

@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from contract.memory import Memory
-from rules.memory import memory_text_problem, search_terms
+from ...contract.memory import Memory
+from ...rules.memory import memory_text_problem, search_terms
 
 COLUMNS = "id, owner, text, created_at, conversation_id"
 LOGGED = "memory_id, owner, created_at, conversation_id"  # a memory in the log: never its text

@@ -1,14 +1,14 @@
 """Native tools, one file per family, each made with `@tool` as any user's tool is."""
 
-from activities.tools.notes import NOTES_TOOLS
-from activities.tools.registry import (
+from .notes import NOTES_TOOLS
+from .registry import (
     NeedsInput,
     ToolContext,
     ToolError,
     ToolRegistry,
     ToolSpec,
 )
-from activities.tools.weather import get_weather
+from .weather import get_weather
 
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (get_weather, *NOTES_TOOLS)
 

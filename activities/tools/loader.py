@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from activities.tools.registry import ToolSpec, name_problem
+from .registry import ToolSpec, name_problem
 
 ENTRY_POINT_GROUP = "durable_react_agent.tools"
 BUILTIN = "the built-in tools"

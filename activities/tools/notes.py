@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from activities.tools.function_tool import tool
-from activities.tools.registry import NeedsInput, ToolContext, ToolError
+from .function_tool import tool
+from .registry import NeedsInput, ToolContext, ToolError
 
 
 def notes_table(name: str) -> str:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel
 
-from activities.settings import ActivitySettings
-from contract import (
+from ..settings import ActivitySettings
+from ...contract import (
     NOTIFY_ACTIVITY,
     RUNTIME_ACTIVITIES,
     Question,
@@ -19,10 +19,10 @@ from contract import (
     Risk,
     ToolDefinition,
 )
-from rules.questions import ASK_TOOLS
+from ...rules.questions import ASK_TOOLS
 
 if TYPE_CHECKING:
-    from activities.tools.reporter import CallReporter
+    from .reporter import CallReporter
 
 # Names a tool cannot take: the runtime's own activity types, which a tool would shadow, and the
 # ask_* tools, which every conversation has and which would hide it.

@@ -8,8 +8,8 @@ from typing import Annotated
 import httpx
 from pydantic import Field
 
-from activities.tools.function_tool import tool
-from activities.tools.registry import ToolContext, ToolError
+from .function_tool import tool
+from .registry import ToolContext, ToolError
 
 MAX_PLACES = 1024  # places a worker keeps found, the least recently asked for going first
 _PLACES: OrderedDict[tuple[str, str], dict] = OrderedDict()

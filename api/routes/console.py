@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from api.access import ROLES, Role, Verdict
-from api.bodies import StrictJsonRoute
-from api.deps import Who
+from ..access import ROLES, Role, Verdict
+from ..bodies import StrictJsonRoute
+from ..deps import Who
 
 STATIC = FilePath(__file__).parent.parent / "static"
 router = APIRouter(tags=["console"], route_class=StrictJsonRoute)

@@ -8,16 +8,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from api.access import Verdict
-from api.bodies import ForkBody, StartBody, StrictJsonRoute
-from api.deps import Cid, Conversations, Who, allowed, caller_trace
-from api.errors import errors
-from client.cases import export as export_case
-from client.cases import fork as fork_case
-from client.checks import Refused, UsageError, budget_of, new_conversation_id
-from client.listing import ConversationRow
-from contract import AuditRecord, ConversationInput, ConversationStatus, Status
-from contract.case import Case
+from ..access import Verdict
+from ..bodies import ForkBody, StartBody, StrictJsonRoute
+from ..deps import Cid, Conversations, Who, allowed, caller_trace
+from ..errors import errors
+from ...client.cases import export as export_case
+from ...client.cases import fork as fork_case
+from ...client.checks import Refused, UsageError, budget_of, new_conversation_id
+from ...client.listing import ConversationRow
+from ...contract import AuditRecord, ConversationInput, ConversationStatus, Status
+from ...contract.case import Case
 
 router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 
@@ -73,7 +73,7 @@ async def conversations(s: Conversations, who: Who,
             responses=read)
 async def conversation(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]
                       ) -> Any:
-    """The status, with the keys of `python -m client status --json`."""
+    """The status, with the keys of `agent status --json`."""
     return await s.status(cid)
 
 
@@ -97,7 +97,7 @@ async def schemas(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")
             responses=errors(404, 409, 502, 503))
 async def export(cid: Cid, s: Conversations, _: Annotated[None, allowed("read")]) -> Any:
     """The conversation as a case (`docs/evals.md`): its messages, tool calls and results,
-    decisions and answers, final answer and usage, as `python -m client export` writes it."""
+    decisions and answers, final answer and usage, as `agent export` writes it."""
     return await export_case(s, cid)
 
 

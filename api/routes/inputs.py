@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 
-from api.bodies import (
+from ..bodies import (
     AnswerBody,
     ConfirmBody,
     DeclineBody,
@@ -17,10 +17,10 @@ from api.bodies import (
     RejectBody,
     StrictJsonRoute,
 )
-from api.deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
-from api.errors import errors
-from client.checks import Refused
-from contract import (
+from ..deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
+from ..errors import errors
+from ...client.checks import Refused
+from ...contract import (
     AnswerRequest,
     ConfirmRequest,
     RejectRequest,

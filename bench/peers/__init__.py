@@ -8,7 +8,7 @@ and (the Agents SDK) its trace export to OpenAI's servers off. Their tool is our
 documents.
 
 `python -m bench.peers pydantic_ai|openai_agents` serves one on AGENT_TASK_QUEUE, as
-`python -m worker` serves ours. Each peer's workflow is a module of its own, so that Temporal's
+`agent-worker` serves ours. Each peer's workflow is a module of its own, so that Temporal's
 sandbox, which imports a workflow's module afresh, imports only that peer.
 """
 

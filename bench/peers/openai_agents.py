@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.openai_agents.workflow import activity_as_tool
 
     from bench.peers.tool import weather_of
-    from rules.prompts import DEFAULT_SYSTEM_PROMPT
+    from durable_react_agent.rules.prompts import DEFAULT_SYSTEM_PROMPT
 
 
 @activity.defn(name="get_weather")

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.usage import UsageLimits
 
     from bench.peers.tool import weather_of
-    from rules.prompts import DEFAULT_SYSTEM_PROMPT
+    from durable_react_agent.rules.prompts import DEFAULT_SYSTEM_PROMPT
 
 tour_agent = Agent(OpenAIChatModel("scripted"), name="tour", instructions=DEFAULT_SYSTEM_PROMPT,
                    capabilities=[TemporalDurability()])

@@ -6,8 +6,8 @@ import os
 
 import httpx
 
-from activities.settings import ActivitySettings
-from activities.tools import ToolContext, default_registry
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import ToolContext, default_registry
 
 _http: httpx.AsyncClient | None = None
 

@@ -1,9 +1,9 @@
 """mkdocs hook: the CLI reference shows the real `--help`, run at build time, so it cannot drift.
 
-A line `<!-- help: client -->` in docs/reference/cli.md becomes the `--help` of `python -m client`
-and of each subcommand its help lists; `<!-- help: worker -->`, that of `python -m worker`. They
+A line `<!-- help: client -->` in docs/reference/cli.md becomes the `--help` of `agent`
+and of each subcommand its help lists; `<!-- help: worker -->`, that of `agent-worker`. They
 all run in one child process (this file run as a script), which imports the CLI once: a dozen
-`python -m client ... --help` processes would take most of ten seconds on two cores.
+`agent ... --help` processes would take most of ten seconds on two cores.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ MARKER = re.compile(r"^<!-- help: (\w+) -->$", re.MULTILINE)
 SUBCOMMANDS = re.compile(r"^positional arguments:\n\s+\{([\w,-]+)\}", re.MULTILINE)
 # argparse wraps to the terminal's width: the same on every machine, and no colour (3.14+).
 ENV = {"COLUMNS": "80", "NO_COLOR": "1"}
+# A marker's name: the command people type, and the module it runs.
+COMMANDS = {"client": ("agent", "durable_react_agent.client"),
+            "worker": ("agent-worker", "durable_react_agent.worker"),
+            "api": ("agent-api", "durable_react_agent.api")}
 
 
 def on_page_markdown(markdown: str, page, config, **kwargs) -> str:
@@ -44,17 +48,18 @@ def _run(modules: list[str], root: Path) -> dict[str, list]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def _section(module: str, helps: list) -> str:
+def _section(name: str, helps: list) -> str:
     blocks = [f"```text\n{helps[0][1].rstrip()}\n```"]
     for args, text in helps[1:]:
-        command = " ".join(["python -m", module, *args])
+        command = " ".join([COMMANDS[name][0], *args])
         blocks.append(f"### `{command}`\n\n```text\n{text.rstrip()}\n```")
     return "\n\n".join(blocks)
 
 
-def _help(module: str, args: list[str]) -> str:
-    """What `python -m MODULE ARGS --help` prints, run in this process."""
-    sys.argv = [f"python -m {module}", *args, "--help"]
+def _help(name: str, args: list[str]) -> str:
+    """What `COMMAND ARGS --help` prints, run in this process."""
+    command, module = COMMANDS[name]
+    sys.argv = [command, *args, "--help"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
@@ -63,12 +68,11 @@ def _help(module: str, args: list[str]) -> str:
             if exit.code not in (0, None):
                 raise
     if not out.getvalue().startswith("usage:"):
-        raise SystemExit(f"`python -m {' '.join([module, *args])} --help` printed no usage")
+        raise SystemExit(f"`{' '.join([command, *args])} --help` printed no usage")
     return out.getvalue()
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.getcwd())  # as `python -m` from the project's root would have it
     helps = {}
     for name in sys.argv[1:]:
         top = _help(name, [])

@@ -21,10 +21,10 @@ from temporalio.testing import WorkflowEnvironment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, run as a script
 
-from activities.profiles import AgentProfile, Profiles  # noqa: E402
-from activities.settings import ActivitySettings  # noqa: E402
-from contract import ConfirmRequest  # noqa: E402
-from scripted_model import (  # noqa: E402
+from durable_react_agent.activities.profiles import AgentProfile, Profiles  # noqa: E402
+from durable_react_agent.activities.settings import ActivitySettings  # noqa: E402
+from durable_react_agent.contract import ConfirmRequest  # noqa: E402
+from durable_react_agent.testing import (  # noqa: E402
     Scenario,
     Script,
     ScriptedModelServer,
@@ -34,9 +34,9 @@ from scripted_model import (  # noqa: E402
 from tests.devserver import TUNING_ARGS, temporal_cli  # noqa: E402
 from tests.fake_tools import registry_with_test_tools  # noqa: E402
 from tests.helpers import reaches, settled, start  # noqa: E402
-from worker.app import build_worker  # noqa: E402
-from worker.telemetry import Tracing  # noqa: E402
-from workflows.conversation import ConversationWorkflow  # noqa: E402
+from durable_react_agent.worker.app import build_worker  # noqa: E402
+from durable_react_agent.worker.telemetry import Tracing  # noqa: E402
+from durable_react_agent.workflows.conversation import ConversationWorkflow  # noqa: E402
 
 
 async def main(endpoint: str, wait_s: float) -> None:

@@ -22,19 +22,19 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-from activities.models import ModelEntry, Models
-from activities.settings import ActivitySettings
-from activities.tools import default_registry
-from client.render import render_status
-from contract import (
+from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.client.render import render_status
+from durable_react_agent.contract import (
     ConfirmRequest,
     ConversationStatus,
     EndRequest,
     RejectRequest,
 )
 from tests.helpers import note_rows, start, unique
-from worker.app import build_worker
-from workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 BASE_URL = os.environ.get("REAL_MODEL_BASE_URL")
 MODEL = os.environ.get("REAL_MODEL") or "qwen2.5-coder-1.5b-instruct"

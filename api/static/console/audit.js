@@ -15,7 +15,7 @@ export function renderAudit(root, records, actions) {
   fill(root,
     actions ? h('div', { class: 'audit-tools' },
       h('button', { type: 'button', class: 'secondary', testid: 'export-case', onclick: () => actions.exportCase() }, 'Export as a case'),
-      h('span', { class: 'hint', testid: 'fork-note' }, 'A case replays in ', h('code', null, 'python -m client eval'), '; “Fork from here” starts a new conversation from a step.'))
+      h('span', { class: 'hint', testid: 'fork-note' }, 'A case replays in ', h('code', null, 'agent eval'), '; “Fork from here” starts a new conversation from a step.'))
       : null,
     h('table', { class: 'audit-table' },
       h('thead', null, h('tr', null, ['Time', 'Where', 'Thought', 'Actions and decisions', 'Tokens', 'Stop'].map((c) => h('th', null, c)))),

@@ -1,4 +1,4 @@
-"""Run the scripted model server in the foreground: `python -m scripted_model`.
+"""Run the scripted model server in the foreground: `python -m durable_react_agent.testing`.
 
 Used by the offline demo, where the worker's OPENAI_BASE_URL and Open-Meteo URLs
 point here instead of the internet. With no script, every conversation is answered
@@ -18,7 +18,7 @@ from .server import ScriptedModelServer
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m scripted_model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m durable_react_agent.testing", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--script", type=Path, help="script JSON file (scenarios by trigger)")

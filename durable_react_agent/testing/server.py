@@ -127,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, _error_body(404, f"no route for GET {url.path}"))
 
     def _embeddings(self, raw: bytes) -> None:
-        """OpenAI's `/v1/embeddings`, from `scripted_model.embeddings`."""
+        """OpenAI's `/v1/embeddings`, from `durable_react_agent.testing.embeddings`."""
         try:
             body = json.loads(raw)
             given = body["input"]
@@ -312,7 +312,7 @@ class ScriptedModelServer:
         # The model's window, said as these local servers say it (by "llama.cpp", "vllm",
         # "lm-studio", "ollama"): none, as the hosted endpoints, which say nothing.
         self.windows = dict(windows or {})
-        # Count tokens as a real server does (`scripted_model.tokenizer`): `POST /tokenize`, the
+        # Count tokens as a real server does (`durable_react_agent.testing.tokenizer`): `POST /tokenize`, the
         # usage of each reply, and a prompt longer than the llama.cpp or vLLM window refused.
         self.tokenize = tokenize
         self._host = host
