@@ -354,8 +354,8 @@ def test_clashing_names_and_empty_modules_are_refused(monkeypatch, tmp_path: Pat
     again = write_module(tmp_path, f"from {first} import shared\n")
     mine = write_module(tmp_path, tools_source("get_weather"))
     empty = write_module(tmp_path, "X = 1\n")
-    reserved = write_module(tmp_path, "from activities.tools.weather import get_weather\n"
-                                      "import dataclasses\n"
+    reserved = write_module(tmp_path, "from durable_react_agent.activities.tools.weather "
+                                      "import get_weather\nimport dataclasses\n"
                                       "mine = dataclasses.replace(get_weather, name='summarize')\n")
 
     def refusal(*modules: str) -> str:
