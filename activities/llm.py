@@ -15,27 +15,11 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from .context_cache import ContextCache
-from .endpoints import Endpoint, Endpoints
-from .heartbeat import heartbeating
-from .llm_stream import counted, stream_completion
-from .llm_errors import (
-    FORMAT_ATTEMPTS,
-    FORMAT_HINT,
-    FormatError,
-    classified,
-    error_detail,
-)
-from .settings import ActivitySettings
-from .summary import summary_messages
-from .windows import ServerTokens
 from ..contract import (
-    LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
     SUMMARIZE_ACTIVITY,
     LLMReply,
-    LLMRequest,
     LLMStepRequest,
     PendingPrompt,
     StreamEvent,
@@ -45,6 +29,20 @@ from ..contract import (
 from ..contract.bounds import TOKEN_ITEM_CHARS
 from ..contract.names import TOKENS_TOPIC
 from ..rules import delta
+from .context_cache import ContextCache
+from .endpoints import Endpoint, Endpoints
+from .heartbeat import heartbeating
+from .llm_errors import (
+    FORMAT_ATTEMPTS,
+    FORMAT_HINT,
+    FormatError,
+    classified,
+    error_detail,
+)
+from .llm_stream import counted, stream_completion
+from .settings import ActivitySettings
+from .summary import summary_messages
+from .windows import ServerTokens
 
 log = structlog.get_logger()
 
@@ -153,14 +151,6 @@ class LLMActivities:
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
         self._tokens = ServerTokens()  # user messages' tokens, as the model's server counts them
-
-    @activity.defn(name=LLM_CALL_ACTIVITY)
-    async def llm_call(self, request: LLMRequest) -> LLMReply:
-        """One chat completion of a whole prompt (as runs begun before the delta context ask)."""
-        return await self._complete(self._endpoints.get(request.model, request.entry),
-                                    [m.to_openai() for m in request.messages], request.tools,
-                                    request.tool_choice, request.turn, request.step,
-                                    request.response_format)
 
     @activity.defn(name=LLM_STEP_ACTIVITY)
     async def llm_step(self, request: LLMStepRequest) -> LLMReply:

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from ..contract import EntryLimits
 from .config_file import read_config
 from .pricing import ModelPrice
-from ..contract import EntryLimits
 
 DEFAULT_ENTRY = "default"
 OUTPUT_PARAMS = frozenset({"max_tokens", "max_completion_tokens"})  # what a reply may take

@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from .config_file import read_config
 from ..contract import AgentSpec, ToolDefinition
 from ..rules.output import output_schema_problem
+from .config_file import read_config
 
 AGENT_PREFIX = "agent__"
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"

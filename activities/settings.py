@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL, MAX_RECALLED
 from .context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
 from .memory import check_url, default_url
 from .models import ModelEntry, Models
 from .pricing import Prices
 from .profiles import Profiles
 from .webhooks import DEFAULT_LINK_TTL_S, Webhooks
-from ..contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL, MAX_RECALLED
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
 DEFAULT_FORECAST_URL = "https://api.open-meteo.com/v1/forecast"

@@ -22,9 +22,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from temporalio import activity
 
-from .settings import ActivitySettings
 from ..contract import Usage
 from ..rules.tracing import label
+from .settings import ActivitySettings
 
 # The turn's span an activity runs under (set per activity from its headers), or None.
 PARENT: ContextVar[Context | None] = ContextVar("agent_trace_parent", default=None)

@@ -12,16 +12,6 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from . import telemetry
-from .endpoints import Endpoints
-from .heartbeat import heartbeating
-from .memory.search import search
-from .models import model_routes
-from .settings import ActivitySettings
-from .tools import NeedsInput, ToolContext, ToolError, ToolRegistry
-from .tools.memory import recall
-from .tools.reporter import CallReporter
-from .windows import Windows
 from ..contract import (
     LIST_TOOLS_ACTIVITY,
     MCP_LISTING_ACTIVITY,
@@ -42,6 +32,16 @@ from ..contract.memory import (
 )
 from ..rules.gate import execution_refusal
 from ..rules.memory import within_bytes
+from . import telemetry
+from .endpoints import Endpoints
+from .heartbeat import heartbeating
+from .memory.search import search
+from .models import model_routes
+from .settings import ActivitySettings
+from .tools import NeedsInput, ToolContext, ToolError, ToolRegistry
+from .tools.memory import recall
+from .tools.reporter import CallReporter
+from .windows import Windows
 
 if TYPE_CHECKING:
     from .mcp import McpToolbox

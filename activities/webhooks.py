@@ -40,9 +40,9 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from .config_file import read_config
 from ..contract import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
 from ..rules.links import LinkClaims, sign_link
+from .config_file import read_config
 
 log = structlog.get_logger("webhooks")
 Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]

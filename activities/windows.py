@@ -23,8 +23,8 @@ import httpx
 import openai
 import structlog
 
-from .models import ModelEntry, Models
 from ..rules.context import text_digest
+from .models import ModelEntry, Models
 
 log = structlog.get_logger("windows")
 ASK_TIMEOUT_S = 2.0

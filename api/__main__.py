@@ -9,11 +9,11 @@ import sys
 
 import uvicorn
 
+from ..client.connection import TemporalSettings
+from ..worker.logging import configure_logging
 from .access import hash_token
 from .app import create_app
 from .settings import ApiSettings, SettingsError
-from ..client.connection import TemporalSettings
-from ..worker.logging import configure_logging
 
 
 def main() -> int:

@@ -46,7 +46,6 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
 
-from .access import Principal, Verdict
 from ..client.checks import (
     CliError,
     NotFound,
@@ -71,6 +70,7 @@ from ..contract import (
     names,
 )
 from ..rules.gate import Refusal, check_answer
+from .access import Principal, Verdict
 
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",

@@ -19,6 +19,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from temporalio.client import Client
 
+from ..client.connection import TemporalSettings, connect
+from ..client.session import Session
 from .errors import (
     RequestIds,
     add_error_handlers,
@@ -30,8 +32,6 @@ from .guard import BodyLimit, Gate
 from .links import link_routes
 from .routes import console, conversations, inputs, memories, streams
 from .settings import ApiSettings
-from ..client.connection import TemporalSettings, connect
-from ..client.session import Session
 
 log = structlog.get_logger("api")
 # The console is ES modules, which a browser runs only when served as JavaScript; some systems'

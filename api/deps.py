@@ -11,10 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import WithJsonSchema
 
-from .access import Action, Forbidden, Principal, Verdict
-from .errors import request_id
 from ..client.checks import NotFound
 from ..client.session import Session
+from .access import Action, Forbidden, Principal, Verdict
+from .errors import request_id
 
 W3C_TRACE_CONTEXT = TraceContextTextMapPropagator()
 

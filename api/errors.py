@@ -21,9 +21,9 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
+from ..client.checks import CliError, NotFound, NoWorker, Refused, Unavailable, UsageError
 from .access import Forbidden
 from .routes import every_route
-from ..client.checks import CliError, NotFound, NoWorker, Refused, Unavailable, UsageError
 
 log = structlog.get_logger("api")
 REQUEST_ID = "X-Request-ID"

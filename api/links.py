@@ -29,7 +29,6 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from .access import TokenBook, Verdict
 from ..client.checks import NotFound, NoWorker, Refused
 from ..client.session import Session
 from ..contract import (
@@ -41,6 +40,7 @@ from ..contract import (
     RejectRequest,
 )
 from ..rules.links import LinkClaims, LinkError, read_link
+from .access import TokenBook, Verdict
 
 LINK_APPROVER = "link"  # the approver of a link that names nobody
 

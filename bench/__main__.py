@@ -370,9 +370,9 @@ async def tokens(stack: Stack) -> list[tuple[str, str]]:
 
     from durable_react_agent.activities.settings import ActivitySettings
     from durable_react_agent.testing import ScriptedModelServer
+    from durable_react_agent.worker.app import build_worker
     from tests.fake_tools import registry_with_test_tools
     from tests.test_robustness import prompt_tokens
-    from durable_react_agent.worker.app import build_worker
 
     client = await stack.client()
     model = ScriptedModelServer().start()
@@ -405,9 +405,9 @@ async def long_chat(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
 
     from durable_react_agent.activities.settings import ActivitySettings
     from durable_react_agent.testing import ScriptedModelServer
+    from durable_react_agent.worker.app import build_worker
     from tests.fake_tools import registry_with_test_tools
     from tests.long_chat import run_long_chat
-    from durable_react_agent.worker.app import build_worker
 
     client = await stack.client()
     model = ScriptedModelServer().start()

@@ -12,8 +12,6 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from .checks import CliError, NotFound, UsageError, clip
-from .session import Session
 from ..contract import (
     LIST_TOOLS_ACTIVITY,
     LLM_CALL_ACTIVITY,
@@ -28,6 +26,8 @@ from ..contract import (
 from ..contract.case import Case
 from ..rules import delta
 from ..rules.cases import ModelCall, Recording, build_case, prompt_of, steps_of
+from .checks import CliError, NotFound, UsageError, clip
+from .session import Session
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # how Temporal's core records a local activity
 MAX_RUNS = 10_000  # a chain of continue-as-new longer than this is not followed

@@ -18,21 +18,6 @@ from typing import Any
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from .checks import (
-    CliError,
-    Refused,
-    UsageError,
-    budget_of,
-    new_conversation_id,
-    targets,
-)
-from .connection import TemporalSettings, connect
-from .cases import export, fork
-from .evals import add_eval_command
-from .memories import cmd_forget, cmd_memories
-from .render import render_history, render_status
-from .session import STATUSES, Session
-from .watch import watch
 from ..contract import (
     AnswerRequest,
     ConfirmRequest,
@@ -45,6 +30,21 @@ from ..contract import (
 )
 from ..contract.bounds import DEFAULT_MESSAGE_BYTES, check_message
 from ..rules.output import output_schema_problem
+from .cases import export, fork
+from .checks import (
+    CliError,
+    Refused,
+    UsageError,
+    budget_of,
+    new_conversation_id,
+    targets,
+)
+from .connection import TemporalSettings, connect
+from .evals import add_eval_command
+from .memories import cmd_forget, cmd_memories
+from .render import render_history, render_status
+from .session import STATUSES, Session
+from .watch import watch
 
 
 def print_status(status: ConversationStatus, as_json: bool) -> int:

@@ -15,8 +15,8 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from .checks import NoWorker
 from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from .checks import NoWorker
 
 # The search attributes a conversation starts with and upserts: its namespace must know them.
 CONVERSATION_ATTRIBUTES = (AGENT_STATUS, AGENT_OWNER)

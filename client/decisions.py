@@ -4,7 +4,6 @@ refused."""
 
 from __future__ import annotations
 
-from .checks import Refused, clip
 from ..contract import (
     AnswerRequest,
     ConfirmRequest,
@@ -15,6 +14,7 @@ from ..contract import (
     SignalOutcome,
 )
 from ..rules.gate import NOBODY
+from .checks import Refused, clip
 
 HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 

@@ -25,9 +25,6 @@ from xml.etree import ElementTree as ET
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from .cases import recording
-from .checks import CliError, NotFound, UsageError
-from .session import POLL_INTERVAL_S, Session
 from ..contract import (
     AnswerRequest,
     ConfirmRequest,
@@ -40,6 +37,9 @@ from ..contract.case import MAX_CASE_BYTES, Case, CaseError, load_case
 from ..contract.names import END_SIGNAL
 from ..rules.cases import ASK_PREFIX, RecordedTools, build_case
 from ..rules.scores import ANSWER_MODES, CALLS_MODES, Check, Score, score
+from .cases import recording
+from .checks import CliError, NotFound, UsageError
+from .session import POLL_INTERVAL_S, Session
 
 EVAL_OWNER = "eval"  # who starts, decides and answers in an eval, in its audit trail
 NO_DECISION = "the case being evaluated recorded no decision for this call"

@@ -10,8 +10,8 @@ import os
 import uuid
 
 from ..activities.memory import MemoryStore, MemoryUnavailable, open_store, url_from_env
-from .checks import CliError, Refused, UsageError
 from ..contract.memory import MAX_RECALL_QUERY_BYTES, Memory
+from .checks import CliError, Refused, UsageError
 
 
 def memory_store() -> MemoryStore:

@@ -43,28 +43,6 @@ from temporalio.contrib.workflow_streams import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from .checks import (
-    CliError,
-    NotFound,
-    NoWorker,
-    Refused,
-    UsageError,
-    check_conversation_id,
-    check_sendable,
-    clip,
-    unsendable,
-)
-from .connection import TemporalSettings, namespace_prepared
-from .decisions import (
-    HumanRequest,
-    PartlyApplied,
-    answer_owner,
-    part_refusal,
-    pending_call,
-    refused_outcome,
-    stale_child,
-)
-from .listing import ConversationRow, list_query, shown_status
 from ..contract import (
     SETTLED_STATUSES,
     AnswerRequest,
@@ -87,6 +65,28 @@ from ..contract.bounds import (
 from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
 from ..rules.output import output_schema_problem
 from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
+from .checks import (
+    CliError,
+    NotFound,
+    NoWorker,
+    Refused,
+    UsageError,
+    check_conversation_id,
+    check_sendable,
+    clip,
+    unsendable,
+)
+from .connection import TemporalSettings, namespace_prepared
+from .decisions import (
+    HumanRequest,
+    PartlyApplied,
+    answer_owner,
+    part_refusal,
+    pending_call,
+    refused_outcome,
+    stale_child,
+)
+from .listing import ConversationRow, list_query, shown_status
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
 # A query that ends like this found no worker to answer it (yet); any other failure is reported.

@@ -10,9 +10,9 @@ from typing import NamedTuple
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from ..contract import StreamEvent
 from .checks import NotFound
 from .session import follow
-from ..contract import StreamEvent
 
 # A subagent's start is announced in the same workflow task that starts it, so its workflow may
 # not exist yet for a moment.

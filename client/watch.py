@@ -9,12 +9,12 @@ from typing import TextIO
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from .render import shown
-from .tree import follow_tree
 from ..contract import StreamEvent
 from ..contract.names import relative_id
 from ..rules.commands import REASON, TEXT, client_command
 from ..rules.stopping import dollars
+from .render import shown
+from .tree import follow_tree
 
 
 class Renderer:

@@ -147,17 +147,9 @@ def clip_bytes(text: str, limit: int, what: str = "text") -> str:
     return _prefix(text, limit - text_size(marker)) + marker
 
 
-def truncate_observation(text: str, max_bytes: int, json_bytes: bool = True
-                         ) -> tuple[str, int | None]:
+def truncate_observation(text: str, max_bytes: int) -> tuple[str, int | None]:
     """An observation cut to `max_bytes` of JSON (as everything here is measured; control
-    characters and quotes cost their escapes) with a clear marker, and its full size if cut.
-    `json_bytes` False counts UTF-8 bytes, as runs begun before it did."""
-    if not json_bytes:
-        data = text.encode()
-        if len(data) <= max_bytes:
-            return text, None
-        marker = f"\n…[truncated: {len(data)} bytes, showing the first {max_bytes}]"
-        return data[:max_bytes].decode(errors="ignore") + marker, len(data)
+    characters and quotes cost their escapes) with a clear marker, and its full size if cut."""
     if len(text) * 6 <= max_bytes or (size := text_size(text)) <= max_bytes:
         return text, None
     return _prefix(text, max_bytes) + (
@@ -230,9 +222,8 @@ HANDOVER_BYTES = 20 * 2**20
 
 @dataclass(frozen=True)
 class Limits:
-    """The bounds a run enforces where they change what it does. A run that began before them
-    (no patch marker in its history) enforces none until its next continue-as-new, so that its
-    replay stays exact; a new run enforces all. `None` is no bound."""
+    """The bounds a run enforces where they change what it does (`bounded`, what every run
+    enforces). `None` is no bound, for the rules' own tests."""
 
     message_bytes: int | None = None  # a user message, or the answer to a question
     inbox_bytes: int | None = None
@@ -241,14 +232,13 @@ class Limits:
     args_bytes: int | None = None  # a reply's tool-call arguments, or a call's edited args
     calls_per_reply: int | None = None
     auto_approve: int | None = None  # names an approval policy may list
-    fold_context: bool = False  # summarize older turns; give the latest round shares
 
     @classmethod
     def bounded(cls, message_bytes: int) -> Limits:
         return cls(
             message_bytes=min(max(message_bytes, 1), DEFAULT_MESSAGE_BYTES), inbox_bytes=INBOX_BYTES,
             audit_bytes=AUDIT_BYTES, catalog_bytes=CATALOG_BYTES, args_bytes=MAX_CALL_ARGS_BYTES,
-            calls_per_reply=MAX_CALLS_PER_REPLY, auto_approve=MAX_AUTO_APPROVE, fold_context=True,
+            calls_per_reply=MAX_CALLS_PER_REPLY, auto_approve=MAX_AUTO_APPROVE,
         )
 
 

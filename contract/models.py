@@ -18,7 +18,9 @@ from .memory import RECALL_ACTIVITY
 
 # The activity types, declared once: the workers register them by these names, and the
 # conversation calls them by these names (recorded in every history: they never change).
-LLM_CALL_ACTIVITY = "llm_call"  # the whole prompt, every call (runs begun before the delta context)
+# The whole prompt, every call: a 0.x conversation's model calls (read by `export`; no 1.0
+# worker serves it, and the name stays reserved).
+LLM_CALL_ACTIVITY = "llm_call"
 LLM_STEP_ACTIVITY = "llm_step"  # the prompt as a delta of the previous one (`rules.delta`)
 SUMMARIZE_ACTIVITY = "summarize"
 LIST_TOOLS_ACTIVITY = "list_tools"

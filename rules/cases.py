@@ -23,7 +23,6 @@ from ..contract.bounds import canonical_json
 from ..contract.case import Case, CaseCall, CaseDecision, CaseStep, CaseTurn
 from ..contract.models import ToolCall, Usage
 
-
 ASK_PREFIX = "ask_"  # the question tools (`rules.questions`): their result is the answer
 
 

@@ -170,13 +170,11 @@ def check_tickets(targets: list[str], pending: dict[str, PendingCall], tickets: 
 
 
 def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], approver: str,
-                      owner: str | None, four_eyes: Collection[str], strict: bool = False
-                      ) -> Refusal | None:
+                      owner: str | None, four_eyes: Collection[str]) -> Refusal | None:
     """Why `approver` may not decide these calls: one's risk is under four eyes
-    (AGENT_FOUR_EYES) and the approver is the conversation's owner, or (`strict`) names no
-    person at all. A conversation with no recorded owner (started before owners were) has no
-    one to hold to it."""
-    nobody = strict and approver.strip() in NOBODY
+    (AGENT_FOUR_EYES) and the approver is the conversation's owner, or names no person at
+    all. A conversation with no recorded owner has no one to hold to it."""
+    nobody = approver.strip() in NOBODY
     if owner is None or not (approver == owner or nobody):
         return None
     for call_id in targets:

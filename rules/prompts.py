@@ -6,27 +6,20 @@ ASK_SYSTEM_PROMPT = (
     "ask_multi_choice when several may apply, and ask_confirm for a yes/no question. Ask one "
     "question at a time, then continue with the answer."
 )
-# When not to ask: a small model echoed small talk back as questions (runs begun before the
-# real models' shapes keep the prompt they had: its size is in their context's folding)
+# When not to ask: a small model echoed small talk back as questions
 ASK_LESS_PROMPT = (
     " Ask only what you cannot go on without: never to repeat or confirm what the user just "
     "said, and not for small talk or a greeting, which you answer in words."
 )
 
-EARLIER_SYSTEM_PROMPT = (
+DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can call tools. Think step by step. When a tool can give you "
     "facts you need, call it rather than guessing, then answer from what the tools returned. When "
     "a tool reports an error, read it, correct your call if you can, and otherwise explain the "
     "problem to the user. Some tools change things (notes, for example); a human approves each "
     "such call, and may reject it with a reason: respect it.\n\n" + ASK_SYSTEM_PROMPT
+    + ASK_LESS_PROMPT
 )
-DEFAULT_SYSTEM_PROMPT = EARLIER_SYSTEM_PROMPT + ASK_LESS_PROMPT
-
-
-def default_system_prompt(asks_less: bool = True) -> str:
-    """The system prompt of a conversation that names none (`asks_less`: one begun with the
-    real models' shapes, else the one runs begun before had)."""
-    return DEFAULT_SYSTEM_PROMPT if asks_less else EARLIER_SYSTEM_PROMPT
 
 SUMMARIZER_PROMPT = (
     "You keep the running summary of a conversation between a user and an assistant that uses "

@@ -93,12 +93,11 @@ def _as_call(item: Any) -> ToolCall | None:
 
 
 def unique_call_ids(
-    calls: list[ToolCall], seen: Collection[str], turn: int, step: int, safe: bool = False,
-    no_dash: bool = False,
+    calls: list[ToolCall], seen: Collection[str], turn: int, step: int,
 ) -> list[ToolCall]:
-    """Give every call an id that is non-empty, short and unused in this conversation (and,
-    `safe`, only of `SAFE_ID_CHARS`: a model's `x;curl ...|sh` is not printed in a command;
-    `no_dash`, not starting with `-`, which a printed `confirm ID -rf` would read as an option),
+    """Give every call an id that is non-empty, short and unused in this conversation, only of
+    `SAFE_ID_CHARS` (a model's `x;curl ...|sh` is not printed in a command) and not starting
+    with `-` (which a printed `confirm ID -rf` would read as an option),
     deterministically, so that each tool message answers exactly one call. The id given is the
     one the model reads back too: a chat completion only asks that the tool messages answer
     the ids of the calls before them."""
@@ -107,8 +106,7 @@ def unique_call_ids(
     for i, call in enumerate(calls):
         call_id = call.id
         if not call_id or call_id in taken or text_size(call_id) > MAX_CALL_ID_BYTES or (
-                safe and not SAFE_ID_CHARS.issuperset(call_id)) or (
-                no_dash and call_id.startswith("-")):
+                not SAFE_ID_CHARS.issuperset(call_id)) or call_id.startswith("-"):
             base = f"call_t{turn}s{step}_{i}"
             call_id, n = base, 1
             while call_id in taken:

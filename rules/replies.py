@@ -25,18 +25,6 @@ from .text_calls import announced
 
 
 @dataclass(frozen=True)
-class Shapes:
-    """How a run reads a reply. `text`: calls written in the text are read (runs begun before
-    real models: not); `repeats`: calls written again are answered, not run, a call announced in
-    prose is named, and no call id starts with `-` (runs begun before the real models' shapes:
-    not); `safe_ids`: ids only of a safe alphabet."""
-
-    text: bool = False
-    repeats: bool = False
-    safe_ids: bool = False
-
-
-@dataclass(frozen=True)
 class Intake:
     """A reply as the loop acts on it."""
 
@@ -59,22 +47,23 @@ class Turn:
     step: int
 
 
-def intake(message: ChatMessage, offered: bool, turn: Turn, shapes: Shapes,
-           limits: Limits) -> Intake:
-    """The reply made usable and bounded (`offered`: tools were offered this step)."""
+def intake(message: ChatMessage, offered: bool, turn: Turn, limits: Limits) -> Intake:
+    """The reply made usable and bounded (`offered`: tools were offered this step): calls
+    written in its text are read, a call announced in prose is named, calls written again are
+    answered rather than run, and its call ids are its own, of a safe alphabet."""
     unread: list[str] = []
     said: list[str] = []
     written = None
-    if shapes.text and offered and not message.tool_calls and message.content:
+    if offered and not message.tool_calls and message.content:
         message = written = message.model_copy(update={  # read within what the context keeps
             "content": clip_bytes(message.content, MAX_REPLY_TEXT_BYTES, "reply text")})
         message, unread = calls_from_text(message, turn.tools)
-        if shapes.repeats and not message.tool_calls and not unread:
+        if not message.tool_calls and not unread:
             # not the tools that ran this turn: "you can use `create_note`" after it ran is
             # no call to make again
             ran = {r.tool for r in turn.ran}
             said = announced(message.content or "", [t for t in turn.tools if t not in ran])
-        if shapes.repeats and message.tool_calls:
+        if message.tool_calls:
             calls = distinct(message.tool_calls)
             if message.content and all(ran_before(c, turn.ran) for c in calls):
                 return Intake(written)  # a recap of what ran: the answer, as it was written
@@ -83,11 +72,10 @@ def intake(message: ChatMessage, offered: bool, turn: Turn, shapes: Shapes,
         message = recover_tool_calls(message, turn.tools)
     if message.tool_calls:
         message = message.model_copy(update={"tool_calls": unique_call_ids(
-            message.tool_calls, turn.seen_call_ids, turn.number, turn.step, shapes.safe_ids,
-            no_dash=shapes.repeats)})
+            message.tool_calls, turn.seen_call_ids, turn.number, turn.step)})
     from_text = written is not None and bool(message.tool_calls)
     message, refused = bound_reply(message, limits)
-    if shapes.repeats and message.tool_calls:
+    if message.tool_calls:
         refused = {**_repeated(message, turn, from_text), **refused}
     return Intake(message, refused, unread, said, from_text)
 

@@ -38,20 +38,19 @@ def is_looping(records: list[CallRecord]) -> bool:
 
 
 def over_budget(usage: Usage, max_total_tokens: int | None,
-                max_cost_usd: float | None = None, fail_closed: bool = True) -> str | None:
+                max_cost_usd: float | None = None) -> str | None:
     """Why the tokens or dollars are used up, or None. A budget the usage cannot be measured
     against (a call of unknown price, an endpoint that reports no usage) stops the turn too:
-    the caller asked for a cap, so it is never silently not enforced (`fail_closed`; runs
-    begun before it let an unknown cost pass)."""
+    the caller asked for a cap, so it is never silently not enforced."""
     if max_total_tokens is not None:
         if usage.total_tokens >= max_total_tokens:
             return f"the conversation used its token budget ({max_total_tokens} tokens)"
-        if fail_closed and usage.unmetered_calls:
+        if usage.unmetered_calls:
             return (f"{usage.unmetered_calls} model call(s) reported no token usage, so the "
                     f"token budget ({max_total_tokens} tokens) cannot be enforced")
     if max_cost_usd is None:
         return None
-    if fail_closed and usage.unpriced:  # a call with no usage reported is one of them
+    if usage.unpriced:  # a call with no usage reported is one of them
         why = usage.cost_note or "no price known"
         return (f"the cost of {usage.unpriced} model call(s) is unknown ({why}), so the cost "
                 f"budget ({dollars(max_cost_usd)}) cannot be enforced; "

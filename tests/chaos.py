@@ -50,9 +50,9 @@ from durable_react_agent.testing import (
     ScriptedReply,
     ScriptedToolCall,
 )
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)

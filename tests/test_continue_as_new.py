@@ -29,6 +29,8 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import TUNING_ARGS, temporal_cli
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -42,8 +44,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest_asyncio.fixture(scope="module")

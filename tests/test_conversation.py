@@ -16,6 +16,9 @@ from durable_react_agent.activities.tools import ToolContext, ToolError, weather
 from durable_react_agent.activities.tools.weather import get_weather
 from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 from tests.conftest import SECRET_KEY
 from tests.helpers import (
     HISTORIES,
@@ -27,9 +30,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.app import workflow_runner
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.workflows.signal_guard import SignalGuard
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -207,7 +207,9 @@ async def test_finished_conversation_replays_deterministically(
     await replay(handle, record_as="weather_invalid_call_two_turns")
 
 
-RECORDED = sorted(HISTORIES.rglob("*.json"))
+# This version's; `0.x/` holds the last 0.x version's, which 1.0 does not replay
+# (`tests/test_epochs.py`).
+RECORDED = sorted(p for p in HISTORIES.rglob("*.json") if "0.x" not in p.relative_to(HISTORIES).parts)
 # in a few groups, which the test processes share out
 GROUPS = [pytest.param(RECORDED[n::2], id=f"group{n}") for n in range(2)]
 # As `agent-worker` runs workflow code: outside the sandbox, which the tests' own workers and

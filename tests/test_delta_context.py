@@ -18,6 +18,8 @@ from durable_react_agent.contract import ChatMessage, FunctionCall, SayRequest, 
 from durable_react_agent.contract.bounds import HANDOVER_BYTES, HANDOVER_EVENTS, MAX_HANDOVER_EVENTS
 from durable_react_agent.rules import delta, loop
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     replay,
@@ -29,11 +31,12 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.workflows.patches import DELTA_CONTEXT_PATCH
 
-WHOLE = {"patch_activation_callback": lambda patch: patch != DELTA_CONTEXT_PATCH}
+
+def whole(client: Client, activity_settings: ActivitySettings) -> dict:
+    """A worker that holds no prompt: each step's prompt is fetched from the conversation
+    whole (`pending_prompt`), the reference a prompt rebuilt from its delta must equal."""
+    return {"llm": LLMActivities(activity_settings, temporal=client, cache=Forgetful())}
 
 
 # ----- the pure parts -----
@@ -178,14 +181,14 @@ async def test_the_model_receives_the_same_requests_sent_as_deltas_or_whole(
     queue = unique("delta")
     async with httpx.AsyncClient(timeout=10) as http:
         async with build_worker(client, queue, activity_settings, http, registry_with_test_tools(),
-                                **WHOLE):
-            whole, _ = await run_busy(client, queue, model, "whole")
+                                **whole(client, activity_settings)):
+            fetched, _ = await run_busy(client, queue, model, "whole")
         cache = ContextCache()
         llm = LLMActivities(activity_settings, temporal=client, cache=cache)
         async with build_worker(client, queue, activity_settings, http, registry_with_test_tools(),
                                 llm=llm):
             deltas, handle = await run_busy(client, queue, model, "delta")  # as long as "whole"
-    expected, got = chat_bodies(model, whole), chat_bodies(model, deltas)
+    expected, got = chat_bodies(model, fetched), chat_bodies(model, deltas)
     assert len(got) == len(expected) == 8
     for step, (a, b) in enumerate(zip(expected, got), start=1):
         assert a == b, f"request {step} differs: {first_difference(a, b)}"
@@ -234,7 +237,7 @@ async def test_two_workers_alternating_on_one_conversation_fetch_what_they_lack(
             handle = await start(client, queue, trigger, one_shot=True, max_steps=20)
             status = await settled(handle, timeout_s=120)
         async with build_worker(client, queue, activity_settings, http, registry_with_test_tools(),
-                                **WHOLE):
+                                **whole(client, activity_settings)):
             reference = script(model, unique("ref0"), *steps, ScriptedReply(content="toured"))
             await settled(await start(client, queue, reference, one_shot=True, max_steps=20),
                           timeout_s=120)
@@ -365,10 +368,10 @@ async def test_across_continue_as_new_each_run_starts_whole_and_the_model_sees_n
         assert status.runs == 3
         return trigger, handle
 
-    whole, _ = await chat("whole", **WHOLE)
+    fetched, _ = await chat("whole", **whole(client, activity_settings))
     deltas, handle = await chat("delta")
-    assert chat_bodies(model, deltas) == chat_bodies(model, whole)
-    assert len(chat_bodies(model, whole)) == 10
+    assert chat_bodies(model, deltas) == chat_bodies(model, fetched)
+    assert len(chat_bodies(model, fetched)) == 10
     assert await replay_runs(client, handle, record_as="delta_context_across_runs") == 3
     for history in await run_histories(client, handle):
         sizes = model_inputs(history)  # each run's first call is whole; the others are deltas

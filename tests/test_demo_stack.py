@@ -27,9 +27,9 @@ from temporalio.client import Client
 
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.testing import ScriptedModelServer
+from durable_react_agent.worker.app import build_worker
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
-from durable_react_agent.worker.app import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(sys.executable).parent.parent

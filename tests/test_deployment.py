@@ -4,24 +4,22 @@ it parses, pins its images, and agrees with the code's defaults."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
+from durable_react_agent.activities.memory import url_from_env
 from durable_react_agent.activities.settings import (
     DEFAULT_FORECAST_URL,
     DEFAULT_GEOCODING_URL,
     ActivitySettings,
 )
-from durable_react_agent.activities.memory import url_from_env
 from durable_react_agent.api.settings import ApiSettings, SettingsError
 from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
 from durable_react_agent.worker.app import workflow_sandbox
 from durable_react_agent.worker.deployment import version_from
-
 from tests.helpers import LAYERS, ROOT
 
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -24,15 +24,22 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from durable_react_agent.contract import ConfirmRequest, ConversationInput, ConversationStatus, SayRequest
+from durable_react_agent.contract import (
+    ConfirmRequest,
+    ConversationInput,
+    ConversationStatus,
+    SayRequest,
+)
 from durable_react_agent.rules.search_attributes import WORKER_VERSION
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.deployment import DeploymentRefused, version_from
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import temporal_cli, worker_env
 from tests.helpers import (
     HISTORIES,
     REPLAY,
-    code_copy,
     USER_TOOLS,
+    code_copy,
     keep_history,
     note_rows,
     reaches,
@@ -47,8 +54,6 @@ from tests.helpers import (
 )
 from tests.processes import ROOT, WorkerProcess
 from tests.subagent_support import delegate
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.worker.deployment import DeploymentRefused, version_from
 
 STARTED = '"event": "worker started"'
 PROFILES = {"agents": {"researcher": {"description": "Finds facts",
@@ -347,9 +352,10 @@ def holds(kept: object, sent: object, where: str = "state") -> bool:
 async def test_a_conversation_carried_by_an_older_version_goes_on_today(
     client: Client, model: ScriptedModelServer, task_queue: str,
 ):
-    """A run of today's code, begun from the carry an older version (main-93c11b6) handed over
-    at a turn boundary, answers the next message with the whole conversation before it."""
-    old = HISTORIES / "main-93c11b6" / "delta_context_across_runs.run3.json"
+    """A run of today's code, begun from the carry the last 0.x version handed over at a turn
+    boundary (`histories/0.x/`), answers the next message with the whole conversation before
+    it: a 0.x conversation pinned to its version moves onto 1.0 at its boundary."""
+    old = HISTORIES / "0.x" / "delta_context_across_runs.run3.json"
     inp = ConversationInput.model_validate(carry_of(old))
     assert inp.state is not None and not inp.state.current.in_progress
     earlier = [m.content for m in inp.state.context.messages if m.role == "user"]

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_react_agent import contract
-from durable_react_agent import rules
-from durable_react_agent import workflows
+from durable_react_agent import contract, rules, workflows
 from tests.helpers import HISTORIES, REPLAY, code_copy
 
 ROOT = Path(__file__).resolve().parent.parent

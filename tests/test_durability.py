@@ -11,11 +11,11 @@ from temporalio.client import Client
 
 from durable_react_agent.contract import ConfirmRequest, SayRequest
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from tests.long_chat import message
 from tests.processes import WorkerProcess
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

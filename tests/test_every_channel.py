@@ -36,10 +36,10 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import ConfirmRequest, ConversationStatus, RejectRequest
 from durable_react_agent.rules.links import read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
 from tests.helpers import note_rows, script, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v"}
 ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer"}

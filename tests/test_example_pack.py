@@ -21,16 +21,16 @@ from types import ModuleType
 import pytest
 from temporalio.client import Client
 
+from durable_react_agent import NeedsInput, ToolContext, ToolError
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import ConfirmRequest
-from durable_react_agent import NeedsInput, ToolContext, ToolError
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.testing.script import load_script
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.fake_tools import NO_HTTP
 from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / "examples" / "ticket_tracker"

@@ -24,6 +24,8 @@ from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConfirmRequest, RejectRequest
 from durable_react_agent.contract.case import Case, load_case
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.evals import JUDGE_MARK
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT
 from tests.console_support import call, screenshot
 from tests.helpers import (
@@ -35,8 +37,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.evals import JUDGE_MARK
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that must not reach it
 EVALS = ROOT / "evals"

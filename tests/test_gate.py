@@ -32,10 +32,10 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.rules.gate import POLICY, args_hash, execution_refusal
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.fake_tools import registry
-from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.fake_tools import registry
+from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

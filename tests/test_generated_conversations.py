@@ -45,11 +45,11 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import RISKY_TOOLS, one_command, printed_commands, replies
 from tests.helpers import FAST_LLM, LONG, REPLAYER, script, settled, start, unique
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 BATCHES = int(os.environ.get("AGENT_GENERATED_CONVERSATIONS", "3" if LONG else "1"))
 AT_ONCE = 6  # conversations a batch runs together

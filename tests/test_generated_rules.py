@@ -30,9 +30,9 @@ from durable_react_agent.rules.repair import (
 )
 from durable_react_agent.testing import ScriptedReply
 from durable_react_agent.testing.script import tool_call_payloads
+from durable_react_agent.workflows.human_desk import HumanDesk
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import one_command, printed_commands, replies
-from durable_react_agent.workflows.human_desk import HumanDesk
 
 EXAMPLES = int(os.environ.get("AGENT_GENERATED_EXAMPLES", "300"))
 CATALOG = {t.name: t for t in [*ASK_TOOLS, *registry_with_test_tools().definitions()]}
@@ -68,7 +68,7 @@ def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: Scri
     message = recover_tool_calls(assembler.result().message, CATALOG)
     state = ConversationState(context=ContextState(system_prompt="s"), catalog=dict(CATALOG))
     if message.tool_calls:
-        calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1, safe=True, no_dash=True)
+        calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1)
         message = message.model_copy(update={"tool_calls": calls})
     message, refused = bound_reply(message, LIMITS)
     desk = HumanDesk(state, LIMITS)

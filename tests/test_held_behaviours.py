@@ -29,6 +29,8 @@ from durable_react_agent.contract import (
     RejectRequest,
 )
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     FAST_LLM,
@@ -43,8 +45,6 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
 

@@ -27,11 +27,11 @@ from durable_react_agent.contract import SayRequest
 from durable_react_agent.rules.commands import client_command
 from durable_react_agent.rules.repair import SAFE_ID_CHARS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.generated import PRINTED
 from tests.helpers import replay, script, settled, start, tool_messages, unique
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 POISON_REPLY = "```" + " " * 5000 + "x"  # 35 s for `^```(?:json)?\s*(.*?)\s*```$`
 POISON_ANSWER = "```\n" + "\n" * 5000 + "x"  # as long for the typed answer's fence

@@ -23,11 +23,11 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import ConfirmRequest, ConversationStatus, SayRequest
 from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess
 from tests.browser_support import PHONE
 from tests.helpers import note_rows, reaches, replay, script, settled, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = "alice:tok-a:user,carol:tok-c:approver,vic:tok-v:viewer"
 ADDRESSEES = (None, "carol", "vic", "alice")  # one webhook each: whom its links decide as

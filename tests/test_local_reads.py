@@ -25,6 +25,8 @@ from durable_react_agent.activities.tools import default_registry
 from durable_react_agent.activities.tools.function_tool import ToolDefinitionError, tool
 from durable_react_agent.contract import ConversationInput
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -40,9 +42,6 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-
 
 
 def tasks_between_model_calls(history: WorkflowHistory) -> list[int]:

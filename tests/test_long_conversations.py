@@ -17,6 +17,7 @@ from durable_react_agent.client.render import render_history, render_status
 from durable_react_agent.client.watch import Renderer, watch
 from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT
 from tests.helpers import (
     outcome_of,
@@ -31,7 +32,6 @@ from tests.helpers import (
     unique,
 )
 from tests.long_chat import message, prompt_tokens, run_long_chat
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def chat_bodies(model: ScriptedModelServer, trigger: str, kind: str = "chat") -> list[dict]:

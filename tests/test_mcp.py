@@ -21,6 +21,8 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.client.session import follow
 from durable_react_agent.contract import ConfirmRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -35,8 +37,6 @@ from tests.helpers import (
 )
 from tests.mcp_support import SERVERS, TOKEN
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 UNRULY_SECRET = "unruly-secret-9c1d0e4b"
 

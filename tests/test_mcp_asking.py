@@ -14,6 +14,7 @@ from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import AnswerRequest, ElicitAnswer
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess
 from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
@@ -21,7 +22,6 @@ from tests.helpers import reaches, replay, script, settled, start, tool_call, un
 from tests.mcp_support import asking_config, told
 from tests.processes import WorkerProcess
 from tests.webhook_support import Receiver, worker_with_links
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 async def test_a_call_that_asks_ends_with_the_question_and_its_answer_reaches_the_server_later(

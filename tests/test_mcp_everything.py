@@ -19,14 +19,14 @@ from durable_react_agent.activities.tools import ToolRegistry
 from durable_react_agent.contract import AnswerRequest, ElicitAnswer
 from durable_react_agent.rules.gate import check_answer
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT, ApiProcess
 from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.npm_support import npm_installed
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 SERVER_DIR = ROOT / "tests" / "everything_server"
 ENTRY = SERVER_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" \

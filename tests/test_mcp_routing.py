@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 

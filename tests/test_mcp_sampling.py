@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-
 from urllib.parse import quote
 
 import httpx
@@ -24,20 +23,32 @@ from temporalio.common import RawValue
 
 from durable_react_agent.activities.endpoints import Endpoints
 from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
-from durable_react_agent.activities.mcp.sampling import MAX_PROMPT_BYTES, MAX_SAMPLING_TOKENS, CallSampler, _prompt
+from durable_react_agent.activities.mcp.sampling import (
+    MAX_PROMPT_BYTES,
+    MAX_SAMPLING_TOKENS,
+    CallSampler,
+    _prompt,
+)
 from durable_react_agent.activities.models import ModelEntry, Models
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tool_runner import ToolActivities
 from durable_react_agent.activities.tools import ToolRegistry
 from durable_react_agent.client.render import render_history
-from durable_react_agent.contract import AuditRecord, Sampled, SamplingGrant, ToolInvocation, ToolOutcome, Usage
+from durable_react_agent.contract import (
+    AuditRecord,
+    Sampled,
+    SamplingGrant,
+    ToolInvocation,
+    ToolOutcome,
+    Usage,
+)
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess
 from tests.console_support import Console
 from tests.helpers import replay, script, settled, start, tool_call, unique
 from tests.mcp_support import asking_config, told, tool_env
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def ask(*texts: str, **params) -> CreateMessageRequestParams:

@@ -23,10 +23,10 @@ from durable_react_agent.activities.tools import ToolRegistry
 from durable_react_agent.contract import SamplingGrant, Usage
 from durable_react_agent.rules.sampling import RequestPrice, answer_room, call_grant
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.helpers import script, settled, start, tool_call, unique
-from tests.mcp_support import tool_env
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import script, settled, start, tool_call, unique
+from tests.mcp_support import tool_env
 
 UNPRICED = "the model's price is unknown, and a conversation with a cost budget cannot spend " \
            "on a model whose cost it cannot count"

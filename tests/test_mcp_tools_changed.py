@@ -16,10 +16,10 @@ from durable_react_agent.activities.tools import ToolRegistry
 from durable_react_agent.contract import ElicitAnswer, SayRequest
 from durable_react_agent.rules.listing import changed_servers
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.helpers import replay, script, settled, start, tool_call, unique
-from tests.mcp_support import asking_config
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import replay, script, settled, start, tool_call, unique
+from tests.mcp_support import asking_config
 
 
 def test_only_a_server_that_lists_otherwise_now_is_a_change():

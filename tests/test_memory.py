@@ -42,6 +42,9 @@ from durable_react_agent.rules.memory import (
 )
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.testing.embeddings import embed
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.worker.telemetry import Tracing
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT, ApiProcess, until
 from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
@@ -56,9 +59,6 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.worker.telemetry import Tracing
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = "ann:tok-ann-123:user,bob:tok-bob-456:user,root:tok-root-789:admin"
 LISBON = "my favourite city is Lisbon"

@@ -117,7 +117,6 @@ def test_what_the_user_said_last_is_their_message_and_their_answers_since():
 
 # ----- a reply as the loop acts on it (`rules.replies.intake`) -----
 
-SHAPES = replies.Shapes(text=True, repeats=True, safe_ids=True)
 LIMITS = Limits.bounded(DEFAULT_MESSAGE_BYTES)
 NOTE = {"title": "groceries", "body": "milk, eggs"}
 
@@ -137,7 +136,7 @@ def said(text: str) -> ChatMessage:
 
 def test_a_call_written_twice_in_a_reply_is_one_call():
     taken = replies.intake(said(f"Saving.\n{fence('create_note', NOTE)}\n"
-                                f"{fence('create_note', NOTE)}"), True, turn_of(), SHAPES, LIMITS)
+                                f"{fence('create_note', NOTE)}"), True, turn_of(), LIMITS)
     assert [c.function.name for c in taken.message.tool_calls] == ["create_note"]
     assert taken.from_text and taken.refused == {}
 
@@ -145,24 +144,21 @@ def test_a_call_written_twice_in_a_reply_is_one_call():
 def test_a_recap_of_what_ran_is_the_answer_as_written():
     ran = [repeats.ran_call("create_note", NOTE, "call_1")]
     text = f"I called `create_note` with the following arguments:\n{fence('create_note', NOTE)}"
-    taken = replies.intake(said(text), True, turn_of(ran), SHAPES, LIMITS)
+    taken = replies.intake(said(text), True, turn_of(ran), LIMITS)
     assert taken.message.content == text and not taken.message.tool_calls
     # without words it is no answer: the model is told the call ran, with its result
     result = [ChatMessage(role="tool", tool_call_id="call_1", content="Created note #3.")]
-    bare = replies.intake(said(fence("create_note", NOTE)), True, turn_of(ran, result), SHAPES,
+    bare = replies.intake(said(fence("create_note", NOTE)), True, turn_of(ran, result),
                           LIMITS)
     [call] = bare.message.tool_calls
     assert "already ran in this turn (call call_1)" in bare.refused[call.id]
     assert "Created note #3." in bare.refused[call.id]
-    # runs begun before the real models' shapes put it to a person as a new call
-    before = replies.intake(said(text), True, turn_of(ran), replies.Shapes(text=True), LIMITS)
-    assert before.message.tool_calls and before.refused == {}
 
 
 def test_a_new_call_beside_a_restated_one_runs_and_the_restated_one_is_told():
     ran = [repeats.ran_call("get_weather", {"location": "Paris"}, "call_1")]
     text = f"{fence('get_weather', {'location': 'Paris'})}\n{fence('create_note', NOTE)}"
-    taken = replies.intake(said(text), True, turn_of(ran), SHAPES, LIMITS)
+    taken = replies.intake(said(text), True, turn_of(ran), LIMITS)
     first, second = taken.message.tool_calls
     assert "already ran" in taken.refused[first.id] and second.id not in taken.refused
 
@@ -170,22 +166,18 @@ def test_a_new_call_beside_a_restated_one_runs_and_the_restated_one_is_told():
 def test_identical_native_calls_of_a_reply_run_once():
     message = ChatMessage(role="assistant", tool_calls=[
         call("a", "create_note", NOTE), call("b", "create_note", NOTE)])
-    taken = replies.intake(message, True, turn_of(), SHAPES, LIMITS)
+    taken = replies.intake(message, True, turn_of(), LIMITS)
     assert list(taken.refused) == ["b"] and "the same call as a" in taken.refused["b"]
 
 
 def test_a_call_announced_in_prose_is_named_unless_its_tool_ran():
     text = "I would call `get_weather` with Tokyo."
-    assert replies.intake(said(text), True, turn_of(), SHAPES, LIMITS).announced == ["get_weather"]
+    assert replies.intake(said(text), True, turn_of(), LIMITS).announced == ["get_weather"]
     ran = [repeats.ran_call("get_weather", {"location": "Paris"}, "call_1")]
-    assert replies.intake(said(text), True, turn_of(ran), SHAPES, LIMITS).announced == []
-    assert replies.intake(said(text), True, turn_of(), replies.Shapes(text=True),
-                          LIMITS).announced == []
+    assert replies.intake(said(text), True, turn_of(ran), LIMITS).announced == []
 
 
 def test_no_call_id_of_a_new_run_starts_with_a_dash():
     message = ChatMessage(role="assistant", tool_calls=[call("-rf", "get_weather", {})])
-    assert not replies.intake(message, True, turn_of(), SHAPES, LIMITS).message.tool_calls[
+    assert not replies.intake(message, True, turn_of(), LIMITS).message.tool_calls[
         0].id.startswith("-")
-    old = replies.Shapes(text=True, safe_ids=True)
-    assert replies.intake(message, True, turn_of(), old, LIMITS).message.tool_calls[0].id == "-rf"

@@ -15,9 +15,20 @@ import openai
 import pytest
 
 from durable_react_agent.activities.llm import TOKEN_BATCH, TokenRelay
-from durable_react_agent.activities.llm_stream import ReplyAssembler, chunks, counted, stream_completion
+from durable_react_agent.activities.llm_stream import (
+    ReplyAssembler,
+    chunks,
+    counted,
+    stream_completion,
+)
 from durable_react_agent.contract import StreamEvent
-from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.testing import (
+    Scenario,
+    Script,
+    ScriptedModelServer,
+    ScriptedReply,
+    ScriptedToolCall,
+)
 
 
 class Lines:

@@ -28,11 +28,11 @@ from durable_react_agent.client.render import render_status
 from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.rules.context import fitted_budget
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, tokenizer
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import outcome_of, replay, script, settled, start, unique
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

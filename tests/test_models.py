@@ -17,12 +17,20 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from durable_react_agent.activities.models import ModelEntry, Models, ModelsError, model_queue, model_routes
+from durable_react_agent.activities.models import (
+    ModelEntry,
+    Models,
+    ModelsError,
+    model_queue,
+    model_routes,
+)
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.client.watch import Renderer
 from durable_react_agent.contract import ConfirmRequest, LLMOptions, SayRequest, StreamEvent
 from durable_react_agent.contract.state import ModelRoutes
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -36,8 +44,6 @@ from tests.helpers import (
     unique,
 )
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 # Two attempts a second apart: an entry that is down is given up on quickly.
 TWO_TRIES = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=1, max_attempts=2)

@@ -16,6 +16,8 @@ from durable_react_agent.client.watch import Renderer, watch
 from durable_react_agent.contract import ConfirmRequest, EndRequest, RejectRequest
 from durable_react_agent.rules.search_attributes import AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.logging import redact_secrets
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.helpers import (
     reaches,
     script,
@@ -26,8 +28,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.logging import redact_secrets
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,8 +20,8 @@ from durable_react_agent.testing import (
     select_reply,
 )
 from durable_react_agent.testing.intents import ASK_BODY, ASK_CITY, ASK_TARGET, HELP
-from tests.helpers import note_rows, reaches, settled, start, unique
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import note_rows, reaches, settled, start, unique
 
 TOKYO = "Check the weather in Tokyo and save it as a note titled 'Tokyo'"
 PARIS_DEMO = "Check the weather in Paris and save it as a note titled 'Paris weather'."  # demo.sh

@@ -30,6 +30,8 @@ from durable_react_agent.rules.loop import InvalidCall, check_tool_call
 from durable_react_agent.rules.repair import recover_tool_calls
 from durable_react_agent.rules.schemas import argument_problem, schema_problem
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.helpers import (
     outcome_of,
@@ -41,8 +43,6 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = Path(__file__).parent / "mcp_servers"

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 
 import httpx
-import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
@@ -36,14 +35,14 @@ from durable_react_agent.client.render import ANSWER_PLACEHOLDERS, render_status
 from durable_react_agent.contract import ConversationStatus, EndRequest
 from durable_react_agent.rules.commands import REASON, TEXT
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import PRINTED, printed_commands
 from tests.helpers import note_rows, script, settled, start, tool_call, unique
 from tests.mcp_support import asking_config
 from tests.subagent_support import delegating
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 PLACEHOLDERS = {*shlex.split(TEXT), *shlex.split(REASON)[1:],
                 *(p for kind in ANSWER_PLACEHOLDERS.values() for p in kind)}

@@ -20,10 +20,17 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from durable_react_agent.client.watch import Renderer
-from durable_react_agent.contract import AnswerRequest, ConfirmRequest, EndRequest, SayRequest, StreamEvent
+from durable_react_agent.contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    EndRequest,
+    SayRequest,
+    StreamEvent,
+)
 from durable_react_agent.contract.names import EVENTS_TOPIC, TOKENS_TOPIC
 from durable_react_agent.rules.questions import MAX_QUESTIONS_IN_A_ROW
 from durable_react_agent.testing import RawReply, ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess
 from tests.console_support import Console
 from tests.helpers import (
@@ -37,7 +44,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 CASSETTES = Path(__file__).parent / "cassettes"
 

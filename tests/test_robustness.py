@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import EndRequest, SayRequest, WorkerHandshake
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import ATTEMPTS
 from tests.helpers import (
     note_rows,
@@ -26,7 +27,6 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 def requests_of(model: ScriptedModelServer, trigger: str) -> list:

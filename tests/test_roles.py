@@ -17,11 +17,11 @@ from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConfirmRequest
 from durable_react_agent.rules.search_attributes import AGENT_OWNER
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS as EVENTS
 from tests.api_support import ApiProcess, sse_events, until, user
 from tests.helpers import replay, script, start, tool_call, unique
 from tests.subagent_support import delegating
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v", "root": "tok-r",
           "legacy": "tok:legacy"}  # a token from before roles: no role, and a `:` in it

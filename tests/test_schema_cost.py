@@ -25,8 +25,8 @@ from durable_react_agent.rules import output, schemas
 from durable_react_agent.rules.gate import Refusal, check_answer
 from durable_react_agent.rules.loop import validate_arguments
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.helpers import script, settled, start, unique
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import script, settled, start, unique
 
 # What a workflow task may take before Temporal calls it a deadlock, and a check may never near.
 TASK_SECONDS = 2.0

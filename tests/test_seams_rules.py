@@ -31,10 +31,10 @@ from durable_react_agent.rules.compaction import tool_counts
 from durable_react_agent.rules.links import call_ticket
 from durable_react_agent.rules.output import unfenced
 from durable_react_agent.rules.repair import fenced
-from tests.generated import code_spans
 from durable_react_agent.workflows import human_desk as desk_module
 from durable_react_agent.workflows.human_desk import HumanDesk
 from durable_react_agent.workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
+from tests.generated import code_spans
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 NOTE = ToolDefinition(name="create_note", description="", risk="sensitive",
@@ -100,15 +100,12 @@ def test_an_answer_binds_to_the_question_its_human_saw():
     assert d.take(AnswerRequest(values=["yes"], call_id="call_1"), NOW).verdict == "yes"
 
 
-def test_a_request_id_is_taken_once_where_ids_are_deduplicated():
+def test_a_request_id_is_taken_once():
     d = desk()
-    d.dedupe = True
     d.hold("call_1", NOTE, {"title": "t"})
     d.take(ConfirmRequest(request_id="r", call_ids=["call_1"]), NOW)
     assert d.repeated("r").accepted
     assert d.repeated(None) is None
-    d.dedupe = False  # runs begun before it
-    assert d.repeated("r") is None
 
 
 PENDING = [
@@ -134,7 +131,6 @@ def test_an_observation_is_cut_by_its_json_bytes():
     control = "\x01" * 1000  # six bytes each in JSON, one in UTF-8
     cut, full = truncate_observation(control, 600)
     assert full == 6000 and text_size(cut.split("\n…[truncated")[0]) <= 600
-    assert truncate_observation(control, 600, json_bytes=False)[1] == 1000  # as runs before
     assert truncate_observation("short", 600) == ("short", None)
 
 
@@ -163,9 +159,9 @@ DELETE = ToolDefinition(name="delete_note", description="", risk="destructive",
                         parameters={"type": "object"})
 
 
-def strict_desk(owner: str = "alice") -> HumanDesk:
+def four_eyes_desk(owner: str = "alice") -> HumanDesk:
     d = desk()
-    d.strict, d.owner, d._state.four_eyes = True, owner, ["destructive"]
+    d.owner, d._state.four_eyes = owner, ["destructive"]
     return d
 
 
@@ -182,7 +178,7 @@ def test_a_decision_made_for_one_call_does_not_decide_a_later_call_with_its_id()
 
 @pytest.mark.parametrize("approver", ["alice", "link", "unknown", "", " policy ", "system"])
 def test_under_four_eyes_a_decision_names_a_person_other_than_the_owner(approver: str):
-    d = strict_desk()
+    d = four_eyes_desk()
     d.hold("d1", DELETE, {})
     refused = d.take(ConfirmRequest(call_ids=["d1"], approver=approver), NOW)
     assert refused.verdict.reason.startswith("four eyes: call d1 (delete_note, destructive)")
@@ -191,16 +187,9 @@ def test_under_four_eyes_a_decision_names_a_person_other_than_the_owner(approver
                                        NOW).verdict] == ["carol"]
 
 
-def test_runs_begun_before_the_patch_let_a_decision_that_names_nobody_decide():
-    d = strict_desk()
-    d.strict = False  # as their replay did: their commands must not change
-    d.hold("d1", DELETE, {})
-    assert [x.approver for x in d.take(ConfirmRequest(call_ids=["d1"], approver="link"),
-                                       NOW).verdict] == ["link"]
-
 
 def test_a_request_naming_a_call_the_round_will_hold_waits_while_its_reads_run():
-    d = strict_desk()
+    d = four_eyes_desk()
     d.expect({"g1"})  # held once the round's safe calls have run
     waiting = d.take(ConfirmRequest(request_id="c", call_ids=["g1"], approver="carol"), NOW)
     d.settle(NOW)  # a safe call starts: what waited for the reply is settled

@@ -38,13 +38,14 @@ from durable_react_agent.api.deps import caller_trace, canonical_traceparent
 from durable_react_agent.api.routes import every_route
 from durable_react_agent.api.settings import ApiSettings
 from durable_react_agent.client.connection import TemporalSettings
-from durable_react_agent.contract import ChatMessage, LLMRequest, SummaryRequest, Usage
+from durable_react_agent.contract import ChatMessage, LLMStepRequest, SummaryRequest, Usage
+from durable_react_agent.rules import delta
 from durable_react_agent.rules.tracing import parse_traceparent, tool_label
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker, model_activities
 from tests.api_support import concrete
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import script, settled, start, tool_call, unique
-from durable_react_agent.worker.app import build_worker, model_activities
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 VALID = f"00-{TRACE}-{SPAN}-01"
@@ -215,7 +216,9 @@ async def test_a_call_is_priced_by_its_entrys_model_not_by_the_name_the_endpoint
         "house-free": ModelPrice(input_per_mtok=0, output_per_mtok=0)}))
     llm = LLMActivities(settings, client=endpoint)  # type: ignore[arg-type]
     env, hello = ActivityEnvironment(), [ChatMessage(role="user", content="hello")]
-    reply = await env.run(llm.llm_call, LLMRequest(model=None, messages=hello))
+    parts, sent = delta.diff(None, hello)  # the first step of a conversation: its prompt whole
+    reply = await env.run(llm.llm_step, LLMStepRequest(model=None, parts=parts,
+                                                       digest=sent.digest))
     summary = await env.run(llm.summarize, SummaryRequest(
         model=None, previous=None, messages=hello, first_turn=1, last_turn=1, max_tokens=100))
     price = Prices().cost("gpt-4o-mini", reply.usage)[0]
@@ -298,6 +301,6 @@ def test_no_tool_may_take_the_name_of_an_activity_the_runtime_registers(
     runtime = [*model_activities(LLMActivities(activity_settings)), tools.list_tools,
                WebhookActivities(None, None).notify]  # type: ignore[arg-type]
     names = {activity._Definition.must_from_callable(fn).name for fn in runtime}
-    assert names == {"llm_call", "llm_step", "summarize", "list_tools", "notify"}
+    assert names == {"llm_step", "summarize", "list_tools", "notify"}
     assert names <= RESERVED_NAMES
     assert all(name_problem(name) for name in names)

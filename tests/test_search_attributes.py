@@ -25,9 +25,9 @@ from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConversationInput
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
+from durable_react_agent.worker.app import build_worker
 from tests.devserver import temporal_cli
 from tests.fake_tools import registry_with_test_tools
-from durable_react_agent.worker.app import build_worker
 
 
 async def unprepared_namespace(client: Client) -> Client:

@@ -23,6 +23,7 @@ from durable_react_agent.contract import ChildReport, ConfirmRequest, Conversati
 from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL
 from durable_react_agent.rules.search_attributes import AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT, ApiProcess
 from tests.devserver import worker_env
 from tests.helpers import (
@@ -40,7 +41,6 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.subagent_support import delegate, delegating
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 async def parent_history(client: Client, workflow_id: str):

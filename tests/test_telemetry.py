@@ -40,6 +40,15 @@ from durable_react_agent.rules.tracing import (
     traceparent,
 )
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.worker.telemetry import (
+    TelemetryError,
+    TelemetryInterceptor,
+    Tracing,
+    metrics_runtime,
+)
+from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.signal_guard import SignalGuard
 from tests.api_support import free_port
 from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -55,15 +64,6 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.subagent_support import PROFILES, delegate
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.worker.telemetry import (
-    TelemetryError,
-    TelemetryInterceptor,
-    Tracing,
-    metrics_runtime,
-)
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.workflows.signal_guard import SignalGuard
 
 
 @pytest.fixture(scope="module")

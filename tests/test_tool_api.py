@@ -27,13 +27,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
 from durable_react_agent.activities.profiles import AgentProfile, Profiles
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tool_runner import ToolActivities
 from durable_react_agent.activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec
 from durable_react_agent.activities.tools.function_tool import ToolDefinitionError
-from durable_react_agent.activities.tools.memory import MEMORY_TOOLS
 from durable_react_agent.activities.tools.loader import ToolLoadError, load_tools
+from durable_react_agent.activities.tools.memory import MEMORY_TOOLS
 from durable_react_agent.client.session import follow
 from durable_react_agent.contract import (
     ConfirmRequest,
@@ -41,14 +42,13 @@ from durable_react_agent.contract import (
     ToolListRequest,
     ToolOutcome,
 )
-from durable_react_agent import NeedsInput, ToolContext, ToolError, tool
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker, tool_registry
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import NO_HTTP
 from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
-from durable_react_agent.worker.app import build_worker, tool_registry
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 # what `agent-worker` has before any module's: the built-in tools, then memory's

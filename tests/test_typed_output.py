@@ -17,9 +17,9 @@ from durable_react_agent.activities.profiles import Profiles, ProfilesError
 from durable_react_agent.contract import EndRequest
 from durable_react_agent.rules import output
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ROOT
 from tests.helpers import replay, script, settled, start, unique
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
            "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}

@@ -38,6 +38,8 @@ from durable_react_agent.activities.webhooks import (
 from durable_react_agent.contract import AnswerRequest, NotifyRequest, SayRequest
 from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
@@ -53,8 +55,6 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 
 @pytest.fixture

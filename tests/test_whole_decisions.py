@@ -31,6 +31,8 @@ from durable_react_agent.contract import (
     Usage,
 )
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.worker.app import build_worker
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess, agui_run, of, user
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -44,8 +46,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
 
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
                       tools=["create_note", "delete_note", "ask_confirm"], max_steps=3)

@@ -18,9 +18,9 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import ensure_search_attributes
 from tests.devserver import worker_env
 from tests.helpers import script, start, tool_call, unique
-from durable_react_agent.worker.app import ensure_search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,10 +22,10 @@ from temporalio.client import Client
 from durable_react_agent.activities.mcp import McpToolbox
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.webhooks import Webhook, Webhooks
+from durable_react_agent.worker.app import build_worker
 from tests.api_support import ApiProcess
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
-from durable_react_agent.worker.app import build_worker
 
 SECRET, LINKS = "hook-secret-123", "link-secret-456"
 

@@ -23,6 +23,7 @@ from ..activities.models import WORKER_ROLES
 from ..activities.settings import ActivitySettings
 from ..activities.tools.loader import ToolLoadError
 from ..client.connection import TemporalSettings, connect
+from ..contract.names import version_label
 from .app import (
     ensure_search_attributes,
     mcp_toolbox,
@@ -30,13 +31,13 @@ from .app import (
     tool_registry,
     workflow_sandbox,
 )
-from ..contract.names import version_label
 from .deployment import (
     DeploymentRefused,
     deployment_config,
     registered,
     version_from,
 )
+from .epochs import earlier_epoch
 from .logging import configure_logging
 from .telemetry import Tracing, metrics_runtime
 
@@ -86,6 +87,11 @@ async def main(role: str = "all", deployment: str | None = None,
         tracing.install()
     client = await connect_patiently(temporal, runtime)
     await ensure_search_attributes(client, temporal.namespace)
+    if role in ("all", "workflows"):  # the code that replays histories
+        refusal = await earlier_epoch(client, temporal.task_queue, versioned=version is not None)
+        if refusal is not None:
+            log.error("cannot start: conversations of 0.x on this task queue", error=refusal)
+            raise SystemExit(2)
     stop = asyncio.Event()
     refused = False  # the server never registered the deployment version
     loop = asyncio.get_running_loop()

@@ -27,14 +27,14 @@ from ..activities.models import WORKER_ROLES, model_queue, role_queues
 from ..activities.settings import ActivitySettings
 from ..activities.tool_runner import ToolActivities
 from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
-from ..activities.tools.memory import MEMORY_TOOLS
 from ..activities.tools.loader import load_tools
+from ..activities.tools.memory import MEMORY_TOOLS
 from ..activities.webhooks import WebhookActivities
 from ..client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
-from .logging import LoggingInterceptor
-from .telemetry import TelemetryInterceptor, Tracing
 from ..workflows.conversation import ConversationWorkflow
 from ..workflows.signal_guard import SignalGuard
+from .logging import LoggingInterceptor
+from .telemetry import TelemetryInterceptor, Tracing
 
 if TYPE_CHECKING:
     from ..activities.mcp import McpToolbox
@@ -121,7 +121,7 @@ def interceptors(tracing: Tracing | None) -> list[Interceptor]:
 
 def model_activities(llm: LLMActivities) -> list[Any]:
     """The activities that call a model endpoint."""
-    return [llm.llm_call, llm.llm_step, llm.summarize]
+    return [llm.llm_step, llm.summarize]
 
 
 def role_workers(client: Client, task_queue: str, role: str, settings: ActivitySettings,

@@ -3,7 +3,7 @@
 - `conversation.py`: the workflow, to be read as the story of a conversation: its life, its
   handlers and its queries; with `turn.py` (a turn's loop), `standing.py` (its status, and
   the reports of its subagents and to its parent), `decisions.py` (a person's decisions as one
-  table: a signal and its Update twin each), `patches.py` (the history's patches) and
+  table: a signal and its Update twin each) and
   `signal_guard.py` (what a signal must be to reach it).
 - Its parts, which call Temporal's workflow API: `model_step` (think), `tool_round` (act, through
   the human gate), `subagents` (a call that runs a child conversation), `human_desk` (what waits

@@ -36,29 +36,15 @@ from ..contract.bounds import Limits
 from ..contract.names import CHILD_STATUS_SIGNAL
 from ..rules import context, loop, output
 from ..rules.gate import Refusal
-from ..rules.prompts import default_system_prompt
 from ..rules.start_input import first_state, settled_input
 from .decisions import DECISIONS, decision_signal, decision_update
 from .handover import carried, next_input
 from .handshake import shake_hands, tools_changed
 from .human_desk import HumanDesk, HumanRequest, Taken
 from .model_step import Thinker
-from .patches import (
-    AUDIT_INPUTS_PATCH,
-    BOUNDED_CONTEXT_PATCH,
-    DELTA_CONTEXT_PATCH,
-    GATE_SEAMS_PATCH,
-    LOCAL_READS_PATCH,
-    MESSAGE_BEATS_IDLE_TIMEOUT_PATCH,
-    Patches,
-    REAL_MODEL_SHAPES_PATCH,
-    REAL_MODELS_PATCH,
-    TRUSTED_SEAMS_PATCH,
-)
 from .reporting import Narrator
 from .signal_guard import sent
 from .standing import Standing, moved_here, new_version, running_version
-from .tool_round import FAST, Pace
 from .turn import TurnLoop
 
 
@@ -71,36 +57,17 @@ class ConversationWorkflow(TurnLoop, Standing):
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
-        # The patches, asked in the order runs have always asked them (`workflows.patches`).
-        self._patches = patches = Patches()
-        self._limits = (
-            Limits.bounded(inp.max_message_bytes) if patches.has(BOUNDED_CONTEXT_PATCH)
-            else Limits()
-        )
+        self._limits = Limits.bounded(inp.max_message_bytes)
         self._input, notices = settled_input(inp, self._limits)
-        self._shapes = patches.has(REAL_MODEL_SHAPES_PATCH)
-        self._state = first_state(self._input, self._limits, notices,
-                                  default_system_prompt(asks_less=self._shapes))
+        self._state = first_state(self._input, self._limits, notices)
         self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
         self._narrator = Narrator(self._state, self._limits.audit_bytes)
-        self._seams = patches.has(GATE_SEAMS_PATCH)
-        strict = patches.has(TRUSTED_SEAMS_PATCH)
-        self._audit_inputs = patches.has(AUDIT_INPUTS_PATCH)
-        self._delta_context = patches.has(DELTA_CONTEXT_PATCH)
-        self._pace = FAST if self._delta_context else Pace()
-        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator,
-                                self._pace, patches, delta_context=self._delta_context,
-                                safe_ids=strict, real_models=patches.has(REAL_MODELS_PATCH))
-        self._local_reads = patches.has(LOCAL_READS_PATCH)
+        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator)
         self._desk = HumanDesk(self._state, self._limits, owner=self._input.owner,
-                               dedupe=self._seams, strict=strict,
                                on_settled=self._announce_settled,
                                too_long=self._thinker.message_refusal)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
-        first = inp.request_id is not None and inp.state is None and inp.carry is None
-        if first and not self._shapes:  # else taken once the model's window is known
-            self._desk.accept(inp.request_id, turn=1)  # the first message, taken at the start
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
         self._published: Status | None = None
         self._turns_this_run = 0
@@ -113,8 +80,7 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
-        if self._desk.strict:
-            self._settler = asyncio.ensure_future(self._desk.settle_when_nothing_comes())
+        self._settler = asyncio.ensure_future(self._desk.settle_when_nothing_comes())
         try:
             self._sync_status()
             if inp.state is None and inp.carry is None:
@@ -125,8 +91,7 @@ class ConversationWorkflow(TurnLoop, Standing):
                 elif self._state.inbox:  # the first message, unless it was refused
                     self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
-                if self._shapes and self._desk.take_first_message(self._input.prompt,
-                                                                  inp.request_id):
+                if self._desk.take_first_message(self._input.prompt, inp.request_id):
                     self._state.end_requested = True  # too long for the model: nothing to do
             else:
                 self._narrator.notifier.resume()  # what the previous run had not delivered
@@ -196,7 +161,7 @@ class ConversationWorkflow(TurnLoop, Standing):
                 return True
             except TimeoutError:
                 # A message taken in the same workflow task as the timeout wins over it.
-                if arrived() and self._patches.has(MESSAGE_BEATS_IDLE_TIMEOUT_PATCH):
+                if arrived():
                     return True
                 if not versioned or workflow.now() >= deadline:
                     return False
@@ -340,7 +305,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         """Before a turn: shake hands again if an MCP server's tools changed since the last
         handshake (`notifications/tools/list_changed`), unless this run just did."""
         listed, self._listed = self._listed, False
-        if not listed and await tools_changed(self._state, local=self._local_reads):
+        if not listed and await tools_changed(self._state):
             await self._load_tools()
             self._thinker.tools_changed()
             self._listed = False
@@ -350,7 +315,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         self._state.handshake_version = running_version()
         with self._desk.awaiting_results():
             refusal = await shake_hands(self._state, self._limits, self._input.approval,
-                                        self._input.profile, local=self._local_reads)
+                                        self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
             self._set_phase("failed")
@@ -358,12 +323,9 @@ class ConversationWorkflow(TurnLoop, Standing):
 
     def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
         info = workflow.info()
-        if self._delta_context:  # a step adds little: hand over only when the history is large
-            if loop.history_full(info.get_current_history_length(),
-                                 info.get_current_history_size(),
-                                 self._input.continue_as_new_after_events):
-                return True
-        elif info.is_continue_as_new_suggested():
+        # A step adds little (a delta of the prompt): hand over only when the history is large.
+        if loop.history_full(info.get_current_history_length(), info.get_current_history_size(),
+                             self._input.continue_as_new_after_events):
             return True
         return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
 

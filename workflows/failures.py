@@ -15,7 +15,6 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-
 # How an activity fails: an `ActivityError`, or a local activity's cause itself (not wrapped).
 ACTIVITY_FAILURES = (ActivityError, ApplicationError, TimeoutError, CancelledError)
 

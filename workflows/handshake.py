@@ -5,7 +5,6 @@ first; what was left out, and why, goes to the status."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -29,13 +28,12 @@ from .failures import ACTIVITY_FAILURES, failure_reason, raise_if_cancelled
 
 
 async def shake_hands(state: ConversationState, limits: Limits,
-                      policy: ApprovalPolicy, profile: str | None = None,
-                      local: bool = False) -> str | None:
+                      policy: ApprovalPolicy, profile: str | None = None) -> str | None:
     """Fill the state's catalog (a subagent's: its profile's tools, and its system prompt).
     Returns why the conversation must be refused, if its approval policy asks for more than the
     worker allows (the worker holds that floor); a discovery that fails leaves the ask_* tools
-    and a notice, and the conversation goes on. `local`: the worker of this workflow task
-    answers, as a local activity (every worker of the task queue lists the tools)."""
+    and a notice, and the conversation goes on. The worker of this workflow task answers, as a
+    local activity (every worker of the task queue lists the tools)."""
     state.catalog = {t.name: t.model_copy() for t in ASK_TOOLS}  # this conversation's own
     args = [] if profile is None else [ToolListRequest(profile=profile)]  # the same command as ever
     options = dict(
@@ -46,7 +44,7 @@ async def shake_hands(state: ConversationState, limits: Limits,
         summary="list tools" if profile is None else f"list tools of agent {profile}",
     )
     try:
-        catalog = await _listing_activity(LIST_TOOLS_ACTIVITY, local, **options)
+        catalog = await workflow.execute_local_activity(LIST_TOOLS_ACTIVITY, **options)
     except ACTIVITY_FAILURES as err:
         raise_if_cancelled(err)
         state.notice(f"tools unavailable: {failure_reason(err)}")
@@ -72,7 +70,7 @@ async def shake_hands(state: ConversationState, limits: Limits,
     return policy_refusal(policy, state.catalog.values(), catalog.auto_approvable)
 
 
-async def tools_changed(state: ConversationState, local: bool = False) -> list[str]:
+async def tools_changed(state: ConversationState) -> list[str]:
     """Before a turn of a conversation with MCP servers: the servers whose tools changed since
     its handshake (one said so, and the worker lists them otherwise now). A look that fails
     changes nothing: the conversation keeps the tools it has."""
@@ -81,7 +79,7 @@ async def tools_changed(state: ConversationState, local: bool = False) -> list[s
     options = dict(result_type=McpListing, start_to_close_timeout=timedelta(seconds=60),
                    retry_policy=RetryPolicy(maximum_attempts=3), summary="MCP tools changed?")
     try:
-        now = await _listing_activity(MCP_LISTING_ACTIVITY, local, **options)
+        now = await workflow.execute_local_activity(MCP_LISTING_ACTIVITY, **options)
     except ACTIVITY_FAILURES as err:
         raise_if_cancelled(err)
         workflow.logger.warning("could not tell whether MCP tools changed: %s",
@@ -92,10 +90,3 @@ async def tools_changed(state: ConversationState, local: bool = False) -> list[s
         workflow.logger.info("the tools of %s changed: listing them again", ", ".join(changed))
     return changed
 
-
-async def _listing_activity(name: str, local: bool, **options: Any) -> Any:
-    """A listing activity, run by the worker of this workflow task as a local activity (every
-    worker of the task queue lists the tools), or else on the task queue."""
-    if local:
-        return await workflow.execute_local_activity(name, **options)
-    return await workflow.execute_activity(name, **options)

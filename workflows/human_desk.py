@@ -78,22 +78,17 @@ class HumanDesk:
     two arrive, live and on replay (`tests/test_decision_order.py`)."""
 
     def __init__(self, state: ConversationState, limits: Limits, *, owner: str | None = None,
-                 dedupe: bool = False, strict: bool = False,
                  on_settled: Callable[[list[Taken]], None] = lambda taken: None,
                  too_long: Callable[[str], str | None] | None = None) -> None:
         self._state = state
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
         self.owner = owner  # who started the conversation (four eyes)
-        self.dedupe = dedupe  # a request id already taken is not taken again (set per run)
-        # runs with the trust-at-the-seams marker (set per run): four eyes wants a person, and
-        # a waiting request is settled as soon as nothing more is on its way
-        self.strict = strict
         # why a message is too long for the model whatever is folded (`Thinker.message_refusal`)
         self.too_long = too_long
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
-        # (strict) calls the round will hold once its safe calls have run: a request naming one
-        # waits for it, as for a result on its way
+        # calls the round will hold once its safe calls have run: a request naming one waits
+        # for it, as for a result on its way
         self.coming: set[str] = set()
         self._waiting: list[Taken] = []
         self.on_settled = on_settled  # announces requests settled together (`settle`)
@@ -154,10 +149,9 @@ class HumanDesk:
     # ----- rounds -----
 
     def expect(self, call_ids: set[str]) -> None:
-        """(strict) The calls this round holds once its safe calls have run: a request that
-        names one waits until it is held, not refused while the reads run."""
-        if self.strict:
-            self.coming = call_ids
+        """The calls this round holds once its safe calls have run: a request that names one
+        waits until it is held, not refused while the reads run."""
+        self.coming = call_ids
 
     def hold(self, call_id: str, tool: ToolDefinition, args: dict[str, Any],
              now: datetime | None = None, ticket: str | None = None) -> None:
@@ -213,8 +207,8 @@ class HumanDesk:
     def awaiting_results(self) -> Iterator[None]:
         """While the conversation awaits a model call, a tool or a subagent. What came before
         it is settled first: a request that waited for a result now in, and not made valid by
-        it, is refused before the conversation starts on something new (with `strict`, also as
-        soon as nothing more is on its way: `settle_when_nothing_comes`)."""
+        it, is refused before the conversation starts on something new (and also as soon as
+        nothing more is on its way: `settle_when_nothing_comes`)."""
         self.settle(workflow.now())
         self.results_pending += 1
         try:
@@ -223,7 +217,7 @@ class HumanDesk:
             self.results_pending -= 1
 
     async def settle_when_nothing_comes(self) -> None:
-        """(strict, for the conversation's lifetime) A request that waited for a result is
+        """(for the conversation's lifetime) A request that waited for a result is
         answered as soon as nothing more is on its way, not at the next decision: one call's tool
         may finish while another call waits for a human. A condition is looked at only once the
         workflow has nothing else to do, so a result's own effects (the calls a reply brings
@@ -259,7 +253,7 @@ class HumanDesk:
     def repeated(self, request_id: str | None) -> SignalOutcome | Taken | None:
         """What became of a request id already taken, refused or waiting, when ids are
         deduplicated (a retried request, or one sent again with the same id, acts once)."""
-        if request_id is None or not self.dedupe:
+        if request_id is None:
             return None
         waiting = next((t for t in self._waiting if t.request.request_id == request_id), None)
         return waiting or self.outcome(request_id)
@@ -288,7 +282,7 @@ class HumanDesk:
                 or gate.check_tickets(targets, self.pending, request.tickets)
                 or gate.four_eyes_refusal(targets, self.pending,
                                           clip(request.approver, MAX_APPROVER_BYTES) or "",
-                                          self.owner, self._state.four_eyes, self.strict)
+                                          self.owner, self._state.four_eyes)
                 or targets)
 
     def confirm(self, request: ConfirmRequest, now: datetime) -> list[Decision] | Refusal:

@@ -17,7 +17,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from ..contract import (
-    LLM_CALL_ACTIVITY,
     LLM_STEP_ACTIVITY,
     SUMMARIZE_ACTIVITY,
     AuditRecord,
@@ -26,7 +25,6 @@ from ..contract import (
     ConversationInput,
     EntryLimits,
     LLMReply,
-    LLMRequest,
     LLMStepRequest,
     PendingPrompt,
     SummaryReply,
@@ -44,7 +42,7 @@ from ..contract.bounds import (
 )
 from ..contract.state import ConversationState
 from ..rules import context, delta, output, replies
-from ..rules.compaction import compact, estimate_tokens
+from ..rules.compaction import estimate_tokens
 from .failures import (
     MIN_WINDOW_TOKENS,
     failure_reason,
@@ -55,9 +53,8 @@ from .failures import (
     raise_if_cancelled,
     refusal_said,
 )
-from .patches import FORCED_ANSWER_RETRY_PATCH, REAL_MODEL_SHAPES_PATCH, Patches
 from .reporting import Narrator
-from .tool_round import Pace
+from .tool_round import FIRST_RETRY
 
 SUMMARY_ATTEMPTS = 3
 T = TypeVar("T")
@@ -65,14 +62,11 @@ T = TypeVar("T")
 
 class Thinker:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
-                 narrator: Narrator, pace: Pace, patches: Patches, delta_context: bool = False,
-                 safe_ids: bool = False, real_models: bool = False) -> None:
+                 narrator: Narrator) -> None:
         self._input = inp
-        self._patches = patches
         self._state = state
         self._limits = limits
         self._narrator = narrator
-        self._pace = pace
         # The catalog as the model sees it, and its estimated tokens: fixed once the tools are
         # loaded, before the first step (and again once they are listed again).
         self._tools: list[dict] | None = None
@@ -80,15 +74,9 @@ class Thinker:
         self._tools_digest = ""
         # The delta context: the prompt last sent (None: send the next one whole), and the
         # call waiting on its reply, which the `pending_prompt` query answers.
-        self._delta = delta_context
         self._sent: delta.Sent | None = None
         self._pending: tuple[str, list[ChatMessage], list[dict]] | None = None
         self._squeeze = 1  # the budget is divided by it: 2 to fold harder for a small window
-        self._safe_ids = safe_ids  # calls get ids of a safe alphabet (runs begun before: any)
-        # Runs begun before real models: calls written in the text are not read, and the
-        # model's own window, deadline and heartbeat are not kept to (`REAL_MODELS_PATCH`)
-        self._real = real_models
-        self._shapes = patches.has(REAL_MODEL_SHAPES_PATCH)  # (`usable`, `message_refusal`)
         self.sent_tokens = 0  # the estimated tokens of the prompt last sent (endpoint tokens)
         self._estimated = 0  # the same, as estimated before calibration
 
@@ -112,14 +100,13 @@ class Thinker:
     def limits(self, entry: str | None = None) -> EntryLimits:
         """The model entry's own limits (`entry`: a fallback; None: the one the conversation's
         model names), where it sets them."""
-        return self._state.models.limits_of(self._input.model, entry) if self._real \
-            else EntryLimits()
+        return self._state.models.limits_of(self._input.model, entry)
 
     def window(self) -> int | None:
         """The model's window in tokens, where known: as its entry or its server says, or as
         an endpoint's refusal of a longer prompt said."""
         known = [w for w in (self.limits().context_tokens, self._state.context.window_tokens)
-                 if w] if self._real else []
+                 if w]
         return min(known) if known else None
 
     def budget_tokens(self) -> int:
@@ -145,21 +132,19 @@ class Thinker:
         window is known; before, a refusal of the endpoint says (`leave_out_too_long`). On the
         count of the model's server where it counted this text, else on one that errs toward
         letting it through (`context.LENIENT_RATIO`): a message let through that cannot fit is
-        left out at its turn, on the server's count. (Runs begun before the real models'
-        shapes refuse on the calibrated estimate, the tools counted once a step was asked.)"""
+        left out at its turn, on the server's count."""
         window = self.window()
         if window is None:
             return None
-        ctx, lenient = self._state.context, self._shapes
-        tools = self._tools_tokens if self._tools is not None or not lenient else \
+        ctx = self._state.context
+        tools = self._tools_tokens if self._tools is not None else \
             context.tools_tokens([t.openai_schema() for t in self._state.catalog.values()])
         budget = context.Budget(tokens=self.budget_tokens(), tools=tools,
-                                ratio=context.LENIENT_RATIO if lenient else ctx.token_ratio)
+                                ratio=context.LENIENT_RATIO)
         tokens = context.message_tokens(text, ctx, budget)
         if tokens is None:
             return None
-        about = ("" if context.counted_tokens(text, ctx) == tokens
-                 else "at least about " if lenient else "about ")
+        about = "" if context.counted_tokens(text, ctx) == tokens else "at least about "
         return (f"the message is {about}{tokens:,} tokens, more than the model can read "
                 f"({budget.tokens:,} of its {window:,}-token window, with the system prompt "
                 "and its reply): send a shorter one, or split it")
@@ -168,8 +153,6 @@ class Thinker:
         """After the endpoint refused even a folded prompt: leave out each message that cannot
         fit alone (it would fail every later prompt too), and say what was left out; None if
         none was, and the prompt is too long for another reason."""
-        if not self._real:
-            return None
         ctx = self._state.context
         counted = {context.counted_tokens(m.content, ctx) for m in ctx.messages
                    if m.role == "user" and isinstance(m.content, str)}
@@ -210,35 +193,31 @@ class Thinker:
             ctx.window_tokens = min(ctx.window_tokens or window, window)
         if type(prompt) is int and prompt > 0:
             ctx.token_ratio = context.calibrated_ratio(self._estimated, prompt, ctx.token_ratio)
-        if isinstance(counted, dict) and counted and self._shapes:
+        if isinstance(counted, dict) and counted:
             ctx.counted = context.with_counts(ctx, counted)
 
-    def observation_share(self, call_message: ChatMessage) -> int | None:
-        """Bytes each observation of this round may keep (None: runs begun before the bounds)."""
-        if not self._limits.fold_context:
-            return None
+    def observation_share(self, call_message: ChatMessage) -> int:
+        """Bytes each observation of this round may keep."""
         return context.observation_share(self._state.context, self.budget(), call_message)
 
     async def think(self, step: int, offered_tools: bool) -> LLMReply:
         """Fold older turns if the prompt would pass the budget, then ask the model. Asked to
         answer (no tools offered), a reply of tool calls and no text, from a provider that ignores
         `tool_choice="none"`, is asked once more with no tool schemas at all."""
-        if self._limits.fold_context:
-            await self._fold_older_turns(step)
+        await self._fold_older_turns(step)
         try:
             reply = await self._ask(step, offered_tools, send_tools=True)
         except ActivityError as err:
-            if not (self._limits.fold_context and is_context_too_long(err)):
+            if not is_context_too_long(err):
                 raise
             # The model's window is smaller than the budget: fold to half of it, once, and ask
             # again (a second refusal ends the turn, with the sizes).
             workflow.logger.warning("step %d: the prompt (about %d tokens) is too long for the "
                                     "model; folding harder and asking again", step,
                                     self.sent_tokens)
-            if self._real:
-                self._learn_window(err)
-                if context.left_out(self._state.context, self.budget())[1]:
-                    raise  # a message no fold makes room for: asking again would fail again
+            self._learn_window(err)
+            if context.left_out(self._state.context, self.budget())[1]:
+                raise  # a message no fold makes room for: asking again would fail again
             self._squeeze = 2
             try:
                 await self._fold_older_turns(step)
@@ -246,9 +225,7 @@ class Thinker:
             finally:
                 self._squeeze = 1
         message = reply.message
-        if not offered_tools and message.tool_calls and not (message.content or "").strip() and (
-            self._patches.has(FORCED_ANSWER_RETRY_PATCH)
-        ):
+        if not offered_tools and message.tool_calls and not (message.content or "").strip():
             workflow.logger.warning("step %d: tool calls in a forced answer; asking again without "
                                     "tools", step)
             reply = await self._ask(step, offered_tools, send_tools=False)
@@ -257,21 +234,12 @@ class Thinker:
     async def _ask(self, step: int, offered_tools: bool, send_tools: bool) -> LLMReply:
         self._narrator.emit("llm_started", step=step)
         ctx, budget = self._state.context, self.budget()
-        if self._limits.fold_context:
-            messages, ctx.messages = context.prompt(ctx, budget)
-        else:  # as runs begun before the bounded context did
-            messages = compact(context.shown(ctx), self._input.context_budget_tokens)
-        turn = self._state.current
+        messages, ctx.messages = context.prompt(ctx, budget)
         tools = self.tool_schemas() if send_tools else []
         tool_choice = "auto" if offered_tools else "none"
         estimated = estimate_tokens(messages) + (budget.tools if send_tools else 0)
         self._estimated, self.sent_tokens = estimated, int(estimated * ctx.token_ratio)
-        if self._delta:
-            reply = await self._step(messages, tools, tool_choice, step)
-        else:
-            reply = await self._call(LLM_CALL_ACTIVITY, LLMRequest(
-                model=self._input.model, messages=messages, tools=tools, tool_choice=tool_choice,
-                turn=turn.number, step=step, response_format=self._response_format()), step)
+        reply = await self._step(messages, tools, tool_choice, step)
         if not reply.streamed and reply.message.content:  # it came whole: watchers get it now
             self._narrator.tokens(step, reply.message.content)
         ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,
@@ -296,7 +264,7 @@ class Thinker:
                 turn=self._state.current.number, step=step,
                 response_format=self._response_format())
             try:
-                return await self._call(LLM_STEP_ACTIVITY, request, step)
+                return await self._call(request, step)
             except ActivityError as err:
                 if whole or not is_context_miss(err):
                     raise
@@ -311,8 +279,7 @@ class Thinker:
         schema = self._input.output_schema
         return output.response_format(schema) if schema is not None else None
 
-    async def _call(self, activity: str, request: LLMRequest | LLMStepRequest, step: int
-                    ) -> LLMReply:
+    async def _call(self, request: LLMStepRequest, step: int) -> LLMReply:
         """The model call, on the entry the conversation's model names and, if that one fails
         in a way that concerns it (`fallback_reason`), on each of its fallbacks in turn."""
         turn, chain = self._state.current, self._state.models.chain(self._input.model)
@@ -320,13 +287,13 @@ class Thinker:
         for n, entry in enumerate(chain):
             try:
                 reply = await self._model_activity(
-                    activity, request.model_copy(update={"entry": entry}), LLMReply,
+                    LLM_STEP_ACTIVITY, request.model_copy(update={"entry": entry}), LLMReply,
                     self._input.llm.max_attempts, summary + (f" on {entry}" if entry else ""),
                     entry)
             except ActivityError as err:
-                if self._real:  # its tokens are not known: the turn says so, not "0 tokens"
-                    # (counted apart, so a refused request leaves a budget enforceable)
-                    self._state.count_model_call(Usage(), failed=True)
+                # its tokens are not known: the turn says so, not "0 tokens" (counted apart,
+                # so a refused request leaves a budget enforceable)
+                self._state.count_model_call(Usage(), failed=True)
                 why = fallback_reason(err)
                 if n == len(chain) - 1 or why is None:
                     raise
@@ -352,7 +319,7 @@ class Thinker:
             start_to_close_timeout=timedelta(seconds=timeout_s),
             heartbeat_timeout=timedelta(seconds=heartbeat_s),
             retry_policy=RetryPolicy(
-                initial_interval=self._pace.first_retry, backoff_coefficient=2.0,
+                initial_interval=FIRST_RETRY, backoff_coefficient=2.0,
                 maximum_interval=timedelta(seconds=self._input.llm.max_retry_interval_s),
                 maximum_attempts=attempts,
             ),
@@ -378,8 +345,7 @@ class Thinker:
         turn = replies.Turn(tools=state.catalog.keys(), seen_call_ids=state.seen_call_ids,
                             ran=state.current.ran, messages=state.context.messages,
                             number=state.current.number, step=step)
-        taken = replies.intake(message, offered, turn, replies.Shapes(
-            text=self._real, repeats=self._shapes, safe_ids=self._safe_ids), self._limits)
+        taken = replies.intake(message, offered, turn, self._limits)
         if taken.from_text:
             self._narrator.emit("reset", step=step, text="the model wrote its tool calls as "
                                                          "text: they run as calls")

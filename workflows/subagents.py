@@ -27,7 +27,6 @@ from ..contract import (
     ConversationInput,
     ConversationStatus,
     ToolOutcome,
-    Usage,
 )
 from ..contract.bounds import MAX_CHILDREN, clip, keep_last
 from ..contract.state import ConversationState
@@ -64,13 +63,11 @@ class Subagents:
     """The subagents of one round of tool calls."""
 
     def __init__(self, inp: ConversationInput, state: ConversationState, narrator: Narrator,
-                 sync_status: Callable[[], None], seams: bool, starting: int) -> None:
+                 sync_status: Callable[[], None], starting: int) -> None:
         self._input = inp
         self._state = state
         self._narrator = narrator
         self._sync_status = sync_status
-        # Runs begun before the shared budgets give each child what is left of the cost budget.
-        self._seams = seams
         self._reserved = Share(0, 0.0)  # the shares of the subagents running now
         self._agents_to_start = starting
 
@@ -79,8 +76,7 @@ class Subagents:
         limits. Its steps stay in its own history; its answer is the observation, and its
         usage is added to this conversation's."""
         inp, turn = self._input, self._state.current
-        share = self._next_share() if self._seams else Share(
-            spec.max_total_tokens, _left(inp.max_cost_usd, self._state.usage))
+        share = self._next_share()
         depth = inp.depth + 1
         if depth > inp.max_depth:
             return ToolOutcome(status="error", observation=(
@@ -142,8 +138,6 @@ class Subagents:
             return ToolOutcome(status="error", observation=(
                 f"Error: the {spec.profile} agent failed: {failure_reason(err.cause or err)}"))
         except WorkflowAlreadyStartedError:
-            if not self._seams:
-                raise
             traced("the subagent did not finish")
             # Someone else holds the id (started it by hand, say): not this conversation's child.
             self._child_done(child_id, "failed")
@@ -190,13 +184,6 @@ class Subagents:
             if child.workflow_id == child_id:
                 child.status, child.pending_confirmations, child.pending_question = status, [], None
         self._sync_status()
-
-
-def _left(budget: float | None, used: Usage) -> float | None:
-    """What is left of a cost budget (None: no budget, or an unknown cost)."""
-    if budget is None or used.cost_usd is None:
-        return None
-    return max(budget - used.cost_usd, 1e-9)
 
 
 def _tighter(a: float | None, b: float | None) -> float | None:

@@ -44,18 +44,11 @@ from .human_desk import HumanDesk
 from .reporting import Narrator
 from .subagents import Subagents
 
-
-@dataclass(frozen=True)
-class Pace:
-    """How soon an activity lost with its worker runs again: a tool's heartbeat timeout (a model
-    call's is `LLMOptions.heartbeat_timeout_s`) and the wait before the first retry."""
-
-    tool_heartbeat: timedelta = timedelta(seconds=10)
-    first_retry: timedelta = timedelta(seconds=1)
-
-
-# Runs with the delta context recover faster (runs begun before keep the pace they had).
-FAST = Pace(tool_heartbeat=timedelta(seconds=5), first_retry=timedelta(milliseconds=200))
+# How soon an activity lost with its worker runs again: a tool's heartbeat timeout (a model
+# call's is `LLMOptions.heartbeat_timeout_s`), and the wait before a first retry (a model
+# call's too).
+TOOL_HEARTBEAT = timedelta(seconds=5)
+FIRST_RETRY = timedelta(milliseconds=200)
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
@@ -77,24 +70,19 @@ class ToolRound:
 
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
-        narrator: Narrator, sync_status: Callable[[], None], pace: Pace = Pace(),
-        seams: bool = False, local_reads: bool = False, shapes: bool = False,
+        narrator: Narrator, sync_status: Callable[[], None],
     ) -> None:
         self._input = inp
-        self._pace = pace
         self._state = state
         self._desk = desk
         self._narrator = narrator
         self._sync_status = sync_status
-        self._seams = seams
-        self._local_reads = local_reads  # tools their worker marks local run as local activities
-        self._shapes = shapes  # questions in a row bounded (`REAL_MODEL_SHAPES_PATCH`)
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
         self._to_sample: set[str] = set()  # its calls that may sample and have not started
         self._granted: dict[str, SamplingGrant] = {}  # the grants of its calls in flight
 
     async def run(
-        self, calls: list[ToolCall], cut_off: bool, share: int | None,
+        self, calls: list[ToolCall], cut_off: bool, share: int,
         refused: dict[str, str] | None = None,
     ) -> RoundResult:
         """Run the calls; `refused` names calls already refused (with their observation)."""
@@ -123,8 +111,8 @@ class ToolRound:
         self._to_sample = {checked[i].call.id for i in safe + gated if checked[i].tool.samples}
         self._desk.expect({checked[i].call.id for i in gated})
         self._subagents = Subagents(self._input, self._state, self._narrator, self._sync_status,
-                                    self._seams, sum(1 for i in safe + gated
-                                                     if checked[i].tool.agent is not None))
+                                    sum(1 for i in safe + gated
+                                        if checked[i].tool.agent is not None))
 
         ran = await asyncio.gather(*(
             self._execute(checked[i], checked[i].arguments, keys[i], self._policy(checked[i]))
@@ -145,12 +133,12 @@ class ToolRound:
             )
             outcomes.update(zip(gated, ran))
         turn = self._state.current
-        if self._shapes and safe + gated:  # a tool ran: the questions in a row begin again
+        if safe + gated:  # a tool ran: the questions in a row begin again
             turn.questions_in_a_row = 0
         for i in asks:
             item = checked[i]
             why = not_asked(item.arguments.get("message", ""), turn.questions_in_a_row,
-                            heard(self._state.context.messages)) if self._shapes else None
+                            heard(self._state.context.messages))
             if why is not None:
                 workflow.logger.info("turn %d: %s not asked: %s", turn.number, item.call.id, why)
                 outcomes[i] = ToolOutcome(status="error", observation=why)
@@ -169,9 +157,8 @@ class ToolRound:
             outcome = outcomes[i]
             call_id, name = item.call.id, item.call.function.name
             observation, full = outcome.observation, outcome.full_bytes
-            if share is not None:
-                observation, cut = truncate_observation(observation, share, self._seams)
-                full = full or cut
+            observation, cut = truncate_observation(observation, share)
+            full = full or cut
             self._state.context.messages.append(
                 ChatMessage(role="tool", tool_call_id=call_id, content=observation)
             )
@@ -321,7 +308,7 @@ class ToolRound:
             result_type=ToolOutcome,
             start_to_close_timeout=timedelta(seconds=tool.timeout_s + TOOL_TIMEOUT_MARGIN_S),
             retry_policy=RetryPolicy(
-                initial_interval=self._pace.first_retry,
+                initial_interval=FIRST_RETRY,
                 backoff_coefficient=2.0,
                 maximum_interval=timedelta(seconds=10),
                 maximum_attempts=attempts,
@@ -330,12 +317,12 @@ class ToolRound:
         )
         try:
             with self._desk.awaiting_results():
-                if self._local_reads and tool.local and tool.risk == "safe" and tool.retry_safe:
+                if tool.local and tool.risk == "safe" and tool.retry_safe:
                     # in this workflow task, by its worker: no round trip through the server
                     return await workflow.execute_local_activity(tool.name, invocation, **options)
                 return await workflow.execute_activity(
                     tool.name, invocation, task_queue=self._state.tool_queue,
-                    heartbeat_timeout=self._pace.tool_heartbeat, **options)
+                    heartbeat_timeout=TOOL_HEARTBEAT, **options)
         except ACTIVITY_FAILURES as err:
             raise_if_cancelled(err)
             reason = failure_reason(err)

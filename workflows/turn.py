@@ -47,7 +47,6 @@ from .failures import (
     is_context_too_long,
     raise_if_cancelled,
 )
-from .patches import END_INTERRUPTS_PATCH, MEMORY_PATCH
 from .tool_round import ToolRound
 
 ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
@@ -63,23 +62,16 @@ class TurnLoop:
         The turn runs as a task that `end` cancels, with whatever it has in flight."""
         if text is not None:
             self._begin_turn(text)
-            if self._patches.has(MEMORY_PATCH):
-                await self._recall(text)
-        # A run with the latest patch asks none here: a patch first asked after a local activity
-        # in the same workflow task does not replay (the activity's marker comes first, and
-        # Temporal's core meets the patch's marker before the command that asks it).
-        if self._patches.has(END_INTERRUPTS_PATCH):
-            self._turn_task = asyncio.ensure_future(self._think_and_act())
-            try:
-                await self._turn_task
-            except asyncio.CancelledError:
-                if not self._ending:  # the workflow itself is being cancelled
-                    raise
-                self._interrupted()
-            finally:
-                self._turn_task = None
-        else:  # as runs begun before it did
-            await self._think_and_act()
+            await self._recall(text)
+        self._turn_task = asyncio.ensure_future(self._think_and_act())
+        try:
+            await self._turn_task
+        except asyncio.CancelledError:
+            if not self._ending:  # the workflow itself is being cancelled
+                raise
+            self._interrupted()
+        finally:
+            self._turn_task = None
         turn = self._state.current
         turn.in_progress = False
         self._trace_turn()
@@ -225,8 +217,7 @@ class TurnLoop:
             state.context.messages.append(message)
             share = self._thinker.observation_share(message)
             tool_round = ToolRound(self._input, state, self._desk, self._narrator,
-                                   self._sync_status, self._pace, self._seams,
-                                   self._local_reads, self._shapes)
+                                   self._sync_status)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         taken.refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
@@ -249,8 +240,6 @@ class TurnLoop:
                      text: str | None) -> None:
         """A person's input in the audit trail: who started the conversation, sent a message
         (at the turn that answers it) or ended it."""
-        if not self._audit_inputs:
-            return
         self._narrator.record(AuditRecord(
             at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
             tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
@@ -317,7 +306,7 @@ class TurnLoop:
     def _over_budget(self) -> str | None:
         """Why the conversation's budget is used up, or None."""
         return over_budget(self._state.usage, self._input.max_total_tokens,
-                           self._input.max_cost_usd, fail_closed=self._seams)
+                           self._input.max_cost_usd)
 
     def _stop(self, reason: StopReason, error: str) -> None:
         turn = self._state.current

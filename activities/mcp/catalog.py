@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from mcp.types import Tool, ToolAnnotations
 
-from .config import McpServerConfig, ToolOverride
 from ...contract import Risk, ToolDefinition
 from ...rules.schemas import schema_problem
+from .config import McpServerConfig, ToolOverride
 
 # OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$
 MAX_NAME_LEN = 64

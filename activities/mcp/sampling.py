@@ -30,14 +30,14 @@ from mcp.types import (
     TextContent,
 )
 
-from ..endpoints import Endpoint, Endpoints
-from ..llm_errors import error_detail
-from ..llm_stream import counted
-from ..models import OUTPUT_PARAMS
 from ...contract import ChatMessage, Sampled, SamplingGrant, Usage
 from ...contract.bounds import clip, text_size
 from ...rules.compaction import estimate_tokens
 from ...rules.sampling import RequestPrice, answer_room
+from ..endpoints import Endpoint, Endpoints
+from ..llm_errors import error_detail
+from ..llm_stream import counted
+from ..models import OUTPUT_PARAMS
 
 log = structlog.get_logger()
 

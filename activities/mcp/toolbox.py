@@ -23,6 +23,8 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, CallTool
 from pydantic import BaseModel
 from temporalio import activity
 
+from ...contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
+from ...rules.schemas import argument_errors
 from .catalog import CatalogEntry, build_catalog, listing_digests
 from .config import McpConfig, McpServerConfig, StdioServerConfig
 from .connection import McpConnection, ServerUnavailable, describe
@@ -30,8 +32,6 @@ from .content import progress_text, result_text
 from .elicitation import AskingCall, Sampler
 from .patterns import BoundedSearch
 from .sessions import ConversationSessions
-from ...contract import ElicitAnswer, Risk, ToolDefinition, ToolOutcome
-from ...rules.schemas import argument_errors
 
 log = structlog.get_logger()
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ...contract.memory import Memory
 from . import open_store
 from .embeddings import embedding_of
-from ...contract.memory import Memory
 
 if TYPE_CHECKING:
     from ..settings import ActivitySettings

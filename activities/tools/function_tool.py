@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field, PydanticUserError, TypeAdapter, create_mo
 from pydantic.fields import FieldInfo
 from temporalio.exceptions import ApplicationError
 
-from .registry import ToolContext, ToolSpec, name_problem
 from ...contract import Risk
+from .registry import ToolContext, ToolSpec, name_problem
 
 ToolFunction = Callable[..., Any]
 

@@ -10,14 +10,14 @@ from typing import Annotated
 import structlog
 from pydantic import Field
 
+from ...contract.memory import Memory
+from ...rules.memory import memory_text_problem, recalled_text
 from .. import telemetry
 from ..memory import MemoryRefused, open_store
 from ..memory.embeddings import embedding_of
 from ..memory.search import search
 from .function_tool import tool
 from .registry import ToolContext, ToolError
-from ...contract.memory import Memory
-from ...rules.memory import memory_text_problem, recalled_text
 
 log = structlog.get_logger()
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import BaseModel
 
-from ..settings import ActivitySettings
 from ...contract import (
     NOTIFY_ACTIVITY,
     RUNTIME_ACTIVITIES,
@@ -20,6 +19,7 @@ from ...contract import (
     ToolDefinition,
 )
 from ...rules.questions import ASK_TOOLS
+from ..settings import ActivitySettings
 
 if TYPE_CHECKING:
     from .reporter import CallReporter

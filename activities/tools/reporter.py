@@ -13,10 +13,10 @@ import structlog
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from ..heartbeat import is_local
 from ...contract import StreamEvent
 from ...contract.bounds import MAX_EVENT_TEXT_BYTES, clip
 from ...contract.names import TOKENS_TOPIC
+from ..heartbeat import is_local
 
 log = structlog.get_logger()
 

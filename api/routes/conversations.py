@@ -8,16 +8,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from ..access import Verdict
-from ..bodies import ForkBody, StartBody, StrictJsonRoute
-from ..deps import Cid, Conversations, Who, allowed, caller_trace
-from ..errors import errors
 from ...client.cases import export as export_case
 from ...client.cases import fork as fork_case
 from ...client.checks import Refused, UsageError, budget_of, new_conversation_id
 from ...client.listing import ConversationRow
 from ...contract import AuditRecord, ConversationInput, ConversationStatus, Status
 from ...contract.case import Case
+from ..access import Verdict
+from ..bodies import ForkBody, StartBody, StrictJsonRoute
+from ..deps import Cid, Conversations, Who, allowed, caller_trace
+from ..errors import errors
 
 router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 

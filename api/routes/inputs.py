@@ -8,6 +8,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 
+from ...client.checks import Refused
+from ...contract import (
+    AnswerRequest,
+    ConfirmRequest,
+    RejectRequest,
+    SayRequest,
+    SignalOutcome,
+)
 from ..bodies import (
     AnswerBody,
     ConfirmBody,
@@ -19,14 +27,6 @@ from ..bodies import (
 )
 from ..deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
 from ..errors import errors
-from ...client.checks import Refused
-from ...contract import (
-    AnswerRequest,
-    ConfirmRequest,
-    RejectRequest,
-    SayRequest,
-    SignalOutcome,
-)
 
 router = APIRouter(tags=["input"], route_class=StrictJsonRoute)
 given = errors(404, 409, 413, 502, 503)

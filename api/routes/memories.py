@@ -12,12 +12,12 @@ import structlog
 from fastapi import APIRouter, Path, Query, Request
 
 from ...activities.memory import MemoryUnavailable, open_store
+from ...client.checks import NotFound, Unavailable
+from ...contract.memory import MAX_RECALL_QUERY_BYTES, Memory
 from ..access import Forbidden
 from ..bodies import StrictJsonRoute
 from ..deps import RequestId, Who
 from ..errors import errors
-from ...client.checks import NotFound, Unavailable
-from ...contract.memory import MAX_RECALL_QUERY_BYTES, Memory
 
 router = APIRouter(tags=["memories"], route_class=StrictJsonRoute)
 log = structlog.get_logger("api")

@@ -13,13 +13,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from ...client.checks import NotFound, UsageError, unsendable
+from ...client.tree import follow_tree
 from ..agui import run_agui
 from ..bodies import StrictJsonRoute
 from ..deps import Cid, Conversations, Who, caller_trace, enforce, stream_start
 from ..errors import errors
 from .conversations import read
-from ...client.checks import NotFound, UsageError, unsendable
-from ...client.tree import follow_tree
 
 router = APIRouter(tags=["streams"], route_class=StrictJsonRoute)
 

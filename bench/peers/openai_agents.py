@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bench.peers import PEER_WORKFLOWS
 from temporalio import activity, workflow
+
+from bench.peers import PEER_WORKFLOWS
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner

@@ -3,8 +3,9 @@ call are the capability's activities."""
 
 from __future__ import annotations
 
-from bench.peers import PEER_WORKFLOWS
 from temporalio import workflow
+
+from bench.peers import PEER_WORKFLOWS
 
 with workflow.unsafe.imports_passed_through():
     from pydantic_ai import Agent

@@ -15,7 +15,6 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ..rules.prompts import SUMMARIZER_PROMPT
-
 from .intents import is_runtime_recall, read_intent
 from .replies import ScriptedReply, ScriptedToolCall, message_text
 

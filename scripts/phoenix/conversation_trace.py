@@ -31,12 +31,12 @@ from durable_react_agent.testing import (  # noqa: E402
     ScriptedReply,
     ScriptedToolCall,
 )
-from tests.devserver import TUNING_ARGS, temporal_cli  # noqa: E402
-from tests.fake_tools import registry_with_test_tools  # noqa: E402
-from tests.helpers import reaches, settled, start  # noqa: E402
 from durable_react_agent.worker.app import build_worker  # noqa: E402
 from durable_react_agent.worker.telemetry import Tracing  # noqa: E402
 from durable_react_agent.workflows.conversation import ConversationWorkflow  # noqa: E402
+from tests.devserver import TUNING_ARGS, temporal_cli  # noqa: E402
+from tests.fake_tools import registry_with_test_tools  # noqa: E402
+from tests.helpers import reaches, settled, start  # noqa: E402
 
 
 async def main(endpoint: str, wait_s: float) -> None:

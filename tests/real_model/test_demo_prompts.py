@@ -32,9 +32,9 @@ from durable_react_agent.contract import (
     EndRequest,
     RejectRequest,
 )
-from tests.helpers import note_rows, start, unique
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.helpers import note_rows, start, unique
 
 BASE_URL = os.environ.get("REAL_MODEL_BASE_URL")
 MODEL = os.environ.get("REAL_MODEL") or "qwen2.5-coder-1.5b-instruct"
