@@ -112,6 +112,19 @@ wait_port() {  # port, seconds, name
 
 alive() { [ -f "$RUN/$1.pid" ] && ours "$(cat "$RUN/$1.pid")"; }  # a reused pid is not ours
 
+wait_worker() {  # seconds: until the worker says it started; if it stops first, why, and fail
+  for _ in $(seq 1 $(( $1 * 4 ))); do
+    grep -q '"event": "worker started"' "$RUN/worker.log" 2>/dev/null && return 0
+    if ! running "$(cat "$RUN/worker.pid")"; then
+      echo "The worker did not start (see $RUN/worker.log):" >&2
+      grep -m1 '"cannot start' "$RUN/worker.log" >&2 || tail -n 5 "$RUN/worker.log" >&2
+      rm -f "$RUN/worker.pid"; return 1
+    fi
+    sleep 0.25
+  done
+  echo "The worker has not said it started after $1 s; see $RUN/worker.log" >&2; return 1
+}
+
 stop_one() {
   if alive "$1"; then
     kill "$(cat "$RUN/$1.pid")" 2>/dev/null || true
@@ -154,6 +167,7 @@ case "${1:-}" in
     only_our_workers
     nohup "$BIN/agent-worker" >"$RUN/worker.log" 2>&1 </dev/null &
     echo $! >"$RUN/worker.pid"
+    wait_worker 60
     echo "worker started (pid $(cat "$RUN/worker.pid"), log $RUN/worker.log)"
     ;;
   api)

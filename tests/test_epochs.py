@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import shlex
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ from durable_react_agent.rules.epochs import (
 )
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.devserver import worker_env
+from tests.devserver import temporal_cli, worker_env
 from tests.helpers import (
     HISTORIES,
     REPLAYER,
@@ -137,18 +139,23 @@ async def test_a_0x_history_does_not_replay_on_todays_code_and_says_why():
 
 def test_the_0x_conversations_a_worker_could_be_handed_and_what_it_says():
     unversioned = earlier_epoch_query('q"1', versioned=False)
-    assert f"WorkflowType = '{WORKFLOW_TYPE}'" in unversioned
+    assert f'WorkflowType = "{WORKFLOW_TYPE}"' in unversioned
     assert 'TaskQueue = "q\\"1"' in unversioned and f"{CHANGE_VERSION} IS NOT NULL" in unversioned
-    assert "ExecutionStatus = 'Running'" in unversioned
+    assert 'ExecutionStatus = "Running"' in unversioned
     assert "TemporalWorkerDeploymentVersion" not in unversioned
     # a versioned worker is handed no run pinned to a version: those stay on theirs
     assert earlier_epoch_query("q", versioned=True).endswith(
         " AND TemporalWorkerDeploymentVersion IS NULL")
-    assert earlier_epoch_refusal(0, [], "q") is None
-    said = earlier_epoch_refusal(7, ["a", "b", "c", "d", "e"], "react-agent")
+    query = earlier_epoch_query("react-agent", versioned=False)
+    assert earlier_epoch_refusal(0, [], "q", query, "h:7233", "default") is None
+    said = earlier_epoch_refusal(7, ["a", "b", "c", "d", "e"], "react-agent", query, "h:7233",
+                                 "default")
     assert said.startswith("7 conversation(s) on task queue react-agent began on a 0.x worker "
                            "(a, b, c, d, e and 2 more)")
     assert "python -m worker" in said and "AGENT_TASK_QUEUE" in said
+    listing = said.split("Find them with: ")[1]
+    assert shlex.split(listing) == ["temporal", "workflow", "list", "--address", "h:7233",
+                                    "--namespace", "default", "--query", query]
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -183,6 +190,14 @@ async def test_a_worker_will_not_start_beside_a_0x_conversation_and_says_what_to
         assert "cannot start: conversations of 0.x on this task queue" in said
         assert f"1 conversation(s) on task queue {queue} began on a 0.x worker ({conv})" in said
         assert "python -m worker" in said and "Traceback" not in said
+        # the listing it prints runs as printed, and finds the conversation
+        printed = json.loads(next(line for line in said.splitlines() if "cannot start" in line))
+        listing = printed["error"].split("Find them with: ")[1]
+        assert listing.startswith("temporal workflow list ")
+        found = await asyncio.to_thread(
+            subprocess.run, [temporal_cli(), *shlex.split(listing)[1:]], capture_output=True,
+            text=True, timeout=60)
+        assert found.returncode == 0 and conv in found.stdout, found.stdout + found.stderr
         # an activity-only worker replays nothing: it starts
         tools = await asyncio.to_thread(
             subprocess.Popen, [sys.executable, "-m", "durable_react_agent.worker", "--role",

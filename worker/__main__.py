@@ -88,7 +88,8 @@ async def main(role: str = "all", deployment: str | None = None,
     client = await connect_patiently(temporal, runtime)
     await ensure_search_attributes(client, temporal.namespace)
     if role in ("all", "workflows"):  # the code that replays histories
-        refusal = await earlier_epoch(client, temporal.task_queue, versioned=version is not None)
+        refusal = await earlier_epoch(client, temporal.task_queue, version is not None,
+                                      temporal.address, temporal.namespace)
         if refusal is not None:
             log.error("cannot start: conversations of 0.x on this task queue", error=refusal)
             raise SystemExit(2)

@@ -8,11 +8,12 @@ from temporalio.client import Client
 from ..rules.epochs import SHOWN, earlier_epoch_query, earlier_epoch_refusal
 
 
-async def earlier_epoch(client: Client, task_queue: str, versioned: bool) -> str | None:
+async def earlier_epoch(client: Client, task_queue: str, versioned: bool, address: str,
+                        namespace: str) -> str | None:
     """Why this worker must not poll `task_queue`, or None."""
     query = earlier_epoch_query(task_queue, versioned)
     count = (await client.count_workflows(query)).count
     if not count:
         return None
     ids = [w.id async for w in client.list_workflows(query, limit=SHOWN)]
-    return earlier_epoch_refusal(count, ids, task_queue)
+    return earlier_epoch_refusal(count, ids, task_queue, query, address, namespace)

@@ -1,7 +1,7 @@
 """The conversation workflow: everything here runs inside Temporal's workflow, deterministic.
 
 - `conversation.py`: the workflow, to be read as the story of a conversation: its life, its
-  handlers and its queries; with `turn.py` (a turn's loop), `standing.py` (its status, and
+  handlers and its queries; with `turn.py` (a turn's loop), `status_view.py` (its status, and
   the reports of its subagents and to its parent), `decisions.py` (a person's decisions as one
   table: a signal and its Update twin each) and
   `signal_guard.py` (what a signal must be to reach it).

@@ -6,7 +6,7 @@ Before it thinks, older turns may fold into a running summary (the `summarize` a
 context stays within its budget however long the conversation lasts. All state is one
 `ConversationState`; decisions that are not orchestration live in pure functions (`decisions`,
 `approvals`, `stopping`, `repair`, `context`), the human-facing state in `HumanDesk`, and what the
-outside sees in `Narrator`.
+outside sees in `Reporter`.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from .decisions import DECISIONS, decision_signal, decision_update
 from .handover import carried, next_input
 from .handshake import shake_hands, tools_changed
 from .human_desk import HumanDesk, HumanRequest, Taken
-from .model_step import Thinker
-from .reporting import Narrator
+from .model_step import ModelStep
+from .reporting import Reporter
 from .signal_guard import sent
-from .standing import Standing, moved_here, new_version, running_version
+from .status_view import StatusView, moved_here, new_version, running_version
 from .turn import TurnLoop
 
 
@@ -53,7 +53,7 @@ from .turn import TurnLoop
 # new at a turn boundary. (The behaviour is the worker's default, not this definition's: Temporal
 # refuses the workflow tasks of an unversioned worker whose workflow names one.)
 @workflow.defn
-class ConversationWorkflow(TurnLoop, Standing):
+class ConversationWorkflow(TurnLoop, StatusView):
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
@@ -61,11 +61,11 @@ class ConversationWorkflow(TurnLoop, Standing):
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
         self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
-        self._narrator = Narrator(self._state, self._limits.audit_bytes)
-        self._thinker = Thinker(self._input, self._state, self._limits, self._narrator)
+        self._reporter = Reporter(self._state, self._limits.audit_bytes)
+        self._model_step = ModelStep(self._input, self._state, self._limits, self._reporter)
         self._desk = HumanDesk(self._state, self._limits, owner=self._input.owner,
                                on_settled=self._announce_settled,
-                               too_long=self._thinker.message_refusal)
+                               too_long=self._model_step.message_refusal)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
@@ -94,7 +94,7 @@ class ConversationWorkflow(TurnLoop, Standing):
                 if self._desk.take_first_message(self._input.prompt, inp.request_id):
                     self._state.end_requested = True  # too long for the model: nothing to do
             else:
-                self._narrator.notifier.resume()  # what the previous run had not delivered
+                self._reporter.notifier.resume()  # what the previous run had not delivered
                 if moved_here(self._state):
                     await self._load_tools()  # the tools and rules of the version it moved to
             await self._serve()
@@ -103,10 +103,10 @@ class ConversationWorkflow(TurnLoop, Standing):
             if self._state.current.in_progress:
                 self._trace_turn()
             self._set_phase("completed")
-            self._narrator.close()
+            self._reporter.close()
             raise
         self._set_phase("completed")
-        await self._narrator.notifier.drain()  # the last deliveries (bounded by their window)
+        await self._reporter.notifier.drain()  # the last deliveries (bounded by their window)
         return self.status()
 
     async def _serve(self) -> None:
@@ -172,7 +172,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         """Before the run ends: answer every request still waiting, close the stream, finish
         every handler, and (a subagent) send its last reports to its parent."""
         self._desk.settle(workflow.now(), final=True)
-        self._narrator.close()
+        self._reporter.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._reports:
             await asyncio.gather(*self._reports, return_exceptions=True)
@@ -260,17 +260,17 @@ class ConversationWorkflow(TurnLoop, Standing):
         verdict = taken.verdict
         if isinstance(taken.request, AnswerRequest):
             if isinstance(verdict, Refusal):
-                self._narrator.emit("decision_refused", text=verdict.reason)
+                self._reporter.emit("decision_refused", text=verdict.reason)
             else:
-                self._narrator.emit("answered", text=verdict)
+                self._reporter.emit("answered", text=verdict)
                 self._audit_input("answer", None, taken.request.sender, verdict)
         elif isinstance(verdict, (list, Refusal)):
-            self._narrator.announce(verdict)
+            self._reporter.announce(verdict)
         self._sync_status()
 
     @workflow.query
     def status(self) -> ConversationStatus:
-        return self._standing()
+        return self._status_view()
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
@@ -286,7 +286,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         """The prompt and tools of the model call this conversation waits on, if it has this
         digest: for a worker that holds no copy of the previous prompt
         (`rules.delta`)."""
-        return self._thinker.pending(digest)
+        return self._model_step.pending(digest)
 
     @workflow.query
     def pending_schemas(self) -> dict[str, dict[str, Any]]:
@@ -297,7 +297,7 @@ class ConversationWorkflow(TurnLoop, Standing):
     @workflow.query
     def history(self) -> list[AuditRecord]:
         """The audit trail: one record per step (the latest ones; older ones are in the memo)."""
-        return list(self._narrator.audit)
+        return list(self._reporter.audit)
 
     # ----- tools -----
 
@@ -307,7 +307,7 @@ class ConversationWorkflow(TurnLoop, Standing):
         listed, self._listed = self._listed, False
         if not listed and await tools_changed(self._state):
             await self._load_tools()
-            self._thinker.tools_changed()
+            self._model_step.tools_changed()
             self._listed = False
 
     async def _load_tools(self) -> None:
@@ -335,13 +335,13 @@ class ConversationWorkflow(TurnLoop, Standing):
         over on the same version, unless it `move`s (at a turn boundary only): then the next run
         starts on the deployment's target version, the carried state being the contract between
         the two (docs/deploy.md, "Deploying a new version")."""
-        self._narrator.notifier.hand_over()
+        self._reporter.notifier.hand_over()
         await self._wind_up()
         info = workflow.info()
         workflow.logger.info("continuing as new after %d events%s",
                              info.get_current_history_length(),
                              " onto the deployment's new version" if move else "")
-        state = carried(self._state, self._narrator.carry())
+        state = carried(self._state, self._reporter.carry())
         workflow.continue_as_new(
             next_input(self._input, state),
             initial_versioning_behavior=(

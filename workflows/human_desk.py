@@ -84,7 +84,7 @@ class HumanDesk:
         self._limits = limits
         self.pending: dict[str, PendingCall] = {}
         self.owner = owner  # who started the conversation (four eyes)
-        # why a message is too long for the model whatever is folded (`Thinker.message_refusal`)
+        # why a message is too long for the model whatever is folded (`ModelStep.message_refusal`)
         self.too_long = too_long
         self.results_pending = 0  # model calls, tools and subagents the conversation awaits
         # calls the round will hold once its safe calls have run: a request naming one waits

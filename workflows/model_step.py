@@ -53,20 +53,20 @@ from .failures import (
     raise_if_cancelled,
     refusal_said,
 )
-from .reporting import Narrator
+from .reporting import Reporter
 from .tool_round import FIRST_RETRY
 
 SUMMARY_ATTEMPTS = 3
 T = TypeVar("T")
 
 
-class Thinker:
+class ModelStep:
     def __init__(self, inp: ConversationInput, state: ConversationState, limits: Limits,
-                 narrator: Narrator) -> None:
+                 reporter: Reporter) -> None:
         self._input = inp
         self._state = state
         self._limits = limits
-        self._narrator = narrator
+        self._reporter = reporter
         # The catalog as the model sees it, and its estimated tokens: fixed once the tools are
         # loaded, before the first step (and again once they are listed again).
         self._tools: list[dict] | None = None
@@ -206,7 +206,7 @@ class Thinker:
         `tool_choice="none"`, is asked once more with no tool schemas at all."""
         await self._fold_older_turns(step)
         try:
-            reply = await self._ask(step, offered_tools, send_tools=True)
+            reply = await self._ask_model(step, offered_tools, send_tools=True)
         except ActivityError as err:
             if not is_context_too_long(err):
                 raise
@@ -221,18 +221,18 @@ class Thinker:
             self._squeeze = 2
             try:
                 await self._fold_older_turns(step)
-                reply = await self._ask(step, offered_tools, send_tools=True)
+                reply = await self._ask_model(step, offered_tools, send_tools=True)
             finally:
                 self._squeeze = 1
         message = reply.message
         if not offered_tools and message.tool_calls and not (message.content or "").strip():
             workflow.logger.warning("step %d: tool calls in a forced answer; asking again without "
                                     "tools", step)
-            reply = await self._ask(step, offered_tools, send_tools=False)
+            reply = await self._ask_model(step, offered_tools, send_tools=False)
         return reply
 
-    async def _ask(self, step: int, offered_tools: bool, send_tools: bool) -> LLMReply:
-        self._narrator.emit("llm_started", step=step)
+    async def _ask_model(self, step: int, offered_tools: bool, send_tools: bool) -> LLMReply:
+        self._reporter.emit("llm_started", step=step)
         ctx, budget = self._state.context, self.budget()
         messages, ctx.messages = context.prompt(ctx, budget)
         tools = self.tool_schemas() if send_tools else []
@@ -241,7 +241,7 @@ class Thinker:
         self._estimated, self.sent_tokens = estimated, int(estimated * ctx.token_ratio)
         reply = await self._step(messages, tools, tool_choice, step)
         if not reply.streamed and reply.message.content:  # it came whole: watchers get it now
-            self._narrator.tokens(step, reply.message.content)
+            self._reporter.tokens(step, reply.message.content)
         ctx.token_ratio = context.calibrated_ratio(estimated, reply.usage.prompt_tokens,
                                                    ctx.token_ratio)
         ctx.prompt_tokens = reply.usage.prompt_tokens
@@ -299,7 +299,7 @@ class Thinker:
                     raise
                 workflow.logger.warning("step %d: %s; falling back to model entry %s", step, why,
                                         chain[n + 1])
-                self._narrator.emit("reset", step=step, text=f"{why}; falling back to "
+                self._reporter.emit("reset", step=step, text=f"{why}; falling back to "
                                                            f"{chain[n + 1]}")
                 continue
             if n:
@@ -347,10 +347,10 @@ class Thinker:
                             number=state.current.number, step=step)
         taken = replies.intake(message, offered, turn, self._limits)
         if taken.from_text:
-            self._narrator.emit("reset", step=step, text="the model wrote its tool calls as "
+            self._reporter.emit("reset", step=step, text="the model wrote its tool calls as "
                                                          "text: they run as calls")
             if taken.message.content:
-                self._narrator.emit("token", step=step, text=taken.message.content)
+                self._reporter.emit("token", step=step, text=taken.message.content)
         if taken.message.tool_calls:
             state.seen_call_ids = keep_last(
                 [*state.seen_call_ids, *(c.id for c in taken.message.tool_calls)],
@@ -365,7 +365,7 @@ class Thinker:
         cut = context.fold_cut(ctx, turns)
         first = ctx.folded_turns + 1
         last = first + max(1, sum(1 for m in ctx.messages[:cut] if m.role == "user")) - 1
-        self._narrator.emit("summary_started", step=step, text=f"turns {first}-{last}")
+        self._reporter.emit("summary_started", step=step, text=f"turns {first}-{last}")
         request = SummaryRequest(model=self._input.model, previous=ctx.summary,
                                  messages=ctx.messages[:cut], first_turn=first, last_turn=last,
                                  max_tokens=budget.summary_tokens)
@@ -388,9 +388,9 @@ class Thinker:
             self._state.context = context.folded(ctx, cut, None, problem)
             note = summary = f"turns {first}-{last} dropped without a summary: {problem}"
         workflow.logger.info("context: %s", note)
-        self._narrator.emit("summary_finished", step=step, text=note,
+        self._reporter.emit("summary_finished", step=step, text=note,
                             status="ok" if problem is None else "dropped")
-        self._narrator.record(AuditRecord(
+        self._reporter.record(AuditRecord(
             at=workflow.now(), turn=self._state.current.number, step=step, kind="summary",
             thought=summary, tokens=reply.usage,
         ))

@@ -34,7 +34,7 @@ RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2
 class Notifier:
     def __init__(self, state: ConversationState, record: Any) -> None:
         self._state = state
-        self._record = record  # Narrator.record: the audit trail
+        self._record = record  # Reporter.record: the audit trail
         self._tasks: list[asyncio.Task[None]] = []
 
     def notify(self, event: str, turn: int, args_hash: str | None = None,

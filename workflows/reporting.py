@@ -48,7 +48,7 @@ MAX_OPTIONS, MAX_OPTION_BYTES = 32, 128  # a question's options, as an event sho
 MAX_MEMO_TOOLS, OTHER_TOOLS = 32, "(other tools)"  # tool names the memo counts by name
 
 
-class Narrator:
+class Reporter:
     def __init__(self, state: ConversationState, audit_bytes: int | None) -> None:
         # Called from the workflow's @workflow.init, as WorkflowStream requires.
         prior, state.stream = stream_state(state.stream), None  # the stream holds it now; `carry`

@@ -35,7 +35,7 @@ from ..rules.search_attributes import owned_by
 from ..rules.stopping import child_share, dollars
 from . import telemetry
 from .failures import failure_reason
-from .reporting import Narrator
+from .reporting import Reporter
 
 CONVERSATION_WORKFLOW = "ConversationWorkflow"  # a subagent is a conversation too
 
@@ -62,11 +62,11 @@ class Share:
 class Subagents:
     """The subagents of one round of tool calls."""
 
-    def __init__(self, inp: ConversationInput, state: ConversationState, narrator: Narrator,
+    def __init__(self, inp: ConversationInput, state: ConversationState, reporter: Reporter,
                  sync_status: Callable[[], None], starting: int) -> None:
         self._input = inp
         self._state = state
-        self._narrator = narrator
+        self._reporter = reporter
         self._sync_status = sync_status
         self._reserved = Share(0, 0.0)  # the shares of the subagents running now
         self._agents_to_start = starting
@@ -90,7 +90,7 @@ class Subagents:
         turn.children = keep_last([*turn.children,
                                    ChildReport(workflow_id=child_id, profile=spec.profile,
                                                status="running")], MAX_CHILDREN)
-        self._narrator.emit("child_started", call_id=item.call.id, tool=spec.profile,
+        self._reporter.emit("child_started", call_id=item.call.id, tool=spec.profile,
                             text=child_id)
         task = str(args.get("task", ""))
         # the child's turn nests under this call's span, in the parent turn's trace

@@ -41,7 +41,7 @@ from ..rules.stopping import CallRecord, call_record
 from . import telemetry
 from .failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
 from .human_desk import HumanDesk
-from .reporting import Narrator
+from .reporting import Reporter
 from .subagents import Subagents
 
 # How soon an activity lost with its worker runs again: a tool's heartbeat timeout (a model
@@ -70,12 +70,12 @@ class ToolRound:
 
     def __init__(
         self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
-        narrator: Narrator, sync_status: Callable[[], None],
+        reporter: Reporter, sync_status: Callable[[], None],
     ) -> None:
         self._input = inp
         self._state = state
         self._desk = desk
-        self._narrator = narrator
+        self._reporter = reporter
         self._sync_status = sync_status
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
         self._to_sample: set[str] = set()  # its calls that may sample and have not started
@@ -110,7 +110,7 @@ class ToolRound:
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
         self._to_sample = {checked[i].call.id for i in safe + gated if checked[i].tool.samples}
         self._desk.expect({checked[i].call.id for i in gated})
-        self._subagents = Subagents(self._input, self._state, self._narrator, self._sync_status,
+        self._subagents = Subagents(self._input, self._state, self._reporter, self._sync_status,
                                     sum(1 for i in safe + gated
                                         if checked[i].tool.agent is not None))
 
@@ -144,7 +144,7 @@ class ToolRound:
                 outcomes[i] = ToolOutcome(status="error", observation=why)
                 continue
             turn.questions_in_a_row += 1
-            answer = await self._ask(item.call.id, question_from_args(item.tool, item.arguments))
+            answer = await self._ask_person(item.call.id, question_from_args(item.tool, item.arguments))
             outcomes[i] = (
                 ToolOutcome(observation=answer) if answer is not None
                 else ToolOutcome(status="error", observation=self._no_answer())
@@ -208,7 +208,7 @@ class ToolRound:
             pass
         if not self._desk.is_decided(call_id):
             reason = "the conversation was ended" if self._state.end_requested else "approval timed out"
-            self._narrator.announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
+            self._reporter.announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
             self._sync_status()
         decision = self._desk.pending[call_id].decision
         assert decision is not None
@@ -220,9 +220,9 @@ class ToolRound:
         ticket = call_ticket(key)
         self._desk.hold(item.call.id, item.tool, args, workflow.now(), ticket)
         telemetry.approval_requested(item.tool.name)
-        self._narrator.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
+        self._reporter.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
-        self._narrator.notifier.notify(
+        self._reporter.notifier.notify(
             "approval_requested", self._state.current.number, args_hash=gate.args_hash(args),
             ticket=ticket, call_id=item.call.id, tool=item.tool.name, args=args,
             risk=item.tool.risk)
@@ -254,17 +254,17 @@ class ToolRound:
         elicited: list[ElicitAnswer] = []
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
-            self._narrator.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
+            self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
             outcome = await self._run_activity(item, args, key, answer, approval, elicited)
             self._count_sampled(outcome)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})
-            self._narrator.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
+            self._reporter.emit("tool_finished", call_id=item.call.id, tool=item.tool.name,
                                 status=outcome.status, ms=ms, text=outcome.observation,
                                 observation_bytes=len(outcome.observation.encode()))
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome
-            answer = await self._ask(item.call.id, outcome.question)
+            answer = await self._ask_person(item.call.id, outcome.question)
             if outcome.question.kind == "elicitation" and not self._state.end_requested:
                 elicited.append(self._elicited(outcome.question, answer))
                 answer = None
@@ -355,18 +355,18 @@ class ToolRound:
             self._state.count_model_call(sampled.usage, failed=sampled.error is not None)
             said = sampled.asked if sampled.error is None else \
                 f"{sampled.asked} [unanswered: {sampled.error}]"
-            self._narrator.record(AuditRecord(
+            self._reporter.record(AuditRecord(
                 at=workflow.now(), turn=turn.number, step=turn.steps, thought=None,
                 tokens=sampled.usage, kind="sampling", by=sampled.server, text=said,
                 entry=sampled.entry))
 
-    async def _ask(self, call_id: str, question: Question) -> str | None:
+    async def _ask_person(self, call_id: str, question: Question) -> str | None:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
         async with self._desk.question_lock:
             self._desk.ask(call_id, question)
-            self._narrator.emit("question_asked", call_id=call_id, text=question.message,
+            self._reporter.emit("question_asked", call_id=call_id, text=question.message,
                                 options=question.options, question_kind=question.kind)
-            self._narrator.notifier.notify(  # an MCP server's: its one-time decline link
+            self._reporter.notifier.notify(  # an MCP server's: its one-time decline link
                 "question_asked", self._state.current.number, args_hash=question.request,
                 call_id=call_id, question=question.message, kind=question.kind,
                 options=question.options, server=question.server, tool=question.tool,

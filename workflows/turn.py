@@ -77,11 +77,11 @@ class TurnLoop:
         self._trace_turn()
         if self._input.profile is None:  # a subagent's turns are its parent's business
             failed = turn.stop_reason in ERROR_STOPS
-            self._narrator.notifier.notify(
+            self._reporter.notifier.notify(
                 "conversation_failed" if failed else "turn_finished", turn.number,
                 answer=turn.final_answer, stop_reason=turn.stop_reason,
                 error=turn.error if failed else None)
-        self._narrator.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
+        self._reporter.emit("turn_finished", stop_reason=turn.stop_reason, text=turn.final_answer,
                             tokens=turn.usage.total_tokens, cost_usd=turn.usage.cost_usd,
                             error=turn.error)
         self._state.turns = keep_last([*self._state.turns, TurnSummary(
@@ -139,7 +139,7 @@ class TurnLoop:
                                         started_at=workflow.now())
         self._turn_text = text
         self._state.context.messages.append(ChatMessage(role="user", content=text))
-        self._narrator.emit("turn_started", text=text)
+        self._reporter.emit("turn_started", text=text)
         self._set_phase("running")
 
     async def _recall(self, text: str) -> None:
@@ -167,7 +167,7 @@ class TurnLoop:
         if not memories:
             return
         state.context.messages.extend(recall_messages(turn.number, query, memories))
-        self._narrator.record(AuditRecord(
+        self._reporter.record(AuditRecord(
             at=workflow.now(), turn=turn.number, step=0, thought=None, tokens=Usage(),
             kind="recall", by="memory", text=", ".join(m.id for m in memories)))
         workflow.logger.info("turn %d recalled %d memories", turn.number, len(memories))
@@ -187,14 +187,14 @@ class TurnLoop:
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             try:
                 with self._desk.awaiting_results():
-                    reply = await self._thinker.think(step, offered)
+                    reply = await self._model_step.think(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
                 self._stop("llm_error", self._model_failure(err))
                 self._record_step(step, None, Usage())
                 return
             turn.steps = step
-            taken = self._thinker.usable(reply.message, step, offered)
+            taken = self._model_step.usable(reply.message, step, offered)
             message, unread = taken.message, taken.unread
             decision = loop.decide_after_reply(message, offered, turn.forced_reason)
             if isinstance(decision, loop.RunTools) and self._over_budget():
@@ -215,8 +215,8 @@ class TurnLoop:
                     continue
                 return
             state.context.messages.append(message)
-            share = self._thinker.observation_share(message)
-            tool_round = ToolRound(self._input, state, self._desk, self._narrator,
+            share = self._model_step.observation_share(message)
+            tool_round = ToolRound(self._input, state, self._desk, self._reporter,
                                    self._sync_status)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         taken.refused)
@@ -240,7 +240,7 @@ class TurnLoop:
                      text: str | None) -> None:
         """A person's input in the audit trail: who started the conversation, sent a message
         (at the turn that answers it) or ended it."""
-        self._narrator.record(AuditRecord(
+        self._reporter.record(AuditRecord(
             at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
             tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
 
@@ -248,15 +248,15 @@ class TurnLoop:
         """Why the model call failed, as the turn's error; for a prompt too long even after
         folding harder, what was left out for the conversation to go on, or the sizes."""
         if not is_context_too_long(err):
-            return self._thinker.failure(err)
-        return self._thinker.leave_out_too_long() or self._thinker.too_long(err)
+            return self._model_step.failure(err)
+        return self._model_step.leave_out_too_long() or self._model_step.too_long(err)
 
     def _record_step(self, step: int, thought: str | None, tokens: Usage,
                      actions: list[AuditAction] | None = None, entry: str | None = None) -> None:
         """The audit record of a step, once its observations are in (or the turn has ended);
         `entry`: the model entry that answered."""
         turn = self._state.current
-        self._narrator.record(AuditRecord(
+        self._reporter.record(AuditRecord(
             at=workflow.now(), turn=turn.number, step=step, thought=thought,
             actions=actions or [], tokens=tokens, stop_reason=None if actions else turn.stop_reason,
             entry=clip(entry, MAX_MODEL_NAME_BYTES),

@@ -32,10 +32,11 @@ from ..rules.search_attributes import AGENT_STATUS
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
 
 
-class Standing:
-    """The conversation's standing, as `ConversationWorkflow` shows it."""
+class StatusView:
+    """The conversation's status view, as `ConversationWorkflow` shows it: its status query, the
+    Temporal UI's details and search attributes, and the reports of its subagents."""
 
-    def _standing(self) -> ConversationStatus:
+    def _status_view(self) -> ConversationStatus:
         state, turn, fork = self._state, self._state.current, self._input.fork
         status = self._current_status()
         ended = status in CLOSED_STATUSES  # what waited for a person went with it
@@ -49,7 +50,7 @@ class Standing:
             usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),
-            turns=list(state.turns), runs=state.runs, context=self._thinker.context_use(),
+            turns=list(state.turns), runs=state.runs, context=self._model_step.context_use(),
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],
             owner=self._input.owner, trace_id=tracing.trace_id_of(turn.trace),
@@ -86,7 +87,7 @@ class Standing:
                 child.pending_question = question and self._owned(question, report.workflow_id)
                 waits = (child.pending_confirmations, child.pending_question)
                 if waits != waited and (waits[0] or waits[1]):  # what this one's watchers wake on
-                    self._narrator.emit("child_waiting", text=child.workflow_id,
+                    self._reporter.emit("child_waiting", text=child.workflow_id,
                                         tool=child.profile, status=child.status)
                 self._sync_status()
 
