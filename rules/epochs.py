@@ -41,6 +41,6 @@ def earlier_epoch_refusal(count: int, ids: list[str], task_queue: str, query: st
     named = ", ".join(ids[:SHOWN]) + (f" and {count - SHOWN} more" if count > SHOWN else "")
     return (f"{count} conversation(s) on task queue {task_queue} began on a 0.x worker "
             f"({named}) and replay only on 0.x code; a 1.0 worker would fail them. Keep a 0.x "
-            f"worker serving them (pip install 'durable-react-agent<1', then `python -m worker` "
-            f"there) until they end, and start 1.0 then; or run this worker on a task queue of "
-            f"its own (AGENT_TASK_QUEUE). Find them with: {listing}")
+            f"worker serving them (`python -m worker` in a checkout of the last 0.x version) "
+            f"until they end, and start 1.0 then; or run this worker on a task queue of its own "
+            f"(AGENT_TASK_QUEUE). Find them with: {listing}")
