@@ -203,7 +203,10 @@ def cli() -> None:
         parser.error("--processes must be at least 1")
     if args.processes > 1:
         raise SystemExit(supervise(args.processes, args.role, args.deployment, args.build_id))
-    asyncio.run(main(args.role, args.deployment, args.build_id))
+    try:
+        asyncio.run(main(args.role, args.deployment, args.build_id))
+    except SystemExit as refused:  # "cannot start: ...", logged; maybe after connecting
+        exit_now(refused.code if isinstance(refused.code, int) else 1)
     exit_now()
 
 
