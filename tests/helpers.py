@@ -40,12 +40,10 @@ from durable_react_agent.testing import (
 from durable_react_agent.worker.app import workflow_runner
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.signal_guard import SignalGuard
+from tests.processes import LAYERS, ROOT
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
-ROOT = Path(__file__).resolve().parent.parent
-# The folders that install as durable_react_agent.<layer> (setup.py)
-LAYERS = ("api", "client", "worker", "rules", "contract", "workflows", "activities")
 
 
 def code_copy(into: Path, checkout: Path = ROOT) -> Path:

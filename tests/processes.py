@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The folders that install as durable_react_agent.<layer> (setup.py)
+LAYERS = ("api", "client", "worker", "rules", "contract", "workflows", "activities")
 
 
 class WorkerProcess:

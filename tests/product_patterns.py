@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.processes import LAYERS
+
 # Packages whose code runs in the worker (workflow code included) or serves people.
 # (Each layer by name: an editable install maps them under the root, where its __path__ does
 # not list them.)
-PRODUCT = ("durable_react_agent", *(f"durable_react_agent.{layer}" for layer in (
-    "contract", "rules", "workflows", "activities", "worker", "api", "client")))
+PRODUCT = ("durable_react_agent", *(f"durable_react_agent.{layer}" for layer in LAYERS))
 # Patterns used on outside text only after it is cut to a bound: checked at that size.
 BOUNDED_USE = {"durable_react_agent.activities.llm_errors.CONTEXT_TOO_LONG": 2 * 2048}
 

@@ -16,10 +16,10 @@ from temporalio.workflow import _Definition
 
 from durable_react_agent.contract import names
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.processes import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "durable_react_agent"  # the one import root; the layers install under it (setup.py)
-LAYERS = ("contract", "rules", "workflows", "activities", "api", "client", "worker")
 PRODUCT = (*LAYERS, PACKAGE)  # the folders of the product's code
 STDLIB = sys.stdlib_module_names
 # Pure libraries a rule may use: data, schemas, and patterns that cannot backtrack; and
