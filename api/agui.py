@@ -62,6 +62,8 @@ from ..contract import (
     ConfirmRequest,
     ConversationInput,
     ConversationStatus,
+    DecideRequest,
+    HumanRequest,
     PendingConfirmation,
     PendingQuestion,
     RejectRequest,
@@ -75,7 +77,6 @@ from .access import Principal, Verdict
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",
                NoWorker: "no_worker"}
-HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
 # Events after which the conversation may have come to wait for a human.
 MAY_WAIT = frozenset({"approval_requested", "question_asked", "decision_taken", "answered",
                       "decision_refused", "child_waiting"})
@@ -179,6 +180,18 @@ class ResumePlan:
 
     requests: dict[str, HumanRequest] = field(default_factory=dict)  # by interrupt id
     ignored: list[dict[str, str]] = field(default_factory=list)  # {interruptId, reason}
+
+    def request(self, run: str) -> HumanRequest | DecideRequest:
+        """What the resume sends: its one request, or all of them as one (`DecideRequest`),
+        under a request id of the run and the interrupts it answers."""
+        parts = list(self.requests.values())
+        if len(parts) == 1:
+            return parts[0]
+        return DecideRequest(
+            request_id=resume_request_id(run, " ".join(sorted(self.requests))),
+            confirm=[p for p in parts if isinstance(p, ConfirmRequest)],
+            reject=[p for p in parts if isinstance(p, RejectRequest)],
+            answer=[p for p in parts if isinstance(p, AnswerRequest)])
 
 
 def plan_resume(entries: list[ResumeEntry], status: ConversationStatus, principal: str,
@@ -361,8 +374,8 @@ async def _run(session: Session, inp: RunAgentInput, who: Principal,
             log.warning("agui_resume_ignored", thread=thread, run=run[:200],
                         interrupts=[i["interruptId"][:200] for i in plan.ignored])
             metadata = {"ignoredResume": plan.ignored}
-        if plan.requests:  # whole or not at all (`Session.decide`)
-            await session.decide(thread, *plan.requests.values(), by_update=True)
+        if plan.requests:  # one Update, taken whole or not at all (`workflows.decisions`)
+            await session.decide(thread, plan.request(run), by_update=True)
         translator = Translator(set(plan.requests))  # the run that raised them announced them
         answer_turn, sent = status.turn, bool(plan.requests)
     else:

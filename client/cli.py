@@ -119,8 +119,8 @@ async def cmd_say(s: Session, a: argparse.Namespace) -> int:
 
 
 async def send_and_report(s: Session, a: argparse.Namespace, request: Any) -> int:
-    """Send a decision or answer (to the subagent that owns the call, if it is one's), then
-    report whether it was taken; --wait for the turn."""
+    """Send a decision or answer (the conversation hands a subagent's to it), then report
+    whether it was taken; --wait for the turn."""
     before = await s.status(a.id) if a.wait else None
     outcome = await s.decide(a.id, request, by_update=False)
     if not outcome.accepted:

@@ -50,7 +50,9 @@ from ..contract import (
     ConfirmRequest,
     ConversationInput,
     ConversationStatus,
+    DecideRequest,
     EndRequest,
+    HumanRequest,
     RejectRequest,
     SayRequest,
     SignalOutcome,
@@ -77,15 +79,6 @@ from .checks import (
     unsendable,
 )
 from .connection import TemporalSettings, namespace_prepared
-from .decisions import (
-    HumanRequest,
-    PartlyApplied,
-    answer_owner,
-    part_refusal,
-    pending_call,
-    refused_outcome,
-    stale_child,
-)
 from .listing import ConversationRow, list_query, shown_status
 
 QUERY_RPC_TIMEOUT = timedelta(seconds=3)
@@ -307,92 +300,23 @@ class Session:
                           EndRequest(request_id=request_id, sender=sender))
         return await self.outcome(workflow_id, request_id)
 
-    # ----- a decision or an answer, sent to the conversation that owns the call -----
+    # ----- a decision or an answer -----
 
-    async def decide(self, workflow_id: str, *requests: HumanRequest, by_update: bool
-                     ) -> SignalOutcome:
-        """Send decisions and answers, by Update (`Refused` on a refusal) or by signal (the
-        outcome says). A subagent's call or question goes to the child conversation that owns
-        it, where the decision is recorded, so `confirm PARENT CALL_ID` reaches it.
-
-        Whole or not at all: what spans several conversations is split into parts, and every
-        part is checked against its owner's own status before any is sent. Should a part still
-        be refused once others were taken (its conversation changed meanwhile), `PartlyApplied`
-        says exactly which were."""
-        parts = [part for request in requests for part in await self._owners(workflow_id, request)]
-        if len(parts) > 1:
-            await self._check_whole(parts)
-        outcomes: list[SignalOutcome] = []
-        for n, (target, part) in enumerate(parts):
-            try:
-                outcome = await (self.update(target, part) if by_update
-                                 else self.send(target, _SIGNALS[type(part)], part))
-            except NotFound:
-                if target == workflow_id:
-                    raise
-                outcome = refused_outcome(part, stale_child(target, part))
-            except Refused as err:
-                outcome = refused_outcome(part, str(err))
-            if not outcome.accepted:
-                if n:
-                    raise PartlyApplied(parts[:n], (target, part), outcome.reason or "refused")
-                if by_update:
-                    raise Refused(outcome.reason or "refused")
-                return outcome
-            outcomes.append(outcome)
-        return outcomes[0]
-
-    async def _check_whole(self, parts: list[tuple[str, HumanRequest]]) -> None:
-        """Every part of a decision, against its conversation's own status, before any is sent:
-        a refusal here sends nothing."""
-        statuses: dict[str, ConversationStatus] = {}
-        for target, part in parts:
-            if target not in statuses:
-                try:
-                    statuses[target] = await self.status(target)
-                except NotFound:
-                    raise Refused(stale_child(target, part) + "; nothing was decided") from None
-            reason = part_refusal(part, statuses[target])
-            if reason is not None:
-                raise Refused(f"{reason}; nothing was decided")
-
-    async def _owners(self, workflow_id: str, request: Any) -> list[tuple[str, Any]]:
-        """The request split by the conversations that own what it names, each part bound to
-        what the status shows: the arguments of each call it decides, the question it answers.
-        `all` is every call the status shows (a subagent's too), never one it did not show."""
-        status = await self.status(workflow_id)
-        if isinstance(request, AnswerRequest):
-            return [answer_owner(workflow_id, request, status.pending_question)]
-        pending = status.pending_confirmations
-        if request.all and not pending:
-            raise Refused("no call is waiting for a decision")
-        if request.all and getattr(request, "args", None) is not None:
-            raise Refused("edited args apply to exactly one call id, named explicitly")
-        names = [p.ref or p.call_id for p in pending] if request.all else request.call_ids
-        groups: dict[str, tuple[list[str], dict[str, str], dict[str, str]]] = {}
-        for name in names:
-            call = pending_call(name, pending)
-            if call is None:  # not shown (yet): the conversation decides what the name means
-                ids, seen, tickets = groups.setdefault(workflow_id, ([], {}, {}))
-                ids.append(name)
-            else:
-                ids, seen, tickets = groups.setdefault(call.conversation_id or workflow_id,
-                                                       ([], {}, {}))
-                ids.append(call.call_id)
-            # the arguments the caller saw (a console sends them), else those the status shows
-            if (hashed := request.seen.get(name) or (call and call.args_hash)) is not None:
-                seen[ids[-1]] = hashed
-            if (ticket := request.tickets.get(name)) is not None:
-                tickets[ids[-1]] = ticket
-        return [(target, request.model_copy(update={
-            "call_ids": ids, "all": False, "seen": seen, "tickets": tickets,
-            "request_id": request.request_id if n == 0 else f"{request.request_id}-{n}"}))
-            for n, (target, (ids, seen, tickets)) in enumerate(groups.items())]
+    async def decide(self, workflow_id: str, request: HumanRequest | DecideRequest,
+                     by_update: bool) -> SignalOutcome:
+        """Send a decision or an answer, by Update (`Refused` on a refusal) or by signal (the
+        outcome says). The conversation routes a part that names a subagent's call or question
+        to the subagent (`workflows.decisions`), and takes a decision over several whole or not
+        at all: one request, however deep its calls are. Several decisions and answers taken as
+        one (`DecideRequest`) go by Update."""
+        if by_update or isinstance(request, DecideRequest):
+            return await self.update(workflow_id, request)
+        return await self.send(workflow_id, _SIGNALS[type(request)], request)
 
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
-    async def update(self, workflow_id: str, request: SayRequest | ConfirmRequest | RejectRequest
-                     | AnswerRequest) -> SignalOutcome:
+    async def update(self, workflow_id: str,
+                     request: SayRequest | HumanRequest | DecideRequest) -> SignalOutcome:
         """Send a message, a decision or an answer through its Update twin. Raises `Refused` with
         the conversation's reason, `NotFound`, or `NoWorker` past the session's timeout."""
         update = _UPDATES[type(request)]
@@ -497,4 +421,5 @@ _UPDATES: dict[type, names.Asked] = {
     ConfirmRequest: names.DECIDE_CONFIRM,
     RejectRequest: names.DECIDE_REJECT,
     AnswerRequest: names.GIVE_ANSWER,
+    DecideRequest: names.DECIDE,
 }

@@ -62,3 +62,42 @@ class SignalOutcome(BaseModel):
     accepted: bool
     reason: str | None = None
     turn: int | None = None  # for `say`: the turn that will answer this message
+
+
+HumanRequest = ConfirmRequest | RejectRequest | AnswerRequest
+
+
+class DecideRequest(BaseModel):
+    """Several decisions and answers taken as one (an AG-UI resume that answers every open
+    interrupt): all are taken, or, if one would be refused, none is. The outcome is recorded
+    under `request_id`; each part keeps its own too."""
+
+    request_id: str | None = None
+    confirm: list[ConfirmRequest] = []
+    reject: list[RejectRequest] = []
+    answer: list[AnswerRequest] = []
+
+    def parts(self) -> list[HumanRequest]:
+        return [*self.confirm, *self.reject, *self.answer]
+
+
+class RoutedDecision(BaseModel):
+    """A part of a decision, sent by an ancestor conversation to the subagent that owns its
+    calls or question (exactly one of the three is set); the subagent takes it as its own and
+    sends what became of it back to `reply_to`, when that is one of its ancestors."""
+
+    reply_to: str
+    confirm: ConfirmRequest | None = None
+    reject: RejectRequest | None = None
+    answer: AnswerRequest | None = None
+
+    @classmethod
+    def of(cls, reply_to: str, part: HumanRequest) -> RoutedDecision:
+        kind = ("confirm" if isinstance(part, ConfirmRequest)
+                else "reject" if isinstance(part, RejectRequest) else "answer")
+        return cls(reply_to=reply_to, **{kind: part})
+
+    def part(self) -> HumanRequest | None:
+        """The part it carries; None unless exactly one is set."""
+        parts = [p for p in (self.confirm, self.reject, self.answer) if p is not None]
+        return parts[0] if len(parts) == 1 else None

@@ -22,6 +22,9 @@ CONFIRM_SIGNAL = "confirm"
 REJECT_SIGNAL = "reject"
 ANSWER_SIGNAL = "answer"
 CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
+# a part of a decision, from an ancestor to the subagent that owns it, and what became of it
+ROUTED_DECISION_SIGNAL = "routed_decision"
+DECISION_REPLY_SIGNAL = "decision_reply"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ SEND_MESSAGE = Asked("send_message", SignalOutcome)
 DECIDE_CONFIRM = Asked("decide_confirm", SignalOutcome)
 DECIDE_REJECT = Asked("decide_reject", SignalOutcome)
 GIVE_ANSWER = Asked("give_answer", SignalOutcome)
+DECIDE = Asked("decide", SignalOutcome)  # several decisions and answers, taken whole
 
 
 def relative_id(conversation_id: str, ancestor_id: str) -> str:

@@ -42,7 +42,7 @@ class PendingCall:
 class Refusal:
     reason: str
     # False: a result the conversation still awaits may change it (a model reply that names the
-    # call, a tool that asks a question), so the request waits for it (`HumanDesk.take`)
+    # call, a tool that asks a question), so the request waits for it (`workflows.decisions.Decisions`)
     final: bool = True
 
 
@@ -153,7 +153,7 @@ def check_seen(targets: list[str], pending: dict[str, PendingCall], seen: dict[s
             return Refusal(f"call {call_id} is waiting too, and this decision did not see it; "
                            "decide it by its id")
         if seen[call_id] != args_hash(pending[call_id].args):
-            return Refusal(f"the arguments of call {call_id} are not the ones this decision saw")
+            return Refusal(seen_reason(call_id))
     return None
 
 
@@ -164,8 +164,7 @@ def check_tickets(targets: list[str], pending: dict[str, PendingCall], tickets: 
     again), and the decision is stale for it."""
     for call_id in targets:
         if call_id in tickets and tickets[call_id] != pending[call_id].ticket:
-            return Refusal(f"call {call_id} is not the call this decision was made for (its id "
-                           "was used again); it is stale")
+            return Refusal(ticket_reason(call_id))
     return None
 
 
@@ -174,18 +173,31 @@ def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], appro
     """Why `approver` may not decide these calls: one's risk is under four eyes
     (AGENT_FOUR_EYES) and the approver is the conversation's owner, or names no person at
     all. A conversation with no recorded owner has no one to hold to it."""
-    nobody = approver.strip() in NOBODY
-    if owner is None or not (approver == owner or nobody):
+    if owner is None or not (approver == owner or approver.strip() in NOBODY):
         return None
     for call_id in targets:
-        risk = pending[call_id].tool.risk
-        if risk not in four_eyes:
-            continue
-        by = ", and by a person: this decision names none" if approver != owner else ""
-        return Refusal(f"four eyes: call {call_id} ({pending[call_id].tool.name}, {risk}) "
-                       f"must be decided by someone other than {owner}, who started the "
-                       f"conversation{by}; ask an approver (or end the conversation)")
+        tool = pending[call_id].tool
+        if tool.risk in four_eyes:
+            return Refusal(four_eyes_reason(call_id, tool.name, tool.risk, owner, approver))
     return None
+
+
+def seen_reason(call_id: str) -> str:
+    return f"the arguments of call {call_id} are not the ones this decision saw"
+
+
+def ticket_reason(call_id: str) -> str:
+    return (f"call {call_id} is not the call this decision was made for (its id was used "
+            "again); it is stale")
+
+
+def four_eyes_reason(call_id: str, tool: str, risk: str, owner: str, approver: str) -> str:
+    """Why `approver` may not decide a call under four eyes: they started the conversation,
+    or name no person at all."""
+    by = ", and by a person: this decision names none" if approver != owner else ""
+    return (f"four eyes: call {call_id} ({tool}, {risk}) must be decided by someone other "
+            f"than {owner}, who started the conversation{by}; ask an approver (or end the "
+            "conversation)")
 
 
 def check_edited_args(

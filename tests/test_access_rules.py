@@ -25,7 +25,6 @@ from durable_react_agent.contract import (
     RejectRequest,
     ToolDefinition,
 )
-from durable_react_agent.contract.bounds import Limits
 from durable_react_agent.rules.gate import PendingCall, four_eyes_refusal, needs_approval
 
 A, B = "alice", "bob"
@@ -160,28 +159,21 @@ def test_four_eyes_refuses_the_owner_only_on_those_risks():
     assert four_eyes_refusal(["c1"], pending, A, A, []) is None  # not set on the worker
 
 
-def test_the_desk_refuses_the_owners_decision_and_keeps_the_call_pending(monkeypatch):
+def test_a_conversation_refuses_the_owners_decision_and_keeps_the_call_pending(monkeypatch):
     from durable_react_agent.contract.state import ContextState, ConversationState
     from durable_react_agent.rules.gate import Refusal
-    from durable_react_agent.workflows import human_desk
-    from durable_react_agent.workflows.human_desk import HumanDesk
+    from tests.decisions_support import decisions, plain_logger
 
-    class Log:
-        def info(self, *a, **k): ...
-        warning = info
-
-    monkeypatch.setattr(human_desk.workflow, "logger", Log())
+    plain_logger(monkeypatch)
     state = ConversationState(context=ContextState(system_prompt=""), four_eyes=["destructive"])
-    desk = HumanDesk(state, Limits())
-    desk.owner = A
-    desk.hold("c1", tool("delete_note", "destructive"), {"note_id": 1})
+    desk = decisions(state, owner=A)
+    desk.approvals.hold("c1", tool("delete_note", "destructive"), {"note_id": 1})
     now = datetime(2026, 12, 1, tzinfo=UTC)
     for request in (ConfirmRequest(request_id="r1", call_ids=["c1"], approver=A),
                     RejectRequest(request_id="r2", all=True, approver=A, reason="no")):
-        verdict = desk.confirm(request, now) if isinstance(request, ConfirmRequest) \
-            else desk.reject(request, now)
-        assert isinstance(verdict, Refusal) and verdict.reason.startswith("four eyes")
+        result = desk.receive(request, now).result
+        assert isinstance(result, Refusal) and result.reason.startswith("four eyes")
         assert desk.waiting_status() == "waiting_for_confirmation"
-        assert desk.outcome(request.request_id).accepted is False
-    decided = desk.confirm(ConfirmRequest(request_id="r3", call_ids=["c1"], approver=B), now)
+        assert desk.memory.outcome(request.request_id).accepted is False
+    decided = desk.receive(ConfirmRequest(request_id="r3", call_ids=["c1"], approver=B), now).result
     assert [d.approver for d in decided] == [B] and desk.waiting_status() is None

@@ -30,7 +30,7 @@ from durable_react_agent.rules.repair import (
 )
 from durable_react_agent.testing import ScriptedReply
 from durable_react_agent.testing.script import tool_call_payloads
-from durable_react_agent.workflows.human_desk import HumanDesk
+from tests.decisions_support import decisions
 from tests.fake_tools import registry_with_test_tools
 from tests.generated import one_command, printed_commands, replies
 
@@ -71,8 +71,7 @@ def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: Scri
         calls = unique_call_ids(message.tool_calls, ["dup"], 1, 1)
         message = message.model_copy(update={"tool_calls": calls})
     message, refused = bound_reply(message, LIMITS)
-    desk = HumanDesk(state, LIMITS)
-    desk.owner = "alice"
+    desk = decisions(state, owner="alice", limits=LIMITS)
     for call in message.tool_calls or []:
         assert SAFE_ID_CHARS.issuperset(call.id) and 0 < len(call.id) <= 64, call.id
         assert not call.id.startswith("-"), call.id  # a printed command would take it as an option
@@ -82,16 +81,17 @@ def test_any_reply_is_usable_serializable_and_printed_as_one_command(reply: Scri
         preview_args(checked.arguments)
         loop.describe_call(checked.tool.name, checked.arguments)
         if gate.needs_approval(checked.tool, ApprovalPolicy()):
-            desk.hold(call.id, checked.tool, checked.arguments, ticket="t")
+            desk.approvals.hold(call.id, checked.tool, checked.arguments, ticket="t")
     status = ConversationStatus(
         workflow_id="conv-1", status=desk.waiting_status() or "idle", turn=1, steps=1,
         llm_calls=1, tools_used=[], stop_reason=None, final_answer=message.content,
-        pending_confirmations=desk.pending_confirmations(), usage=Usage(), error=None,
+        pending_confirmations=desk.approvals.pending_confirmations(), usage=Usage(), error=None,
         owner="alice")
     status.model_dump_json().encode()
     message.model_dump_json().encode()
     details = details_markdown("conv-1", status.status, 1, None, None,
-                               desk.pending_confirmations(), desk.pending_question(), desk.owner)
+                               desk.approvals.pending_confirmations(),
+                               desk.question.pending_question(), desk.approvals.owner)
     commands = printed_commands(render_status(status), details)
     assert len(commands) >= 3 * len(status.pending_confirmations)
     for command in commands:

@@ -4,7 +4,6 @@ named across subagents, and the bounds on what a conversation counts and cuts.""
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import Counter
 from datetime import datetime, timezone
@@ -13,8 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_react_agent.client.checks import Refused
-from durable_react_agent.client.decisions import pending_call
 from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
@@ -23,17 +20,19 @@ from durable_react_agent.contract import (
     RejectRequest,
     ToolDefinition,
 )
-from durable_react_agent.contract.bounds import Limits, text_size, truncate_observation
+from durable_react_agent.contract.bounds import text_size, truncate_observation
 from durable_react_agent.contract.names import relative_id
 from durable_react_agent.contract.state import ContextState, ConversationState
 from durable_react_agent.rules.commands import code_span
 from durable_react_agent.rules.compaction import tool_counts
+from durable_react_agent.rules.decisions import pending_call
+from durable_react_agent.rules.gate import Refusal
 from durable_react_agent.rules.links import call_ticket
 from durable_react_agent.rules.output import unfenced
 from durable_react_agent.rules.repair import fenced
-from durable_react_agent.workflows import human_desk as desk_module
-from durable_react_agent.workflows.human_desk import HumanDesk
+from durable_react_agent.workflows.decisions import Decisions
 from durable_react_agent.workflows.reporting import MAX_MEMO_TOOLS, OTHER_TOOLS, counted_tools
+from tests.decisions_support import decisions, plain_logger
 from tests.generated import code_spans
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -43,67 +42,66 @@ NOTE = ToolDefinition(name="create_note", description="", risk="sensitive",
 
 @pytest.fixture(autouse=True)
 def outside_a_workflow(monkeypatch):
-    """The desk logs a refusal with the workflow's logger: here, a plain one."""
-    monkeypatch.setattr(desk_module.workflow, "logger", logging.getLogger("desk"))
+    plain_logger(monkeypatch)
 
 
-def desk() -> HumanDesk:
-    return HumanDesk(ConversationState(context=ContextState(system_prompt="s")), Limits())
+def desk() -> Decisions:
+    return decisions()
 
 
 def test_a_request_naming_what_a_result_may_bring_waits_for_it_then_is_taken_or_refused():
     d = desk()
     d.results_pending = 1  # a model call is in flight
-    early = d.take(ConfirmRequest(request_id="c1", call_ids=["call_1"], approver="ann"), NOW)
-    stray = d.take(ConfirmRequest(request_id="c2", call_ids=["call_9"]), NOW)
-    question = d.take(AnswerRequest(request_id="a1", values=["yes"]), NOW)
-    assert early.verdict is stray.verdict is question.verdict is None  # waiting, not refused
-    assert d.outcome("c1") is None
+    early = d.receive(ConfirmRequest(request_id="c1", call_ids=["call_1"], approver="ann"), NOW)
+    stray = d.receive(ConfirmRequest(request_id="c2", call_ids=["call_9"]), NOW)
+    question = d.receive(AnswerRequest(request_id="a1", values=["yes"]), NOW)
+    assert early.result is stray.result is question.result is None  # waiting, not refused
+    assert d.memory.outcome("c1") is None
 
     d.results_pending = 0  # the reply is in: it names call_1
-    d.hold("call_1", NOTE, {"title": "t"})
+    d.approvals.hold("call_1", NOTE, {"title": "t"})
     d.settle(NOW)
-    assert [x.approver for x in early.verdict] == ["ann"]
-    assert stray.verdict.reason == "unknown call id call_9"
-    assert question.verdict.reason == "no question is waiting for an answer"
-    assert d.outcome("c1").accepted and not d.outcome("c2").accepted
+    assert [x.approver for x in early.result] == ["ann"]
+    assert stray.result.reason == "unknown call id call_9"
+    assert question.result.reason == "no question is waiting for an answer"
+    assert d.memory.outcome("c1").accepted and not d.memory.outcome("c2").accepted
 
 
 def test_with_nothing_on_its_way_a_request_is_refused_at_once_and_a_stale_one_always():
     d = desk()
-    assert d.take(RejectRequest(call_ids=["x"]), NOW).verdict.reason == "unknown call id x"
-    d.hold("call_1", NOTE, {"title": "t"})
-    d.take(ConfirmRequest(call_ids=["call_1"]), NOW)
+    assert d.receive(RejectRequest(call_ids=["x"]), NOW).result.reason == "unknown call id x"
+    d.approvals.hold("call_1", NOTE, {"title": "t"})
+    d.receive(ConfirmRequest(call_ids=["call_1"]), NOW)
     d.results_pending = 1
-    again = d.take(ConfirmRequest(call_ids=["call_1"]), NOW)  # decided: nothing can change that
-    assert again.verdict.reason == "call call_1 was already approved by unknown"
+    again = d.receive(ConfirmRequest(call_ids=["call_1"]), NOW)  # decided: nothing can change that
+    assert again.result.reason == "call call_1 was already approved by unknown"
 
 
 def test_a_decision_binds_to_the_arguments_and_calls_its_human_saw():
     d = desk()
-    d.hold("call_1", NOTE, {"title": "t"})
-    d.hold("call_2", NOTE, {"title": "u"})
-    [shown, _] = d.pending_confirmations()
-    wrong = d.take(ConfirmRequest(call_ids=["call_1"], seen={"call_1": "sha256:00"}), NOW)
-    assert "not the ones this decision saw" in wrong.verdict.reason
-    unseen = d.take(ConfirmRequest(all=True, seen={"call_1": shown.args_hash}), NOW)
-    assert "call call_2 is waiting too" in unseen.verdict.reason
-    right = d.take(ConfirmRequest(call_ids=["call_1"], seen={"call_1": shown.args_hash}), NOW)
-    assert [x.call_id for x in right.verdict] == ["call_1"]
+    d.approvals.hold("call_1", NOTE, {"title": "t"})
+    d.approvals.hold("call_2", NOTE, {"title": "u"})
+    [shown, _] = d.approvals.pending_confirmations()
+    wrong = d.receive(ConfirmRequest(call_ids=["call_1"], seen={"call_1": "sha256:00"}), NOW)
+    assert "not the ones this decision saw" in wrong.result.reason
+    unseen = d.receive(ConfirmRequest(all=True, seen={"call_1": shown.args_hash}), NOW)
+    assert "call call_2 is waiting too" in unseen.result.reason
+    right = d.receive(ConfirmRequest(call_ids=["call_1"], seen={"call_1": shown.args_hash}), NOW)
+    assert [x.call_id for x in right.result] == ["call_1"]
 
 
 def test_an_answer_binds_to_the_question_its_human_saw():
     d = desk()
-    d.ask("call_1", Question(kind="confirm", message="ok?"))
-    other = d.take(AnswerRequest(values=["yes"], call_id="call_7"), NOW)
-    assert "not the one open" in other.verdict.reason
-    assert d.take(AnswerRequest(values=["yes"], call_id="call_1"), NOW).verdict == "yes"
+    d.question.ask("call_1", Question(kind="confirm", message="ok?"))
+    other = d.receive(AnswerRequest(values=["yes"], call_id="call_7"), NOW)
+    assert "not the one open" in other.result.reason
+    assert d.receive(AnswerRequest(values=["yes"], call_id="call_1"), NOW).result == "yes"
 
 
 def test_a_request_id_is_taken_once():
     d = desk()
-    d.hold("call_1", NOTE, {"title": "t"})
-    d.take(ConfirmRequest(request_id="r", call_ids=["call_1"]), NOW)
+    d.approvals.hold("call_1", NOTE, {"title": "t"})
+    d.receive(ConfirmRequest(request_id="r", call_ids=["call_1"]), NOW)
     assert d.repeated("r").accepted
     assert d.repeated(None) is None
 
@@ -122,8 +120,9 @@ def test_a_pending_call_is_named_by_its_ref_or_an_id_only_one_call_has():
     assert pending_call("b/call_0", PENDING).tool == "delete_note"
     assert pending_call("call_5", PENDING).ref == "a/c/call_5"
     assert pending_call("call_9", PENDING) is None
-    with pytest.raises(Refused, match=r"call_0 names 2 pending calls: a/call_0 .*b/call_0"):
-        pending_call("call_0", PENDING)
+    ambiguous = pending_call("call_0", PENDING)
+    assert isinstance(ambiguous, Refusal)
+    assert re.match(r"call_0 names 2 waiting calls: a/call_0 .*b/call_0", ambiguous.reason)
     assert relative_id("p/a/c", "p") == "a/c" and relative_id("q/x", "p") == "q/x"
 
 
@@ -159,44 +158,44 @@ DELETE = ToolDefinition(name="delete_note", description="", risk="destructive",
                         parameters={"type": "object"})
 
 
-def four_eyes_desk(owner: str = "alice") -> HumanDesk:
-    d = desk()
-    d.owner, d._state.four_eyes = owner, ["destructive"]
+def four_eyes_desk(owner: str = "alice") -> Decisions:
+    d = decisions(ConversationState(context=ContextState(system_prompt="s"),
+                                    four_eyes=["destructive"]), owner=owner)
     return d
 
 
 def test_a_decision_made_for_one_call_does_not_decide_a_later_call_with_its_id():
     d = desk()
-    d.hold("r1", NOTE, {"title": "t"}, ticket=call_ticket("key-2"))
-    old = d.take(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-1")}), NOW)
-    assert "not the call this decision was made for" in old.verdict.reason
-    assert d.pending["r1"].decision is None
-    taken = d.take(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-2")}), NOW)
-    assert [x.approved for x in taken.verdict] == [True]
+    d.approvals.hold("r1", NOTE, {"title": "t"}, ticket=call_ticket("key-2"))
+    old = d.receive(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-1")}), NOW)
+    assert "not the call this decision was made for" in old.result.reason
+    assert d.approvals.pending["r1"].decision is None
+    taken = d.receive(ConfirmRequest(call_ids=["r1"], tickets={"r1": call_ticket("key-2")}), NOW)
+    assert [x.approved for x in taken.result] == [True]
     assert call_ticket("key-1") != call_ticket("key-2") == call_ticket("key-2")
 
 
 @pytest.mark.parametrize("approver", ["alice", "link", "unknown", "", " policy ", "system"])
 def test_under_four_eyes_a_decision_names_a_person_other_than_the_owner(approver: str):
     d = four_eyes_desk()
-    d.hold("d1", DELETE, {})
-    refused = d.take(ConfirmRequest(call_ids=["d1"], approver=approver), NOW)
-    assert refused.verdict.reason.startswith("four eyes: call d1 (delete_note, destructive)")
-    assert d.pending["d1"].decision is None
-    assert [x.approver for x in d.take(ConfirmRequest(call_ids=["d1"], approver="carol"),
-                                       NOW).verdict] == ["carol"]
+    d.approvals.hold("d1", DELETE, {})
+    refused = d.receive(ConfirmRequest(call_ids=["d1"], approver=approver), NOW)
+    assert refused.result.reason.startswith("four eyes: call d1 (delete_note, destructive)")
+    assert d.approvals.pending["d1"].decision is None
+    assert [x.approver for x in d.receive(ConfirmRequest(call_ids=["d1"], approver="carol"),
+                                       NOW).result] == ["carol"]
 
 
 
 def test_a_request_naming_a_call_the_round_will_hold_waits_while_its_reads_run():
     d = four_eyes_desk()
-    d.expect({"g1"})  # held once the round's safe calls have run
-    waiting = d.take(ConfirmRequest(request_id="c", call_ids=["g1"], approver="carol"), NOW)
+    d.approvals.expect({"g1"})  # held once the round's safe calls have run
+    waiting = d.receive(ConfirmRequest(request_id="c", call_ids=["g1"], approver="carol"), NOW)
     d.settle(NOW)  # a safe call starts: what waited for the reply is settled
-    assert waiting.verdict is None
-    d.hold("g1", NOTE, {"title": "t"})
+    assert waiting.result is None
+    d.approvals.hold("g1", NOTE, {"title": "t"})
     d.settle(NOW)
-    assert [x.approver for x in waiting.verdict] == ["carol"] and not d.coming
+    assert [x.approver for x in waiting.result] == ["carol"] and not d.approvals.coming
 
 
 FENCE_BEFORE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

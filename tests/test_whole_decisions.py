@@ -13,23 +13,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 import pytest_asyncio
 from ag_ui.core import EventType
+from temporalio import client as client_interceptors
 from temporalio.client import Client
 
 from durable_react_agent.activities.profiles import AgentProfile, Profiles
 from durable_react_agent.activities.settings import ActivitySettings
-from durable_react_agent.client.checks import Refused
-from durable_react_agent.client.decisions import PartlyApplied
+from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.client.session import Session
 from durable_react_agent.contract import (
     ConfirmRequest,
     ConversationStatus,
     PendingConfirmation,
-    SignalOutcome,
-    Usage,
 )
+from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL, ROUTED_DECISION_SIGNAL
+from durable_react_agent.rules.decisions import held_refusal, partly_applied, route, whole
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
@@ -139,28 +138,86 @@ async def test_an_agui_resume_over_two_subagents_is_refused_whole(
     assert note_rows(activity_settings.data_dir, title) == []
 
 
-class ScriptedSession(Session):
-    """A session whose conversations answer from a script: statuses by id, and the outcome of
-    each request sent by Update, in order."""
+class Counted(client_interceptors.Interceptor):
+    """Counts what a client asks of Temporal: each call is a round trip."""
 
-    def __init__(self, statuses: dict[str, ConversationStatus], answers: list[bool]) -> None:
-        self.statuses, self.answers, self.sent = statuses, answers, []
+    def __init__(self) -> None:
+        self.calls: list[str] = []
 
-    async def status(self, workflow_id: str) -> ConversationStatus:
-        return self.statuses[workflow_id]
+    def intercept_client(self, next: client_interceptors.OutboundInterceptor
+                         ) -> client_interceptors.OutboundInterceptor:
+        calls = self.calls
 
-    async def update(self, workflow_id: str, request: Any) -> SignalOutcome:
-        self.sent.append((workflow_id, request.call_ids))
-        if not self.answers.pop(0):
-            raise Refused("the conversation changed meanwhile")
-        return SignalOutcome(request_id=request.request_id or "", accepted=True)
+        class Counting(client_interceptors.OutboundInterceptor):
+            async def query_workflow(self, input: Any) -> Any:
+                calls.append(f"query {input.query}")
+                return await super().query_workflow(input)
+
+            async def signal_workflow(self, input: Any) -> None:
+                calls.append(f"signal {input.signal}")
+                return await super().signal_workflow(input)
+
+            async def start_workflow_update(self, input: Any) -> Any:
+                calls.append(f"update {input.update}")
+                return await super().start_workflow_update(input)
+
+            async def describe_workflow(self, input: Any) -> Any:
+                calls.append("describe")
+                return await super().describe_workflow(input)
+
+        return Counting(next)
 
 
-def waiting(cid: str, *calls: PendingConfirmation, owner: str = "alice") -> ConversationStatus:
-    return ConversationStatus(workflow_id=cid, status="waiting_for_confirmation", turn=1,
-                              steps=1, llm_calls=1, tools_used=[], stop_reason=None,
-                              final_answer=None, pending_confirmations=list(calls),
-                              usage=Usage(), error=None, owner=owner)
+def kinds(history) -> list[str]:
+    """What a conversation's history received: its Updates and its signals, by name."""
+    out = []
+    for e in history.events:
+        if e.HasField("workflow_execution_update_accepted_event_attributes"):
+            out.append("update " + e.workflow_execution_update_accepted_event_attributes
+                       .accepted_request.input.name)
+        if e.HasField("workflow_execution_signaled_event_attributes"):
+            out.append("signal " + e.workflow_execution_signaled_event_attributes.signal_name)
+    return [k for k in out if k != f"signal {CHILD_STATUS_SIGNAL}"]
+
+
+async def test_a_decision_over_subagents_is_one_round_trip_from_any_client(
+        client: Client, desk, model: ScriptedModelServer, activity_settings: ActivitySettings):
+    """By Update (the API, AG-UI, a link) or by signal (the CLI), a decision naming calls of two
+    subagents is one request to the conversation the person sees: no status read first, no
+    request to each subagent. The conversation routes each part to the subagent that owns it,
+    which takes it as its own: its history holds the routed part, and no Update."""
+    queue, _ = desk
+    counted = Counted()
+    config = client.config()
+    config["interceptors"] = [*config["interceptors"], counted]
+    session = Session(Client(**config), TemporalSettings(task_queue=queue), timeout_s=30)
+    for by_update in (True, False):
+        titles = [unique("trip-a"), unique("trip-b")]
+        handle = await start(client, queue, two_writers(model, *map(note, titles)))
+        await until_waiting(handle, 2)
+        counted.calls.clear()
+        outcome = await session.decide(handle.id, ConfirmRequest(
+            request_id=unique("trip"), call_ids=["p1/call_0", "p2/call_0"], approver="carol"),
+            by_update=by_update)
+        assert outcome.accepted, outcome
+        if by_update:
+            assert counted.calls == ["update decide_confirm"]
+        else:  # the signal, then its outcome, read until the conversation records it (and
+            # whether it closed meanwhile)
+            assert counted.calls[0] == "signal confirm" and set(counted.calls[1:]) <= {
+                "query signal_outcome", "describe"}, counted.calls
+        assert (await reaches(handle, "idle", timeout_s=60)).stop_reason == "answered"
+        assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
+        decided = "update decide_confirm" if by_update else "signal confirm"
+        assert kinds(await handle.fetch_history()).count(decided) == 1
+        for kid in ("p1", "p2"):
+            child = client.get_workflow_handle(f"{handle.id}/{kid}")
+            assert kinds(await child.fetch_history()) == [f"signal {ROUTED_DECISION_SIGNAL}"]
+        await replay(handle, "decision_routed_to_subagents" if by_update
+                     else "decision_routed_to_subagents_by_signal")
+        if by_update:  # a subagent's side: the part taken, and what became of it sent back
+            await replay(client.get_workflow_handle(f"{handle.id}/p1"),
+                         "decision_part_taken_from_the_parent")
 
 
 def call(ref: str, owner: str | None = None, **fields: Any) -> PendingConfirmation:
@@ -169,31 +226,34 @@ def call(ref: str, owner: str | None = None, **fields: Any) -> PendingConfirmati
                                args_hash="sha256:a", **fields)
 
 
-async def test_a_part_refused_after_others_were_taken_says_exactly_which_were():
-    top = waiting("top", call("p1/call_0", "top/p1"), call("p2/call_0", "top/p2"))
-    kids = {"top/p1": waiting("top/p1", call("call_0")),
-            "top/p2": waiting("top/p2", call("call_0"))}
-    request = ConfirmRequest(request_id="r", call_ids=["p1/call_0", "p2/call_0"],
+def test_a_decision_is_split_by_owner_and_checked_whole_against_what_subagents_reported():
+    shown = [call("call_1"), call("p1/call_0", "top/p1"), call("p2/call_0", "top/p2")]
+    request = ConfirmRequest(request_id="r", call_ids=["p1/call_0", "call_1", "p2/call_0"],
                              approver="carol")
-    session = ScriptedSession({"top": top, **kids}, answers=[True, False])
-    with pytest.raises(PartlyApplied) as refused:
-        await session.decide("top", request, by_update=True)
-    assert str(refused.value) == ("partly applied: approved call_0 in top/p1; not applied: "
-                                  "approved call_0 in top/p2, refused: the conversation "
-                                  "changed meanwhile")
-    assert session.sent == [("top/p1", ["call_0"]), ("top/p2", ["call_0"])]
-    # Checked whole first: a part its own conversation no longer shows sends nothing at all.
-    gone = ScriptedSession({"top": top, **kids, "top/p2": waiting("top/p2")}, answers=[True])
-    with pytest.raises(Refused, match="no longer waiting in top/p2; nothing was decided"):
-        await gone.decide("top", request, by_update=True)
-    assert gone.sent == []
-    # So does a part under four eyes that its owner would decide.
-    owned = {"top/p2": waiting("top/p2", call("call_0", four_eyes=True))}
-    mine = ScriptedSession({"top": top, **kids, **owned}, answers=[True, True])
-    with pytest.raises(Refused, match="four eyes"):
-        await mine.decide("top", request.model_copy(update={"approver": "alice"}),
-                          by_update=True)
-    assert mine.sent == []
+    parts = route(request, shown, None)
+    assert [(p.owner, p.request.call_ids, p.request.request_id, p.request.seen)
+            for p in parts] == [("top/p1", ["call_0"], "r", {"call_0": "sha256:a"}),
+                                (None, ["call_1"], "r-1", {}),
+                                ("top/p2", ["call_0"], "r-2", {"call_0": "sha256:a"})]
+    assert [held_refusal(p, shown, "alice") for p in parts if p.owner] == [None, None]
+    # a call its subagent no longer reports, arguments other than those seen, four eyes
+    assert held_refusal(parts[2], shown[:2], "alice") == "call call_0 is no longer waiting in top/p2"
+    seen = route(request.model_copy(update={"seen": {"p2/call_0": "sha256:b"}}), shown, None)
+    assert "not the ones this decision saw" in held_refusal(seen[2], shown, "alice")
+    guarded = [*shown[:2], call("p2/call_0", "top/p2", four_eyes=True)]
+    mine = route(request.model_copy(update={"approver": "alice"}), guarded, None)
+    assert held_refusal(mine[2], guarded, "alice").startswith("four eyes: call call_0")
+    assert whole("four eyes", 3) == "four eyes; nothing was decided"
+    # refused after others were taken: exactly which were
+    assert partly_applied(parts[:2], parts[2], "the conversation changed meanwhile") == (
+        "partly applied: approved call_0 in top/p1; approved call_1; not applied: approved "
+        "call_0 in top/p2, refused: the conversation changed meanwhile")
+    # `all` is every call shown; a bare id two conversations use is refused, naming both
+    everything = route(ConfirmRequest(all=True), shown, None)
+    assert [(p.owner, p.request.call_ids) for p in everything] == [
+        (None, ["call_1"]), ("top/p1", ["call_0"]), ("top/p2", ["call_0"])]
+    assert "call_0 names 2 waiting calls" in route(ConfirmRequest(call_ids=["call_0"]), shown,
+                                                   None).reason
 
 
 async def test_an_answer_names_its_question_and_a_late_one_is_refused(

@@ -5,7 +5,8 @@ act (a `ToolRound`), observe, and again until the model answers or a stopping ru
 Before it thinks, older turns may fold into a running summary (the `summarize` activity), so the
 context stays within its budget however long the conversation lasts. All state is one
 `ConversationState`; decisions that are not orchestration live in pure functions (`decisions`,
-`approvals`, `stopping`, `repair`, `context`), the human-facing state in `HumanDesk`, and what the
+`gate`, `stopping`, `repair`, `context`), what people decide and answer in `Decisions` (with the
+calls waiting for approval, the open question and what became of each request), and what the
 outside sees in `Reporter`.
 """
 
@@ -26,23 +27,29 @@ from ..contract import (
     ChildReport,
     ConversationInput,
     ConversationStatus,
+    DecideRequest,
     EndRequest,
     PendingPrompt,
+    RoutedDecision,
     SayRequest,
     SignalOutcome,
     Status,
+    names,
 )
 from ..contract.bounds import Limits
-from ..contract.names import CHILD_STATUS_SIGNAL
+from ..contract.names import CHILD_STATUS_SIGNAL, DECISION_REPLY_SIGNAL, ROUTED_DECISION_SIGNAL
 from ..rules import context, loop, output
 from ..rules.gate import Refusal
 from ..rules.start_input import first_state, settled_input
-from .decisions import DECISIONS, decision_signal, decision_update
+from .approvals import Approvals
+from .decisions import DECISIONS, Decisions, Received, decision_signal, decision_update
 from .handover import carried, next_input
 from .handshake import shake_hands, tools_changed
-from .human_desk import HumanDesk, HumanRequest, Taken
+from .inbox import Inbox
 from .model_step import ModelStep
+from .question import OpenQuestion
 from .reporting import Reporter
+from .request_memory import RequestMemory
 from .signal_guard import sent
 from .status_view import StatusView, moved_here, new_version, running_version
 from .turn import TurnLoop
@@ -63,9 +70,15 @@ class ConversationWorkflow(TurnLoop, StatusView):
         self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
         self._reporter = Reporter(self._state, self._limits.audit_bytes)
         self._model_step = ModelStep(self._input, self._state, self._limits, self._reporter)
-        self._desk = HumanDesk(self._state, self._limits, owner=self._input.owner,
-                               on_settled=self._announce_settled,
-                               too_long=self._model_step.message_refusal)
+        self._memory = RequestMemory(self._state)
+        self._inbox = Inbox(self._state, self._limits, self._memory,
+                            too_long=self._model_step.message_refusal)
+        self._approvals = Approvals(self._state, self._limits, owner=self._input.owner)
+        self._question = OpenQuestion(self._state, self._limits)
+        self._decisions = Decisions(
+            self._state, self._approvals, self._question, self._memory,
+            shown=lambda: (self._pending_confirmations(), self._pending_question()),
+            announce=self._announce)
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._turn_text: str | None = None  # the current turn's message (for traced content)
         self._phase: Status = "running"  # running | idle | completed; waits come from the desk
@@ -75,12 +88,12 @@ class ConversationWorkflow(TurnLoop, StatusView):
         self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
         self._reported: ChildReport | None = None  # a subagent's last report to its parent
         self._reports: list[asyncio.Future[None]] = []
-        self._settler: asyncio.Future[None] | None = None  # `HumanDesk.settle_when_nothing_comes`
+        self._settler: asyncio.Future[None] | None = None  # `Decisions.settle_when_nothing_comes`
         self._listed = False  # the tools were listed since the last turn (`_relist_if_changed`)
 
     @workflow.run
     async def run(self, inp: ConversationInput) -> ConversationStatus:
-        self._settler = asyncio.ensure_future(self._desk.settle_when_nothing_comes())
+        self._settler = asyncio.ensure_future(self._decisions.settle_when_nothing_comes())
         try:
             self._sync_status()
             if inp.state is None and inp.carry is None:
@@ -91,7 +104,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
                 elif self._state.inbox:  # the first message, unless it was refused
                     self._audit_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
-                if self._desk.take_first_message(self._input.prompt, inp.request_id):
+                if self._inbox.take_first(self._input.prompt, inp.request_id):
                     self._state.end_requested = True  # too long for the model: nothing to do
             else:
                 self._reporter.notifier.resume()  # what the previous run had not delivered
@@ -120,14 +133,14 @@ class ConversationWorkflow(TurnLoop, StatusView):
                 if new_version():  # a turn about to begin: it runs on the new version
                     await self._continue_as_new(move=True)
                 await self._relist_if_changed()
-                await self._run_turn(self._desk.next_message())
+                await self._run_turn(self._inbox.next())
             elif state.end_requested:
                 state.current.stop_reason = "ended"
                 break
             elif self._input.one_shot:  # its first message was refused: nothing to answer
                 break
             else:
-                self._desk.settle(workflow.now())  # what waited for this turn's results
+                self._decisions.settle(workflow.now())  # what waited for this turn's results
                 self._set_phase("idle")
                 moving = new_version()
                 if moving or self._should_continue_as_new(at_turn_boundary=True):
@@ -171,7 +184,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
     async def _wind_up(self) -> None:
         """Before the run ends: answer every request still waiting, close the stream, finish
         every handler, and (a subagent) send its last reports to its parent."""
-        self._desk.settle(workflow.now(), final=True)
+        self._decisions.settle(workflow.now(), final=True)
         self._reporter.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._reports:
@@ -193,17 +206,16 @@ class ConversationWorkflow(TurnLoop, StatusView):
         return self._take_message(request)
 
     def _take_message(self, request: SayRequest) -> SignalOutcome:
-        repeated = self._desk.repeated(request.request_id) is not None
-        outcome = self._desk.take_message(request, self._input.one_shot,
-                                          self._phase == "completed")
+        repeated = self._memory.outcome(request.request_id) is not None
+        outcome = self._inbox.take(request, self._input.one_shot, self._phase == "completed")
         if outcome.accepted and not repeated:
             self._audit_input("message", outcome.turn, request.sender, request.text)
         return outcome
 
     @send_message.validator
     def _check_message(self, request: SayRequest) -> None:
-        reason = self._desk.message_refusal(request.text, self._input.one_shot,
-                                            self._phase == "completed")
+        reason = self._inbox.refusal(request.text, self._input.one_shot,
+                                     self._phase == "completed")
         if reason is not None:
             raise ValueError(reason)
 
@@ -220,52 +232,51 @@ class ConversationWorkflow(TurnLoop, StatusView):
         if not self._state.end_requested:
             self._audit_input("end", self._state.current.number, request.sender, None)
         self._state.end_requested = True
-        self._desk.accept(request.request_id)
+        self._memory.accept(request.request_id)
         if self._turn_task is not None and not self._turn_task.done():
             self._ending = True
             self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
 
-    # A person's decisions (`workflows.decisions`): a signal and its Update twin each.
+    # A person's decisions (`workflows.decisions`): a signal and its Update twin each, and
+    # `decide`, which takes several as one.
     confirm, reject, answer = (decision_signal(signal, request)
-                               for signal, _, request, _ in DECISIONS)
-    decide_confirm, decide_reject, give_answer = (decision_update(update, request, plan)
-                                                  for _, update, request, plan in DECISIONS)
+                               for signal, _, request in DECISIONS)
+    decide_confirm, decide_reject, give_answer = (decision_update(update, request)
+                                                  for _, update, request in DECISIONS)
 
-    def _check_request(self, request: HumanRequest, plan: object) -> None:
-        """An Update's validator: a request id already taken answers as it did; else what the
-        request would do now must be allowed."""
-        if self._desk.repeated(request.request_id) is None and isinstance(plan, Refusal):
-            raise ValueError(plan.reason)
+    @workflow.update(name=names.DECIDE.name)
+    async def decide(self, request: DecideRequest) -> SignalOutcome:
+        return await self._decisions.take(request.parts(), request.request_id)
 
-    async def _human(self, request: HumanRequest) -> SignalOutcome:
-        """A decision or an answer: taken or refused now, or, when it names what a result on
-        its way may bring, once that result is in (`HumanDesk`). A request id seen before
-        answers as it did the first time."""
-        seen = self._desk.repeated(request.request_id)
-        if isinstance(seen, SignalOutcome):
-            return seen
-        taken = seen or self._desk.take(request, workflow.now())
-        if taken.verdict is None:  # `settle` announces it once its result is in
-            await workflow.wait_condition(lambda: taken.verdict is not None)
-        else:
-            self._announce(taken)
-        return _outcome(taken.verdict, request.request_id)
+    @decide.validator
+    def _check_decide(self, request: DecideRequest) -> None:
+        if not request.parts():
+            raise ValueError("decide names no decision and no answer")
+        self._decisions.check(request.parts(), request.request_id)
 
-    def _announce_settled(self, settled: list[Taken]) -> None:
-        for taken in settled:
-            self._announce(taken)
+    @workflow.signal(name=ROUTED_DECISION_SIGNAL)
+    async def routed_decision(self, routed: RoutedDecision | None = None) -> None:
+        """A part of a decision an ancestor took, for this subagent's own call or question."""
+        if sent(routed, ROUTED_DECISION_SIGNAL):
+            await self._decisions.from_ancestor(routed)
 
-    def _announce(self, taken: Taken) -> None:
-        """Put what became of a human request on the live stream and in the status."""
-        verdict = taken.verdict
-        if isinstance(taken.request, AnswerRequest):
-            if isinstance(verdict, Refusal):
-                self._reporter.emit("decision_refused", text=verdict.reason)
+    @workflow.signal(name=DECISION_REPLY_SIGNAL)
+    def decision_reply(self, outcome: SignalOutcome | None = None) -> None:
+        """What a subagent made of a part of a decision this conversation routed to it."""
+        if sent(outcome, DECISION_REPLY_SIGNAL):
+            self._decisions.replied(outcome)
+
+    def _announce(self, received: Received) -> None:
+        """Put what became of a person's request on the live stream and in the status."""
+        result = received.result
+        if isinstance(received.request, AnswerRequest):
+            if isinstance(result, Refusal):
+                self._reporter.emit("decision_refused", text=result.reason)
             else:
-                self._reporter.emit("answered", text=verdict)
-                self._audit_input("answer", None, taken.request.sender, verdict)
-        elif isinstance(verdict, (list, Refusal)):
-            self._reporter.announce(verdict)
+                self._reporter.emit("answered", text=result)
+                self._audit_input("answer", None, received.request.sender, result)
+        elif isinstance(result, (list, Refusal)):
+            self._reporter.announce(result)
         self._sync_status()
 
     @workflow.query
@@ -274,7 +285,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
-        return self._desk.outcome(request_id)
+        return self._memory.outcome(request_id)
 
     @workflow.query
     def messages(self) -> list[ChatMessage]:
@@ -292,7 +303,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
     def pending_schemas(self) -> dict[str, dict[str, Any]]:
         """The argument schema of each call waiting for a decision, by call id: what a console
         validates edited args against before sending them (the workflow validates again)."""
-        return self._desk.pending_schemas()
+        return self._approvals.pending_schemas()
 
     @workflow.query
     def history(self) -> list[AuditRecord]:
@@ -313,7 +324,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
     async def _load_tools(self) -> None:
         self._listed = True  # the turn about to begin has the tools as listed now
         self._state.handshake_version = running_version()
-        with self._desk.awaiting_results():
+        with self._decisions.awaiting_results():
             refusal = await shake_hands(self._state, self._limits, self._input.approval,
                                         self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
@@ -346,8 +357,3 @@ class ConversationWorkflow(TurnLoop, StatusView):
             next_input(self._input, state),
             initial_versioning_behavior=(
                 workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if move else None))
-
-def _outcome(result: object, request_id: str | None) -> SignalOutcome:
-    if isinstance(result, Refusal):
-        return SignalOutcome(request_id=request_id or "", accepted=False, reason=result.reason)
-    return SignalOutcome(request_id=request_id or "", accepted=True)

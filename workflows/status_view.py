@@ -62,11 +62,11 @@ class StatusView:
     def _pending_confirmations(self) -> list[PendingConfirmation]:
         """The calls waiting for a decision: this conversation's, then its subagents'."""
         children = self._state.current.children
-        return [*self._desk.pending_confirmations(),
+        return [*self._approvals.pending_confirmations(),
                 *(p for c in children for p in c.pending_confirmations)]
 
     def _pending_question(self) -> PendingQuestion | None:
-        return self._desk.pending_question() or next(
+        return self._question.pending_question() or next(
             (c.pending_question for c in self._state.current.children if c.pending_question),
             None)
 
@@ -101,7 +101,7 @@ class StatusView:
 
     def _current_status(self) -> Status:
         if self._phase == "running":
-            return self._desk.waiting_status() or _children_waiting(
+            return self._decisions.waiting_status() or _children_waiting(
                 self._state.current.children) or "running"
         return self._phase
 
@@ -119,10 +119,11 @@ class StatusView:
         self._published = status
         turn = self._state.current
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
-        desk = self._desk
         details = details_markdown(workflow.info().workflow_id, status, turn.number,
-                                   turn.stop_reason, turn.error, desk.pending_confirmations(),
-                                   desk.pending_question(), desk.owner, turn.children)
+                                   turn.stop_reason, turn.error,
+                                   self._approvals.pending_confirmations(),
+                                   self._question.pending_question(), self._input.owner,
+                                   turn.children)
         version = running_version()
         if version is not None:
             details += f"\n\n**Version:** `{version}`"

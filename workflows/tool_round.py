@@ -39,8 +39,8 @@ from ..rules.questions import DECLINED, heard, not_asked, question_from_args
 from ..rules.repeats import MAX_RAN_CALLS, ran_call
 from ..rules.stopping import CallRecord, call_record
 from . import telemetry
+from .decisions import Decisions
 from .failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
-from .human_desk import HumanDesk
 from .reporting import Reporter
 from .subagents import Subagents
 
@@ -69,12 +69,14 @@ class ToolRound:
     """One round: the calls of one assistant message, run through the gate to their results."""
 
     def __init__(
-        self, inp: ConversationInput, state: ConversationState, desk: HumanDesk,
+        self, inp: ConversationInput, state: ConversationState, decisions: Decisions,
         reporter: Reporter, sync_status: Callable[[], None],
     ) -> None:
         self._input = inp
         self._state = state
-        self._desk = desk
+        self._decisions = decisions
+        self._approvals = decisions.approvals
+        self._question = decisions.question
         self._reporter = reporter
         self._sync_status = sync_status
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
@@ -98,7 +100,7 @@ class ToolRound:
             if isinstance(item, loop.InvalidCall):
                 hint = TRUNCATED_HINT if cut_off and "not valid JSON" in item.observation else ""
                 outcomes[i] = ToolOutcome(status="error", observation=item.observation + hint)
-                self._desk.remember_call(item.call.id, "it was invalid and never ran")
+                self._approvals.remember_call(item.call.id, "it was invalid and never ran")
             elif item.tool.asks is not None:
                 asks.append(i)
             elif gate.needs_approval(item.tool, self._input.approval,
@@ -106,10 +108,10 @@ class ToolRound:
                 gated.append(i)
             else:
                 safe.append(i)
-                self._desk.remember_call(item.call.id, "it needed no approval")
+                self._approvals.remember_call(item.call.id, "it needed no approval")
         keys = {i: str(workflow.uuid4()) for i in safe + gated}
         self._to_sample = {checked[i].call.id for i in safe + gated if checked[i].tool.samples}
-        self._desk.expect({checked[i].call.id for i in gated})
+        self._approvals.expect({checked[i].call.id for i in gated})
         self._subagents = Subagents(self._input, self._state, self._reporter, self._sync_status,
                                     sum(1 for i in safe + gated
                                         if checked[i].tool.agent is not None))
@@ -127,7 +129,7 @@ class ToolRound:
             for i in gated:
                 self._hold(checked[i], checked[i].arguments, keys[i])
             self._sync_status()
-            self._desk.settle(workflow.now())  # decisions that came with the reply naming these
+            self._decisions.settle(workflow.now())  # decisions that came with the reply naming these
             ran = await asyncio.gather(
                 *(self._decide_then_execute(checked[i], keys[i]) for i in gated)
             )
@@ -149,9 +151,9 @@ class ToolRound:
                 ToolOutcome(observation=answer) if answer is not None
                 else ToolOutcome(status="error", observation=self._no_answer())
             )
-        decisions_by_call = {c: p.decision for c, p in self._desk.pending.items()}
-        args_run = {c: p.args for c, p in self._desk.pending.items()}
-        self._desk.close_round()
+        decisions_by_call = {c: p.decision for c, p in self._approvals.pending.items()}
+        args_run = {c: p.args for c, p in self._approvals.pending.items()}
+        self._approvals.close_round()
         result = RoundResult([], [])
         for i, item in enumerate(checked):
             outcome = outcomes[i]
@@ -187,30 +189,30 @@ class ToolRound:
             decision = await self._decision(item.call.id)
             if not decision.approved:
                 return _rejected(decision)
-            args = self._desk.pending[item.call.id].args
+            args = self._approvals.pending[item.call.id].args
             outcome = await self._execute(item, args, key, decision)
             if outcome.status != "needs_approval":
                 return outcome
             item = self._regated(item, outcome)
             self._hold(item, args, key)
             self._sync_status()
-            self._desk.settle(workflow.now())
+            self._decisions.settle(workflow.now())
         return outcome.model_copy(update={"status": "error"})
 
     async def _decision(self, call_id: str) -> Decision:
         try:
-            if not self._desk.is_decided(call_id):  # it may be, by a decision that waited for it
+            if not self._approvals.is_decided(call_id):  # it may be, by a decision that waited for it
                 await workflow.wait_condition(
-                    lambda: self._desk.is_decided(call_id) or self._state.end_requested,
+                    lambda: self._approvals.is_decided(call_id) or self._state.end_requested,
                     timeout=timedelta(seconds=self._input.decision_timeout_s),
                 )
         except asyncio.TimeoutError:
             pass
-        if not self._desk.is_decided(call_id):
+        if not self._approvals.is_decided(call_id):
             reason = "the conversation was ended" if self._state.end_requested else "approval timed out"
-            self._reporter.announce([self._desk.decide_by_system(call_id, reason, workflow.now())])
+            self._reporter.announce([self._approvals.decide_by_system(call_id, reason, workflow.now())])
             self._sync_status()
-        decision = self._desk.pending[call_id].decision
+        decision = self._approvals.pending[call_id].decision
         assert decision is not None
         return decision
 
@@ -218,7 +220,7 @@ class ToolRound:
         """Put a call before the human; its ticket, drawn from its idempotency key, tells it
         from any later call that has its id (a one-time link names it)."""
         ticket = call_ticket(key)
-        self._desk.hold(item.call.id, item.tool, args, workflow.now(), ticket)
+        self._approvals.hold(item.call.id, item.tool, args, workflow.now(), ticket)
         telemetry.approval_requested(item.tool.name)
         self._reporter.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
@@ -282,7 +284,7 @@ class ToolRound:
         request = question.request or ""
         if answer is not None:
             return ElicitAnswer(request=request, action="accept", content=json.loads(answer))
-        declined = self._desk.declined and not self._desk.cancelled
+        declined = self._question.declined and not self._question.cancelled
         return ElicitAnswer(request=request, action="decline" if declined else "cancel")
 
     async def _run_activity(
@@ -294,7 +296,7 @@ class ToolRound:
             turn.tools_used.append(tool.name)
         if tool.agent is not None:
             assert self._subagents is not None
-            with self._desk.awaiting_results():
+            with self._decisions.awaiting_results():
                 return await self._subagents.run(item, tool.agent, args)
         attempts = tool.max_attempts if tool.retry_safe else 1
         invocation = ToolInvocation(
@@ -316,7 +318,7 @@ class ToolRound:
             summary=loop.describe_call(tool.name, args),
         )
         try:
-            with self._desk.awaiting_results():
+            with self._decisions.awaiting_results():
                 if tool.local and tool.risk == "safe" and tool.retry_safe:
                     # in this workflow task, by its worker: no round trip through the server
                     return await workflow.execute_local_activity(tool.name, invocation, **options)
@@ -362,8 +364,8 @@ class ToolRound:
 
     async def _ask_person(self, call_id: str, question: Question) -> str | None:
         """Ask the human one question (others wait their turn); None if it went unanswered."""
-        async with self._desk.question_lock:
-            self._desk.ask(call_id, question)
+        async with self._question.lock:
+            self._question.ask(call_id, question)
             self._reporter.emit("question_asked", call_id=call_id, text=question.message,
                                 options=question.options, question_kind=question.kind)
             self._reporter.notifier.notify(  # an MCP server's: its one-time decline link
@@ -372,21 +374,21 @@ class ToolRound:
                 options=question.options, server=question.server, tool=question.tool,
                 answer_schema=question.answer_schema)
             self._sync_status()
-            self._desk.settle(workflow.now())  # an answer that came with the result asking it
+            self._decisions.settle(workflow.now())  # an answer that came with the result asking it
             try:
-                if not self._desk.has_answer():
+                if not self._question.has_answer():
                     await workflow.wait_condition(
-                        lambda: self._desk.has_answer() or self._state.end_requested,
+                        lambda: self._question.has_answer() or self._state.end_requested,
                         timeout=timedelta(seconds=self._input.decision_timeout_s),
                     )
             except asyncio.TimeoutError:
                 pass
-            answer = self._desk.take_answer()
+            answer = self._question.take_answer()
             self._sync_status()
             return answer
 
     def _no_answer(self) -> str:
-        if self._desk.declined:
+        if self._question.declined:
             return DECLINED
         if self._state.end_requested:
             return "no answer: the conversation was ended"

@@ -125,7 +125,8 @@ class TurnLoop:
     def _interrupted(self) -> None:
         """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
         every call in the context answered, so the context stays valid."""
-        self._desk.abandon_round("the conversation was ended", workflow.now())
+        self._approvals.abandon_round("the conversation was ended", workflow.now())
+        self._question.withdraw()  # nobody can answer it now
         ctx = self._state.context
         ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
         self._state.current.stop_reason = "ended"
@@ -186,7 +187,7 @@ class TurnLoop:
             step = turn.steps + 1
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             try:
-                with self._desk.awaiting_results():
+                with self._decisions.awaiting_results():
                     reply = await self._model_step.think(step, offered)
             except ActivityError as err:
                 raise_if_cancelled(err)
@@ -216,7 +217,7 @@ class TurnLoop:
                 return
             state.context.messages.append(message)
             share = self._model_step.observation_share(message)
-            tool_round = ToolRound(self._input, state, self._desk, self._reporter,
+            tool_round = ToolRound(self._input, state, self._decisions, self._reporter,
                                    self._sync_status)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         taken.refused)
