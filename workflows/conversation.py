@@ -33,12 +33,11 @@ from ..contract import (
     RoutedDecision,
     SayRequest,
     SignalOutcome,
-    Status,
     names,
 )
 from ..contract.bounds import Limits
 from ..contract.names import CHILD_STATUS_SIGNAL, DECISION_REPLY_SIGNAL, ROUTED_DECISION_SIGNAL
-from ..rules import context, loop, output
+from ..rules import context, loop
 from ..rules.gate import Refusal
 from ..rules.start_input import first_state, settled_input
 from .approvals import Approvals
@@ -52,7 +51,7 @@ from .reporting import Reporter
 from .request_memory import RequestMemory
 from .signal_guard import sent
 from .status_view import StatusView, moved_here, new_version, running_version
-from .turn import TurnLoop
+from .turn import Turns
 
 
 # On a versioned worker (`agent-worker --deployment`, `worker.deployment`) a run is pinned
@@ -60,14 +59,13 @@ from .turn import TurnLoop
 # new at a turn boundary. (The behaviour is the worker's default, not this definition's: Temporal
 # refuses the workflow tasks of an unversioned worker whose workflow names one.)
 @workflow.defn
-class ConversationWorkflow(TurnLoop, StatusView):
+class ConversationWorkflow:
     @workflow.init
     def __init__(self, inp: ConversationInput) -> None:
         # Signals may arrive before `run` starts (signal-with-start), so all state lives here.
         self._limits = Limits.bounded(inp.max_message_bytes)
         self._input, notices = settled_input(inp, self._limits)
         self._state = first_state(self._input, self._limits, notices)
-        self._output_problem = output.output_schema_problem(self._input.output_schema)  # once
         self._reporter = Reporter(self._state, self._limits.audit_bytes)
         self._model_step = ModelStep(self._input, self._state, self._limits, self._reporter)
         self._memory = RequestMemory(self._state)
@@ -77,17 +75,14 @@ class ConversationWorkflow(TurnLoop, StatusView):
         self._question = OpenQuestion(self._state, self._limits)
         self._decisions = Decisions(
             self._state, self._approvals, self._question, self._memory,
-            shown=lambda: (self._pending_confirmations(), self._pending_question()),
+            shown=lambda: (self._view.pending_confirmations(), self._view.pending_question()),
             announce=self._announce)
-        self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
-        self._turn_text: str | None = None  # the current turn's message (for traced content)
-        self._phase: Status = "running"  # running | idle | completed; waits come from the desk
-        self._published: Status | None = None
-        self._turns_this_run = 0
-        self._turn_task: asyncio.Future[None] | None = None
-        self._ending = False  # `end` cancelled the turn task (not the workflow's cancellation)
-        self._reported: ChildReport | None = None  # a subagent's last report to its parent
-        self._reports: list[asyncio.Future[None]] = []
+        self._view = StatusView(self._input, self._state, self._decisions, self._reporter,
+                                self._model_step)
+        self._turns = Turns(
+            self._input, self._state, self._decisions, self._reporter, self._model_step,
+            self._view, history_full=lambda: self._should_continue_as_new(at_turn_boundary=False),
+            hand_over=self._continue_as_new)
         self._settler: asyncio.Future[None] | None = None  # `Decisions.settle_when_nothing_comes`
         self._listed = False  # the tools were listed since the last turn (`_relist_if_changed`)
 
@@ -95,14 +90,14 @@ class ConversationWorkflow(TurnLoop, StatusView):
     async def run(self, inp: ConversationInput) -> ConversationStatus:
         self._settler = asyncio.ensure_future(self._decisions.settle_when_nothing_comes())
         try:
-            self._sync_status()
+            self._view.sync()
             if inp.state is None and inp.carry is None:
                 fork = self._input.fork
                 if fork is not None:  # it goes on with the original's turn, from its messages
-                    self._audit_input("start", fork.turn, self._input.owner,
+                    self._reporter.record_input("start", fork.turn, self._input.owner,
                                       f"forked from {fork.conversation_id} at step {fork.at_step}")
                 elif self._state.inbox:  # the first message, unless it was refused
-                    self._audit_input("start", 1, self._input.owner, self._input.prompt)
+                    self._reporter.record_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
                 if self._inbox.take_first(self._input.prompt, inp.request_id):
                     self._state.end_requested = True  # too long for the model: nothing to do
@@ -114,11 +109,11 @@ class ConversationWorkflow(TurnLoop, StatusView):
         except asyncio.CancelledError:
             self._state.current.stop_reason = "cancelled"
             if self._state.current.in_progress:
-                self._trace_turn()
-            self._set_phase("completed")
+                self._turns.trace()
+            self._view.set_phase("completed")
             self._reporter.close()
             raise
-        self._set_phase("completed")
+        self._view.set_phase("completed")
         await self._reporter.notifier.drain()  # the last deliveries (bounded by their window)
         return self.status()
 
@@ -128,12 +123,12 @@ class ConversationWorkflow(TurnLoop, StatusView):
         state = self._state
         while True:
             if state.current.in_progress:
-                await self._run_turn(None)
+                await self._turns.run(None)
             elif state.inbox:
                 if new_version():  # a turn about to begin: it runs on the new version
                     await self._continue_as_new(move=True)
                 await self._relist_if_changed()
-                await self._run_turn(self._inbox.next())
+                await self._turns.run(self._inbox.next())
             elif state.end_requested:
                 state.current.stop_reason = "ended"
                 break
@@ -141,7 +136,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
                 break
             else:
                 self._decisions.settle(workflow.now())  # what waited for this turn's results
-                self._set_phase("idle")
+                self._view.set_phase("idle")
                 moving = new_version()
                 if moving or self._should_continue_as_new(at_turn_boundary=True):
                     await self._continue_as_new(move=moving)
@@ -187,8 +182,8 @@ class ConversationWorkflow(TurnLoop, StatusView):
         self._decisions.settle(workflow.now(), final=True)
         self._reporter.close()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if self._reports:
-            await asyncio.gather(*self._reports, return_exceptions=True)
+        if self._view.reports:
+            await asyncio.gather(*self._view.reports, return_exceptions=True)
 
     # ----- signals, updates and queries -----
 
@@ -207,15 +202,15 @@ class ConversationWorkflow(TurnLoop, StatusView):
 
     def _take_message(self, request: SayRequest) -> SignalOutcome:
         repeated = self._memory.outcome(request.request_id) is not None
-        outcome = self._inbox.take(request, self._input.one_shot, self._phase == "completed")
+        outcome = self._inbox.take(request, self._input.one_shot, self._view.phase == "completed")
         if outcome.accepted and not repeated:
-            self._audit_input("message", outcome.turn, request.sender, request.text)
+            self._reporter.record_input("message", outcome.turn, request.sender, request.text)
         return outcome
 
     @send_message.validator
     def _check_message(self, request: SayRequest) -> None:
         reason = self._inbox.refusal(request.text, self._input.one_shot,
-                                     self._phase == "completed")
+                                     self._view.phase == "completed")
         if reason is not None:
             raise ValueError(reason)
 
@@ -224,18 +219,16 @@ class ConversationWorkflow(TurnLoop, StatusView):
         """A subagent's status and what it waits for (its own subagents' calls and questions
         included), so that this conversation shows them, each named by its path from here."""
         if sent(report, CHILD_STATUS_SIGNAL):
-            self._take_child_report(report)
+            self._view.take_child_report(report)
 
     @workflow.signal
     def end(self, request: EndRequest | None = None) -> None:
         request = request or EndRequest()  # an end needs no more than its name
         if not self._state.end_requested:
-            self._audit_input("end", self._state.current.number, request.sender, None)
+            self._reporter.record_input("end", self._state.current.number, request.sender, None)
         self._state.end_requested = True
         self._memory.accept(request.request_id)
-        if self._turn_task is not None and not self._turn_task.done():
-            self._ending = True
-            self._turn_task.cancel()  # the model call or tools in flight, and waits for a human
+        self._turns.end()
 
     # A person's decisions (`workflows.decisions`): a signal and its Update twin each, and
     # `decide`, which takes several as one.
@@ -274,14 +267,14 @@ class ConversationWorkflow(TurnLoop, StatusView):
                 self._reporter.emit("decision_refused", text=result.reason)
             else:
                 self._reporter.emit("answered", text=result)
-                self._audit_input("answer", None, received.request.sender, result)
+                self._reporter.record_input("answer", None, received.request.sender, result)
         elif isinstance(result, (list, Refusal)):
             self._reporter.announce(result)
-        self._sync_status()
+        self._view.sync()
 
     @workflow.query
     def status(self) -> ConversationStatus:
-        return self._status_view()
+        return self._view.status()
 
     @workflow.query
     def signal_outcome(self, request_id: str) -> SignalOutcome | None:
@@ -310,6 +303,11 @@ class ConversationWorkflow(TurnLoop, StatusView):
         """The audit trail: one record per step (the latest ones; older ones are in the memo)."""
         return list(self._reporter.audit)
 
+    def trace_parent(self) -> str | None:
+        """The span a model call or tool run now belongs under: the running turn's (read by the
+        worker's `TelemetryInterceptor` as it schedules an activity)."""
+        return self._turns.trace_parent()
+
     # ----- tools -----
 
     async def _relist_if_changed(self) -> None:
@@ -329,7 +327,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
                                         self._input.profile)
         if refusal is not None:  # the worker holds the floor of what runs without a human
             self._state.notice(f"refused: {refusal}")
-            self._set_phase("failed")
+            self._view.set_phase("failed")
             raise ApplicationError(f"refused: {refusal}", type="PolicyRefused", non_retryable=True)
 
     def _should_continue_as_new(self, at_turn_boundary: bool) -> bool:
@@ -338,7 +336,7 @@ class ConversationWorkflow(TurnLoop, StatusView):
         if loop.history_full(info.get_current_history_length(), info.get_current_history_size(),
                              self._input.continue_as_new_after_events):
             return True
-        return at_turn_boundary and self._turns_this_run >= self._input.continue_as_new_after_turns
+        return at_turn_boundary and self._turns.this_run >= self._input.continue_as_new_after_turns
 
     async def _continue_as_new(self, move: bool = False) -> None:
         """Hand the conversation to a fresh run (bounded history), after every signal is handled;

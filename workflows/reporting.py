@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.converter import value_to_type
 
-from ..contract import AuditRecord, Decision, StreamEvent
+from ..contract import AuditRecord, Decision, StreamEvent, Usage
 from ..contract.bounds import (
     MAX_APPROVER_BYTES,
     MAX_AUDIT_RECORD_BYTES,
@@ -109,6 +109,14 @@ class Reporter:
         if end - self._base > MAX_STREAM_ITEMS:
             self._base = end - MAX_STREAM_ITEMS
             self.stream.truncate(self._base)
+
+    def record_input(self, kind: str, turn: int | None, by: str | None,
+                     text: str | None) -> None:
+        """A person's input in the audit trail: who started the conversation, sent a message
+        (at the turn that answers it), answered a question or ended it."""
+        self.record(AuditRecord(
+            at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
+            tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
 
     @property
     def audit(self) -> list[AuditRecord]:

@@ -1,7 +1,7 @@
 """What a conversation says of itself: its status (the status query), its `AgentStatus` search
 attribute and the Temporal UI's details, what its subagents report (each waiting call named by
-its path from here), and, for a subagent, its report to its parent. A part of
-`ConversationWorkflow`, whose state it reads."""
+its path from here), and, for a subagent, its report to its parent. `ConversationWorkflow` hands
+it the state it reads, and tells it its phase."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..contract import (
     WAITING_STATUSES,
     ChildRef,
     ChildReport,
+    ConversationInput,
     ConversationStatus,
     PendingConfirmation,
     PendingQuestion,
@@ -28,25 +29,40 @@ from ..contract.state import ConversationState
 from ..rules import tracing
 from ..rules.commands import details_markdown
 from ..rules.search_attributes import AGENT_STATUS
+from .decisions import Decisions
+from .model_step import ModelStep
+from .reporting import Reporter
 
 PendingT = TypeVar("PendingT", PendingConfirmation, PendingQuestion)
 
 
 class StatusView:
-    """The conversation's status view, as `ConversationWorkflow` shows it: its status query, the
-    Temporal UI's details and search attributes, and the reports of its subagents."""
+    """The conversation's status view: its status query, the Temporal UI's details and search
+    attributes, and the reports of its subagents (and, a subagent's, to its parent)."""
 
-    def _status_view(self) -> ConversationStatus:
+    def __init__(self, inp: ConversationInput, state: ConversationState, decisions: Decisions,
+                 reporter: Reporter, model_step: ModelStep) -> None:
+        self._input = inp
+        self._state = state
+        self._decisions = decisions
+        self._reporter = reporter
+        self._model_step = model_step
+        self.phase: Status = "running"  # running | idle | completed | failed; waits: decisions
+        self._published: Status | None = None
+        self._reported: ChildReport | None = None  # a subagent's last report to its parent
+        self.reports: list[asyncio.Future[None]] = []  # those reports, on their way
+
+    def status(self) -> ConversationStatus:
         state, turn, fork = self._state, self._state.current, self._input.fork
-        status = self._current_status()
+        status = self.current()
         ended = status in CLOSED_STATUSES  # what waited for a person went with it
         return ConversationStatus(
             workflow_id=workflow.info().workflow_id, status=status,
             turn=turn.number, steps=turn.steps, llm_calls=state.llm_calls,
             tools_used=list(turn.tools_used), stop_reason=turn.stop_reason,
             final_answer=turn.final_answer, final_output=turn.final_output,
-            pending_confirmations=[] if ended else self._pending_confirmations(),
-            pending_question=None if ended else self._pending_question(),
+            pending_confirmations=[] if ended else self.pending_confirmations(),
+            pending_question=None if ended else self.pending_question(),
             usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
             queued_messages=len(state.inbox), decisions=list(turn.decisions),
@@ -59,18 +75,18 @@ class StatusView:
             version=running_version(),
         )
 
-    def _pending_confirmations(self) -> list[PendingConfirmation]:
+    def pending_confirmations(self) -> list[PendingConfirmation]:
         """The calls waiting for a decision: this conversation's, then its subagents'."""
         children = self._state.current.children
-        return [*self._approvals.pending_confirmations(),
+        return [*self._decisions.approvals.pending_confirmations(),
                 *(p for c in children for p in c.pending_confirmations)]
 
-    def _pending_question(self) -> PendingQuestion | None:
-        return self._question.pending_question() or next(
+    def pending_question(self) -> PendingQuestion | None:
+        return self._decisions.question.pending_question() or next(
             (c.pending_question for c in self._state.current.children if c.pending_question),
             None)
 
-    def _take_child_report(self, report: ChildReport) -> None:
+    def take_child_report(self, report: ChildReport) -> None:
         """A subagent's status and what it waits for (its own subagents' calls and questions
         included), so that this conversation shows them, each named by its path from here."""
         for child in self._state.current.children:
@@ -89,7 +105,7 @@ class StatusView:
                 if waits != waited and (waits[0] or waits[1]):  # what this one's watchers wake on
                     self._reporter.emit("child_waiting", text=child.workflow_id,
                                         tool=child.profile, status=child.status)
-                self._sync_status()
+                self.sync()
 
     def _owned(self, pending: PendingT, child_id: str) -> PendingT:
         """A subagent's pending call or question, with the conversation that owns it and its
@@ -99,20 +115,20 @@ class StatusView:
         return pending.model_copy(update={"conversation_id": owner,
                                           "ref": f"{path}/{pending.call_id}"})
 
-    def _current_status(self) -> Status:
-        if self._phase == "running":
+    def current(self) -> Status:
+        if self.phase == "running":
             return self._decisions.waiting_status() or _children_waiting(
                 self._state.current.children) or "running"
-        return self._phase
+        return self.phase
 
-    def _set_phase(self, phase: Status) -> None:
-        self._phase = phase
-        self._sync_status()
+    def set_phase(self, phase: Status) -> None:
+        self.phase = phase
+        self.sync()
 
-    def _sync_status(self) -> None:
+    def sync(self) -> None:
         """Publish the status to the `AgentStatus` search attribute and the UI, when it changed
         (and, for a subagent, tell its parent what it waits for)."""
-        status = self._current_status()
+        status = self.current()
         self._report_to_parent(status)
         if status == self._published:
             return
@@ -121,8 +137,8 @@ class StatusView:
         workflow.upsert_search_attributes([AGENT_STATUS.value_set(status)])
         details = details_markdown(workflow.info().workflow_id, status, turn.number,
                                    turn.stop_reason, turn.error,
-                                   self._approvals.pending_confirmations(),
-                                   self._question.pending_question(), self._input.owner,
+                                   self._decisions.approvals.pending_confirmations(),
+                                   self._decisions.question.pending_question(), self._input.owner,
                                    turn.children)
         version = running_version()
         if version is not None:
@@ -135,8 +151,8 @@ class StatusView:
         if parent is None or self._input.profile is None:
             return
         report = ChildReport(workflow_id=workflow.info().workflow_id, profile=self._input.profile,
-                             status=status, pending_confirmations=self._pending_confirmations(),
-                             pending_question=self._pending_question())
+                             status=status, pending_confirmations=self.pending_confirmations(),
+                             pending_question=self.pending_question())
         if status in CLOSED_STATUSES or report == (self._reported or ChildReport(
                 workflow_id=report.workflow_id, profile=report.profile, status="running")):
             return  # the parent learns the end from the child's result
@@ -144,7 +160,7 @@ class StatusView:
         self._state.reported += 1
         report = report.model_copy(update={"seq": self._state.reported})
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        self._reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
+        self.reports.append(asyncio.ensure_future(handle.signal(CHILD_STATUS_SIGNAL, report)))
 
 
 def running_version() -> str | None:

@@ -1,11 +1,12 @@
 """A turn of a conversation: think and act until it answers (or stops), then say so in the stream,
-the audit trail, the trace and the turn's summary. A part of `ConversationWorkflow` (its state
-and collaborators are the conversation's), kept apart so that the workflow class reads as the
-story: a conversation's life, its handlers and its queries."""
+the audit trail, the trace and the turn's summary. `ConversationWorkflow` hands `Turns` the state
+and the parts it uses, and runs one turn at a time; the workflow class reads as the story: a
+conversation's life, its handlers and its queries."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -16,6 +17,7 @@ from ..contract import (
     AuditAction,
     AuditRecord,
     ChatMessage,
+    ConversationInput,
     StopReason,
     TurnSummary,
     Usage,
@@ -36,45 +38,73 @@ from ..contract.memory import (
     Recalled,
     RecallRequest,
 )
-from ..contract.state import TurnState
+from ..contract.state import ConversationState, TurnState
 from ..rules import context, loop, output, tracing
 from ..rules.memory import recall_messages, within_bytes
 from ..rules.stopping import is_looping, over_budget
 from . import telemetry
+from .decisions import Decisions
 from .failures import (
     ACTIVITY_FAILURES,
     failure_reason,
     is_context_too_long,
     raise_if_cancelled,
 )
+from .model_step import ModelStep
+from .reporting import Reporter
+from .status_view import StatusView
 from .tool_round import ToolRound
 
 ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a turn's span errs
 
 
-class TurnLoop:
-    """The turn's loop, as `ConversationWorkflow` runs it."""
+class Turns:
+    """A conversation's turns, one at a time: each is a task that `end` cancels."""
 
-    # ----- a turn -----
+    def __init__(self, inp: ConversationInput, state: ConversationState, decisions: Decisions,
+                 reporter: Reporter, model_step: ModelStep, view: StatusView, *,
+                 history_full: Callable[[], bool], hand_over: Callable[[], Awaitable[None]]
+                 ) -> None:
+        self._input = inp
+        self._state = state
+        self._decisions = decisions
+        self._reporter = reporter
+        self._model_step = model_step
+        self._view = view
+        self._history_full = history_full  # mid-turn: the history is too large for this run
+        self._hand_over = hand_over  # ...then the turn goes on in a fresh run (continue-as-new)
+        self._output_problem = output.output_schema_problem(inp.output_schema)  # judged once
+        self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
+        self._text: str | None = None  # the current turn's message (for traced content)
+        self.this_run = 0  # turns begun in this run
+        self.task: asyncio.Future[None] | None = None
+        self.ending = False  # `end` cancelled the turn's task (not the workflow's cancellation)
 
-    async def _run_turn(self, text: str | None) -> None:
+    def end(self) -> None:
+        """`end`: cancel the running turn, with the model call or tools in flight and the waits
+        for a person."""
+        if self.task is not None and not self.task.done():
+            self.ending = True
+            self.task.cancel()
+
+    async def run(self, text: str | None) -> None:
         """Run a turn to its end; `text` is None when resuming one carried over continue-as-new.
         The turn runs as a task that `end` cancels, with whatever it has in flight."""
         if text is not None:
             self._begin_turn(text)
             await self._recall(text)
-        self._turn_task = asyncio.ensure_future(self._think_and_act())
+        self.task = asyncio.ensure_future(self._think_and_act())
         try:
-            await self._turn_task
+            await self.task
         except asyncio.CancelledError:
-            if not self._ending:  # the workflow itself is being cancelled
+            if not self.ending:  # the workflow itself is being cancelled
                 raise
             self._interrupted()
         finally:
-            self._turn_task = None
+            self.task = None
         turn = self._state.current
         turn.in_progress = False
-        self._trace_turn()
+        self.trace()
         if self._input.profile is None:  # a subagent's turns are its parent's business
             failed = turn.stop_reason in ERROR_STOPS
             self._reporter.notifier.notify(
@@ -92,7 +122,7 @@ class TurnLoop:
         workflow.logger.info("turn %d finished: %s after %d step(s)", turn.number,
                              turn.stop_reason, turn.steps)
 
-    def _trace_turn(self) -> None:
+    def trace(self) -> None:
         """The turn's `invoke_agent` span, now that it has ended."""
         turn, usage = self._state.current, self._state.current.usage
         agent = self._input.profile or "assistant"
@@ -108,7 +138,7 @@ class TurnLoop:
              "agent.steps": turn.steps, "agent.stop_reason": turn.stop_reason,
              "agent.owner": self._input.owner},
             error=turn.error if turn.stop_reason in ERROR_STOPS else None,
-            content={"gen_ai.input.messages": self._turn_text,
+            content={"gen_ai.input.messages": self._text,
                      "gen_ai.output.messages": turn.final_answer})
 
     def _turn_parent(self, number: int) -> str | None:
@@ -125,23 +155,23 @@ class TurnLoop:
     def _interrupted(self) -> None:
         """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
         every call in the context answered, so the context stays valid."""
-        self._approvals.abandon_round("the conversation was ended", workflow.now())
-        self._question.withdraw()  # nobody can answer it now
+        self._decisions.approvals.abandon_round("the conversation was ended", workflow.now())
+        self._decisions.question.withdraw()  # nobody can answer it now
         ctx = self._state.context
         ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
         self._state.current.stop_reason = "ended"
         workflow.logger.info("turn %d interrupted by end", self._state.current.number)
 
     def _begin_turn(self, text: str) -> None:
-        self._turns_this_run += 1
+        self.this_run += 1
         number = self._state.current.number + 1
         trace = tracing.new_span(self._trace_ids, self._turn_parent(number))
         self._state.current = TurnState(number=number, in_progress=True, trace=trace,
                                         started_at=workflow.now())
-        self._turn_text = text
+        self._text = text
         self._state.context.messages.append(ChatMessage(role="user", content=text))
         self._reporter.emit("turn_started", text=text)
-        self._set_phase("running")
+        self._view.set_phase("running")
 
     async def _recall(self, text: str) -> None:
         """The owner's memories most relevant to the turn's first message, put in the context
@@ -182,8 +212,8 @@ class TurnLoop:
             if spent := self._over_budget():
                 self._stop("budget_exceeded", spent)
                 return
-            if self._should_continue_as_new(at_turn_boundary=False):
-                await self._continue_as_new()
+            if self._history_full():
+                await self._hand_over()
             step = turn.steps + 1
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             try:
@@ -218,7 +248,7 @@ class TurnLoop:
             state.context.messages.append(message)
             share = self._model_step.observation_share(message)
             tool_round = ToolRound(self._input, state, self._decisions, self._reporter,
-                                   self._sync_status)
+                                   self._view.sync)
             done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
                                         taken.refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
@@ -236,14 +266,6 @@ class TurnLoop:
                              self._state.current.number, ", ".join(unread))
         self._state.context.messages += [
             message, ChatMessage(role="user", content=loop.call_reminder(unread, in_prose))]
-
-    def _audit_input(self, kind: str, turn: int | None, by: str | None,
-                     text: str | None) -> None:
-        """A person's input in the audit trail: who started the conversation, sent a message
-        (at the turn that answers it) or ended it."""
-        self._reporter.record(AuditRecord(
-            at=workflow.now(), turn=turn or self._state.current.number, step=0, thought=None,
-            tokens=Usage(), kind=kind, by=by or "unknown", text=text))  # type: ignore[arg-type]
 
     def _model_failure(self, err: ActivityError) -> str:
         """Why the model call failed, as the turn's error; for a prompt too long even after
@@ -314,5 +336,3 @@ class TurnLoop:
         turn.stop_reason = reason
         turn.error = clip(error, MAX_ERROR_BYTES)
         workflow.logger.warning("turn %d stopped (%s): %s", turn.number, reason, error)
-
-    # ----- continue-as-new -----
