@@ -57,11 +57,12 @@ def tools_offered(step: int, max_steps: int) -> bool:
     return step < max_steps
 
 
-def decide_after_reply(
+def next_move(
     message: ChatMessage, offered_tools: bool, forced_reason: str | None = None
 ) -> RunTools | FinalAnswer:
-    """A reply with tool calls continues the loop; anything else ends the turn. A reply to a call
-    made without tools (the last step, or after a stopping rule) always ends it."""
+    """The next move after a model reply: a reply with tool calls continues the loop; anything
+    else ends the turn. A reply to a call made without tools (the last step, or after a stopping
+    rule) always ends it."""
     calls = message.tool_calls or []
     if calls and offered_tools:
         return RunTools(calls)

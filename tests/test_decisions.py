@@ -71,28 +71,28 @@ def test_tools_are_offered_on_all_steps_but_the_last():
 
 def test_reply_with_tool_calls_runs_them():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    assert loop.decide_after_reply(reply(None, calls), offered_tools=True) == loop.RunTools(calls)
+    assert loop.next_move(reply(None, calls), offered_tools=True) == loop.RunTools(calls)
 
 
 def test_reply_without_tool_calls_is_the_answer():
-    decision = loop.decide_after_reply(reply("It is sunny."), offered_tools=True)
+    decision = loop.next_move(reply("It is sunny."), offered_tools=True)
     assert decision == loop.FinalAnswer("It is sunny.", "answered")
 
 
 def test_last_step_ends_the_turn_even_if_the_model_insists_on_tools():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    decision = loop.decide_after_reply(reply("partial", calls), offered_tools=False)
+    decision = loop.next_move(reply("partial", calls), offered_tools=False)
     assert decision == loop.FinalAnswer("partial", "max_steps")
 
 
 def test_a_stopping_rule_names_the_stop_reason():
     calls = [call("get_weather", '{"location": "Paris"}')]
-    decision = loop.decide_after_reply(reply("enough", calls), False, "loop_detected")
+    decision = loop.next_move(reply("enough", calls), False, "loop_detected")
     assert decision == loop.FinalAnswer("enough", "loop_detected")
 
 
 def test_empty_reply_is_an_empty_answer():
-    assert loop.decide_after_reply(reply(None), True) == loop.FinalAnswer("", "answered")
+    assert loop.next_move(reply(None), True) == loop.FinalAnswer("", "answered")
 
 
 def test_describe_call_is_short_and_readable():

@@ -27,7 +27,11 @@ from durable_react_agent.contract import (
     ConversationStatus,
     PendingConfirmation,
 )
-from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL, ROUTED_DECISION_SIGNAL
+from durable_react_agent.contract.names import (
+    CHILD_STATUS_SIGNAL,
+    DECISION_REPLY_SIGNAL,
+    ROUTED_DECISION_SIGNAL,
+)
 from durable_react_agent.rules.decisions import held_refusal, partly_applied, route, whole
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.worker.app import build_worker
@@ -110,6 +114,13 @@ async def test_a_decision_over_two_subagents_is_refused_whole_if_a_part_would_be
         assert whole.status_code == 200, whole.text
     assert (await reaches(handle, "idle", timeout_s=60)).stop_reason == "answered"
     assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
+    # one Update reached the conversation (the refused one never reached its history), each
+    # subagent took its part as a signal from it, and said what became of it
+    assert kinds(await handle.fetch_history()) == [
+        "update decide_confirm", *[f"signal {DECISION_REPLY_SIGNAL}"] * 2]
+    for kid in ("p1", "p2"):
+        child = client.get_workflow_handle(f"{handle.id}/{kid}")
+        assert kinds(await child.fetch_history()) == [f"signal {ROUTED_DECISION_SIGNAL}"]
 
 
 async def test_an_agui_resume_over_two_subagents_is_refused_whole(

@@ -71,10 +71,9 @@ class ConversationWorkflow:
         self._memory = RequestMemory(self._state)
         self._inbox = Inbox(self._state, self._limits, self._memory,
                             too_long=self._model_step.message_refusal)
-        self._approvals = Approvals(self._state, self._limits, owner=self._input.owner)
-        self._question = OpenQuestion(self._state, self._limits)
         self._decisions = Decisions(
-            self._state, self._approvals, self._question, self._memory,
+            self._state, Approvals(self._state, self._limits, owner=self._input.owner),
+            OpenQuestion(self._state, self._limits), self._memory,
             shown=lambda: (self._view.pending_confirmations(), self._view.pending_question()),
             announce=self._announce)
         self._view = StatusView(self._input, self._state, self._decisions, self._reporter,
@@ -94,8 +93,9 @@ class ConversationWorkflow:
             if inp.state is None and inp.carry is None:
                 fork = self._input.fork
                 if fork is not None:  # it goes on with the original's turn, from its messages
-                    self._reporter.record_input("start", fork.turn, self._input.owner,
-                                      f"forked from {fork.conversation_id} at step {fork.at_step}")
+                    self._reporter.record_input(
+                        "start", fork.turn, self._input.owner,
+                        f"forked from {fork.conversation_id} at step {fork.at_step}")
                 elif self._state.inbox:  # the first message, unless it was refused
                     self._reporter.record_input("start", 1, self._input.owner, self._input.prompt)
                 await self._load_tools()
@@ -296,7 +296,7 @@ class ConversationWorkflow:
     def pending_schemas(self) -> dict[str, dict[str, Any]]:
         """The argument schema of each call waiting for a decision, by call id: what a console
         validates edited args against before sending them (the workflow validates again)."""
-        return self._approvals.pending_schemas()
+        return self._decisions.approvals.pending_schemas()
 
     @workflow.query
     def history(self) -> list[AuditRecord]:

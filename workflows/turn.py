@@ -227,17 +227,17 @@ class Turns:
             turn.steps = step
             taken = self._model_step.usable(reply.message, step, offered)
             message, unread = taken.message, taken.unread
-            decision = loop.decide_after_reply(message, offered, turn.forced_reason)
-            if isinstance(decision, loop.RunTools) and self._over_budget():
-                decision = loop.FinalAnswer(message.content or "", "budget_exceeded")
-            if isinstance(decision, loop.FinalAnswer) and (unread or taken.announced) and \
-                    decision.stop_reason == "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
+            move = loop.next_move(message, offered, turn.forced_reason)
+            if isinstance(move, loop.RunTools) and self._over_budget():
+                move = loop.FinalAnswer(message.content or "", "budget_exceeded")
+            if isinstance(move, loop.FinalAnswer) and (unread or taken.announced) and \
+                    move.stop_reason == "answered" and turn.reminders < loop.MAX_CALL_REMINDERS:
                 # a call written in a shape that could not be read, or announced in words
                 self._remind(message, unread or taken.announced, in_prose=not unread)
                 self._record_step(step, message.content, reply.usage, entry=reply.entry)
                 continue
-            if isinstance(decision, loop.FinalAnswer):
-                self._finish(message, decision, reply.finish_reason)
+            if isinstance(move, loop.FinalAnswer):
+                self._finish(message, move, reply.finish_reason)
                 if unread:  # the more telling error, of a reply cut off at its limit too
                     turn.error = loop.unread_calls_error(unread, reply.finish_reason == "length")
                 again = self._check_output()
@@ -249,7 +249,7 @@ class Turns:
             share = self._model_step.observation_share(message)
             tool_round = ToolRound(self._input, state, self._decisions, self._reporter,
                                    self._view.sync)
-            done = await tool_round.run(decision.calls, reply.finish_reason == "length", share,
+            done = await tool_round.run(move.calls, reply.finish_reason == "length", share,
                                         taken.refused)
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
             self._record_step(step, message.content, reply.usage, done.actions, reply.entry)
