@@ -131,11 +131,14 @@ def describe(part: Part) -> str:
     return f"{verb} {', '.join(request.call_ids) or 'all'}{where}"
 
 
-def partly_applied(applied: list[Part], refused: Part, reason: str) -> str:
-    """A decision of several parts that was refused after some parts were taken: exactly what
-    was decided, and what was not, with why."""
+def partly_applied(applied: list[Part], refused: list[tuple[Part, str]], parts: int) -> str:
+    """Why a decision was refused after it was checked whole (a subagent's call changed
+    meanwhile): exactly what was decided, if anything, and what was not, with why."""
+    if not applied:
+        return whole(refused[0][1], parts)
     done = "; ".join(map(describe, applied))
-    return f"partly applied: {done}; not applied: {describe(refused)}, refused: {reason}"
+    not_done = "; ".join(f"{describe(part)}, refused: {reason}" for part, reason in refused)
+    return f"partly applied: {done}; not applied: {not_done}"
 
 
 def whole(reason: str, parts: int) -> str:

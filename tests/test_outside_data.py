@@ -235,8 +235,20 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     [pending] = (await reaches(handle, "waiting_for_confirmation")).pending_confirmations
     await handle.signal("confirm", {"call_ids": 5, "request_id": "wrong-types"})
     await handle.signal("say", ["not", "an", "object"])
-    for name in ("confirm", "reject", "answer", "say", "child_status"):
+    for name in ("confirm", "reject", "answer", "say", "child_status", "routed_decision",
+                 "decision_reply"):
         await handle.signal(name)  # no request at all
+    # a decision's part routed from no ancestor, one with two parts, a reply nobody awaits
+    await handle.signal("routed_decision", {"reply_to": "elsewhere", "confirm": {
+        "call_ids": ["nope"], "request_id": "routed"}})
+    await handle.signal("routed_decision", {"reply_to": handle.id, "confirm": {
+        "call_ids": [pending.call_id]}, "reject": {"call_ids": [pending.call_id]}})
+    await handle.signal("routed_decision", {"reply_to": 5})
+    await handle.signal("decision_reply", {"request_id": "nobody waits", "accepted": True})
+    await handle.signal("decision_reply", {"accepted": "maybe"})
+    for decide in ({}, {"confirm": "all"}, {"confirm": [{"call_ids": ["nope"]}]}):
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("decide", decide, result_type=dict)
     await handle.signal("confirm", args=[{"call_ids": [pending.call_id]}, "one too many"])
     await handle.signal("end", args=[{}, {}])
     with pytest.raises(WorkflowUpdateFailedError):
@@ -245,6 +257,7 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
         await handle.execute_update("decide_confirm", ConfirmRequest(
             call_ids=[pending.call_id], args={"title": "t", "body": 5}))
     assert (await handle.query(ConversationWorkflow.status)).status == "waiting_for_confirmation"
+    assert not (await outcome_of(handle, "routed")).accepted  # taken as a confirm would be
     await handle.signal(ConversationWorkflow.confirm,
                         ConfirmRequest(call_ids=[pending.call_id], request_id="fine"))
     assert (await outcome_of(handle, "fine")).accepted

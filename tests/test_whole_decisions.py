@@ -256,9 +256,12 @@ def test_a_decision_is_split_by_owner_and_checked_whole_against_what_subagents_r
     assert held_refusal(mine[2], guarded, "alice").startswith("four eyes: call call_0")
     assert whole("four eyes", 3) == "four eyes; nothing was decided"
     # refused after others were taken: exactly which were
-    assert partly_applied(parts[:2], parts[2], "the conversation changed meanwhile") == (
+    assert partly_applied(parts[:2], [(parts[2], "the conversation changed meanwhile")],
+                          3) == (
         "partly applied: approved call_0 in top/p1; approved call_1; not applied: approved "
         "call_0 in top/p2, refused: the conversation changed meanwhile")
+    assert partly_applied([], [(parts[2], "gone"), (parts[0], "gone too")], 3) == (
+        "gone; nothing was decided")
     # `all` is every call shown; a bare id two conversations use is refused, naming both
     everything = route(ConfirmRequest(all=True), shown, None)
     assert [(p.owner, p.request.call_ids) for p in everything] == [

@@ -11,6 +11,7 @@ from the client however deep its call is. The signal drops a request it cannot r
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -143,20 +144,28 @@ class Decisions:
         refusal = self.refusal(parts)
         if refusal is not None:
             return self._refused(requests[0], request_id, refusal.reason)
+        # this conversation's parts first, then each subagent's, all sent at once
         applied: list[Part] = []
-        for part in parts:
-            if part.owner is None:
-                received = Received(part.request, self._apply(part.request, workflow.now()))
-                self._announce(received)
-                outcome = _outcome(received.result, part.request.request_id)
+        refused: list[tuple[Part, str]] = []
+        for part in (p for p in parts if p.owner is None):
+            received = Received(part.request, self._apply(part.request, workflow.now()))
+            self._announce(received)
+            if isinstance(received.result, Refusal):  # another part of it decided it already
+                refused.append((part, received.result.reason))
             else:
-                outcome = await self._route(part)
-            if not outcome.accepted:
-                reason = outcome.reason or "refused"
-                if applied:
-                    reason = decisions.partly_applied(applied, part, reason)
-                return self._refused(part.request, request_id, reason)
-            applied.append(part)
+                applied.append(part)
+        routed = [p for p in parts if p.owner is not None]
+        if refused:  # nothing more is sent
+            refused += [(part, "not sent, as a part before it was refused") for part in routed]
+            routed = []
+        for part, outcome in zip(routed, await asyncio.gather(*map(self._route, routed))):
+            if outcome.accepted:
+                applied.append(part)
+            else:
+                refused.append((part, outcome.reason or "refused"))
+        if refused:
+            return self._refused(refused[0][0].request, request_id,
+                                 decisions.partly_applied(applied, refused, len(parts)))
         return self.memory.accept(request_id)
 
     async def _before(self, request_id: str | None) -> SignalOutcome | None:
