@@ -53,6 +53,7 @@ from durable_react_agent.testing import (
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
+from tests.timer_ids import recorded_timers, timers_started
 
 ROOT = Path(__file__).resolve().parent.parent
 _RPC_TIMEOUT = timedelta(seconds=3)
@@ -294,22 +295,28 @@ async def histories_not_replaying(
     conversations: Sequence[Sequence[WorkflowHistory]], keep_dir: Path,
 ) -> int:
     """The number of conversations with a run (a list of runs each) that their own code cannot
-    replay. Each such run is written to `keep_dir` as `<workflow id>.run<n>.json` (as `temporal
-    workflow show -o json`, with its workflow id; `kept_history` reads it) beside its error."""
+    replay, or replays with its timers numbered otherwise (`tests.timer_ids`: the server would
+    refuse its next task). Each such run is written to `keep_dir` as `<workflow id>.run<n>.json`
+    (as `temporal workflow show -o json`, with its workflow id; `kept_history` reads it) beside
+    its error."""
     failing = 0
     for runs in conversations:
         failed_here = False
         for n, history in enumerate(runs, 1):
-            result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
-            if result.replay_failure is None:
+            with timers_started(history.workflow_id) as timers:
+                result = await REPLAYER.replay_workflow(history, raise_on_replay_failure=False)
+            failure = result.replay_failure and \
+                f"{type(result.replay_failure).__name__}: {result.replay_failure}"
+            if failure is None and timers != (recorded := recorded_timers(history)):
+                failure = f"timers numbered {timers}, the history {recorded}"
+            if failure is None:
                 continue
             failed_here = True
             keep_dir.mkdir(parents=True, exist_ok=True)
             stem = f"{history.workflow_id}.run{n}"
             keep_history(history, keep_dir / f"{stem}.json")
             (keep_dir / f"{stem}.error.txt").write_text(
-                f"workflow {history.workflow_id} run {history.run_id}\n"
-                f"{type(result.replay_failure).__name__}: {result.replay_failure}\n")
+                f"workflow {history.workflow_id} run {history.run_id}\n{failure}\n")
         failing += failed_here
     return failing
 

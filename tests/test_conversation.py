@@ -30,6 +30,7 @@ from tests.helpers import (
     tool_call,
     unique,
 )
+from tests.timer_ids import recorded_timers, timers_started
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -227,8 +228,11 @@ async def test_recorded_histories_of_earlier_versions_still_replay(files: list[P
     assert RECORDED, "no recorded histories; run the suite once with RECORD_HISTORIES=1"
     for path in files:
         history = kept_history(path)
-        result = await AS_DEPLOYED.replay_workflow(history, raise_on_replay_failure=False)
+        with timers_started(history.workflow_id) as timers:
+            result = await AS_DEPLOYED.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{path.relative_to(HISTORIES)}: {result.replay_failure}"
+        # Temporal's replay passes timers numbered otherwise; the server refuses them later
+        assert timers == recorded_timers(history), f"{path.relative_to(HISTORIES)}: timer ids"
 
 
 async def test_get_weather_finds_a_place_once_per_worker(model: ScriptedModelServer):

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from durable_react_agent.api.agui import interrupts
 from durable_react_agent.client.watch import Renderer, watch
 from durable_react_agent.contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
-from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL
+from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL, ROUTED_DECISION_SIGNAL
 from durable_react_agent.rules.search_attributes import AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
@@ -30,6 +30,7 @@ from tests.helpers import (
     FAST_LLM,
     WORKFLOW_TASK_EVENTS,
     note_rows,
+    outcome_of,
     reaches,
     replay,
     script,
@@ -262,14 +263,19 @@ async def test_worker_killed_while_a_child_waits_writes_the_note_once(
         waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
         [pending] = waiting.pending_confirmations
         worker.kill()
-        # With no worker running, the decision goes straight to the child that owns the call.
-        await client.get_workflow_handle(pending.conversation_id).signal(
-            ConversationWorkflow.confirm, ConfirmRequest(call_ids=[pending.call_id],
-                                                         request_id="offline", approver="bob"))
+        # With no worker running, the decision is sent to the parent, by the call's ref: the
+        # next worker routes it to the child that owns the call, which takes it once.
+        await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
+            call_ids=[pending.ref], request_id="offline", approver="bob"))
         worker.start()
         status = await reaches(handle, "idle", timeout_s=90)
         assert status.final_answer.startswith("Created note #"), status
         assert len(note_rows(tmp_path / "data", title)) == 1
+        assert (await outcome_of(handle, "offline")).accepted
+        child = await client.get_workflow_handle(pending.conversation_id).fetch_history()
+        assert [e.workflow_execution_signaled_event_attributes.signal_name for e in child.events
+                if e.HasField("workflow_execution_signaled_event_attributes")] == [
+            ROUTED_DECISION_SIGNAL]
     finally:
         worker.stop()
 

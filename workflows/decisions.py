@@ -97,7 +97,7 @@ class Decisions:
             parts += routed
         return parts
 
-    def refusal(self, parts: list[Part]) -> Refusal | None:
+    def refusal(self, parts: list[Part]) -> str | None:
         """Why the parts must be refused, checked whole before any is taken: this conversation's
         by the gate's rules, a subagent's by what it reported (it checks again, whole)."""
         shown, _ = self._shown()
@@ -105,12 +105,10 @@ class Decisions:
             if part.owner is None:
                 planned = self._own_plan(part.request)
                 reason = planned.reason if isinstance(planned, Refusal) else None
-                final = not isinstance(planned, Refusal) or planned.final
             else:
                 reason = decisions.held_refusal(part, shown, self.approvals.owner)
-                final = True
             if reason is not None:
-                return Refusal(decisions.whole(reason, len(parts)), final=final)
+                return decisions.whole(reason, len(parts))
         return None
 
     def check(self, requests: list[HumanRequest], request_id: str | None) -> None:
@@ -119,9 +117,9 @@ class Decisions:
         if self.repeated(request_id) is not None:
             return
         parts = self.plan(requests)
-        refusal = parts if isinstance(parts, Refusal) else self.refusal(parts)
+        refusal = parts.reason if isinstance(parts, Refusal) else self.refusal(parts)
         if refusal is not None:
-            raise ValueError(refusal.reason)
+            raise ValueError(refusal)
 
     def _own_plan(self, request: HumanRequest) -> object:
         if isinstance(request, AnswerRequest):
@@ -143,7 +141,7 @@ class Decisions:
             return await self._take_own(parts[0].request, request_id)
         refusal = self.refusal(parts)
         if refusal is not None:
-            return self._refused(requests[0], request_id, refusal.reason)
+            return self._refused(requests[0], request_id, refusal)
         # this conversation's parts first, then each subagent's, all sent at once
         applied: list[Part] = []
         refused: list[tuple[Part, str]] = []
@@ -182,9 +180,10 @@ class Decisions:
         if received.result is None:  # `settle` takes it once its result is in
             await workflow.wait_condition(lambda: received.result is not None)
         outcome = _outcome(received.result, request_id)
-        if request_id != request.request_id:  # a part of `decide`: its outcome is the whole's
-            self.memory.accept(request_id) if outcome.accepted else \
-                self.memory.refuse(request_id, outcome.reason or "refused")
+        if request_id != request.request_id and outcome.accepted:  # a part of `decide`: its
+            self.memory.accept(request_id)  # outcome is the whole's
+        elif request_id != request.request_id:
+            self.memory.refuse(request_id, outcome.reason or "refused")
         return outcome
 
     def receive(self, request: HumanRequest, now: datetime) -> Received:

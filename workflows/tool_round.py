@@ -200,14 +200,12 @@ class ToolRound:
         return outcome.model_copy(update={"status": "error"})
 
     async def _decision(self, call_id: str) -> Decision:
-        try:
-            if not self._approvals.is_decided(call_id):  # it may be, by a decision that waited for it
-                await workflow.wait_condition(
-                    lambda: self._approvals.is_decided(call_id) or self._state.end_requested,
-                    timeout=timedelta(seconds=self._input.decision_timeout_s),
-                )
-        except asyncio.TimeoutError:
-            pass
+        """The call's decision, once a person (or its timeout) gives it. The wait is begun even
+        when a decision that waited for the call took it already: a wait's timer uses up an id
+        however soon it ends, and a replay must number timers as the run it replays did, which
+        may have held the call before the decision came (`_timed_wait`)."""
+        await _timed_wait(lambda: self._approvals.is_decided(call_id) or self._state.end_requested,
+                          self._input.decision_timeout_s)
         if not self._approvals.is_decided(call_id):
             reason = "the conversation was ended" if self._state.end_requested else "approval timed out"
             self._reporter.announce([self._approvals.decide_by_system(call_id, reason, workflow.now())])
@@ -375,14 +373,9 @@ class ToolRound:
                 answer_schema=question.answer_schema)
             self._sync_status()
             self._decisions.settle(workflow.now())  # an answer that came with the result asking it
-            try:
-                if not self._question.has_answer():
-                    await workflow.wait_condition(
-                        lambda: self._question.has_answer() or self._state.end_requested,
-                        timeout=timedelta(seconds=self._input.decision_timeout_s),
-                    )
-            except asyncio.TimeoutError:
-                pass
+            # begun even when the answer is in already, as `_decision`'s
+            await _timed_wait(lambda: self._question.has_answer() or self._state.end_requested,
+                              self._input.decision_timeout_s)
             answer = self._question.take_answer()
             self._sync_status()
             return answer
@@ -393,6 +386,22 @@ class ToolRound:
         if self._state.end_requested:
             return "no answer: the conversation was ended"
         return "no answer: the question timed out"
+
+
+async def _timed_wait(done: Callable[[], bool], timeout_s: float) -> None:
+    """Wait until `done`, for at most `timeout_s`, always with a timer, however soon it is done.
+
+    A timer started and cancelled in one activation leaves no event, but it takes the next
+    timer id; and Temporal's replay matches timers by kind, not by id. A run that took a
+    person's request and the result it names in two activations waited for it; its replay,
+    handed both in one, may find it taken already. Had it not waited, every later timer would
+    be numbered one lower than in the history, the replay would pass, and the next timer
+    cancelled would name an id the server never saw: every worker's task refused
+    (`BadCancelTimerAttributes`), the conversation wedged (`tests/timer_ids.py`)."""
+    try:
+        await workflow.wait_condition(done, timeout=timedelta(seconds=timeout_s))
+    except asyncio.TimeoutError:
+        pass
 
 
 def _rejected(decision: Decision) -> ToolOutcome:
