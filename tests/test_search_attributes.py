@@ -34,8 +34,18 @@ async def unprepared_namespace(client: Client) -> Client:
     """A client of a new namespace, which knows none of the conversation's search attributes
     (the tests' dev server registers them only in `default`)."""
     namespace = f"fresh-{uuid.uuid4().hex[:8]}"
-    await client.workflow_service.register_namespace(RegisterNamespaceRequest(
-        namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)))
+    for attempt in range(5):  # a loaded dev server may cancel the registration; it is idempotent
+        try:
+            await client.workflow_service.register_namespace(RegisterNamespaceRequest(
+                namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)))
+            break
+        except RPCError as err:
+            if err.status == RPCStatusCode.ALREADY_EXISTS:  # an attempt that was taken after all
+                break
+            if err.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) \
+                    or attempt == 4:
+                raise
+            await asyncio.sleep(1)
     return await Client.connect(client.service_client.config.target_host, namespace=namespace,
                                 data_converter=client.data_converter)
 
