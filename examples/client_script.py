@@ -40,3 +40,5 @@ async def main(prompt: str) -> None:
 
 if __name__ == "__main__":
     asyncio.run(main(" ".join(sys.argv[1:]) or "What's the weather in Paris? Save it as a note."))
+    sys.stdout.flush()
+    os._exit(0)  # skip the teardown, where Temporal's runtime may abort (sdk-python #300)
