@@ -16,7 +16,7 @@ from ..contract import (
     PendingQuestion,
 )
 from ..contract.bounds import MAX_APPROVER_BYTES, clip
-from .gate import NOBODY, Refusal, four_eyes_reason, seen_reason, ticket_reason
+from .gate import Refusal, four_eyes_reason, owner_or_nobody, seen_reason, ticket_reason
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,7 @@ def held_refusal(part: Part, shown: list[PendingConfirmation], owner: str | None
             return seen_reason(call_id)
         if call_id in request.tickets and request.tickets[call_id] != call.ticket:
             return ticket_reason(call_id)
-        if call.four_eyes and owner is not None and (approver == owner
-                                                     or approver.strip() in NOBODY):
+        if call.four_eyes and owner is not None and owner_or_nobody(approver, owner):
             return four_eyes_reason(call_id, call.tool, call.risk, owner, approver)
     return None
 

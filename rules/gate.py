@@ -173,13 +173,19 @@ def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], appro
     """Why `approver` may not decide these calls: one's risk is under four eyes
     (AGENT_FOUR_EYES) and the approver is the conversation's owner, or names no person at
     all. A conversation with no recorded owner has no one to hold to it."""
-    if owner is None or not (approver == owner or approver.strip() in NOBODY):
+    if not owner_or_nobody(approver, owner):
         return None
     for call_id in targets:
         tool = pending[call_id].tool
         if tool.risk in four_eyes:
             return Refusal(four_eyes_reason(call_id, tool.name, tool.risk, owner, approver))
     return None
+
+
+def owner_or_nobody(approver: str, owner: str | None) -> bool:
+    """Whether `approver` may not decide a call under four eyes: it is the conversation's owner,
+    or names no person. (A conversation with no recorded owner has no one to hold to it.)"""
+    return owner is not None and (approver == owner or approver.strip() in NOBODY)
 
 
 def seen_reason(call_id: str) -> str:

@@ -47,6 +47,9 @@ from .signal_guard import sent
 
 # What became of a request: the decisions it took, the answer's text, or its refusal.
 Result = list[Decision] | str | Refusal
+# What the status shows waiting: the calls (this conversation's and its subagents') and the
+# question.
+Shown = tuple[list[PendingConfirmation], PendingQuestion | None]
 
 
 @dataclass
@@ -71,7 +74,7 @@ class Decisions:
 
     def __init__(self, state: ConversationState, approvals: Approvals, question: OpenQuestion,
                  memory: RequestMemory, *,
-                 shown: Callable[[], tuple[list[PendingConfirmation], PendingQuestion | None]],
+                 shown: Callable[[], Shown],
                  announce: Callable[[Received], None] = lambda received: None) -> None:
         self._state = state
         self.approvals = approvals
@@ -86,27 +89,27 @@ class Decisions:
 
     # ----- one plan, for the validator and the handler -----
 
-    def plan(self, requests: list[HumanRequest]) -> list[Part] | Refusal:
-        """The parts the requests come to, by the conversation that owns each."""
-        shown, question = self._shown()
+    def plan(self, requests: list[HumanRequest], shown: Shown) -> list[Part] | Refusal:
+        """The parts the requests come to, by the conversation that owns each (`shown`: what
+        the status shows waiting, `self._shown()`, read once for the plan and its check)."""
+        calls, question = shown
         parts: list[Part] = []
         for request in requests:
-            routed = decisions.route(request, shown, question)
+            routed = decisions.route(request, calls, question)
             if isinstance(routed, Refusal):
                 return Refusal(decisions.whole(routed.reason, len(requests)))
             parts += routed
         return parts
 
-    def refusal(self, parts: list[Part]) -> str | None:
+    def refusal(self, parts: list[Part], shown: Shown) -> str | None:
         """Why the parts must be refused, checked whole before any is taken: this conversation's
         by the gate's rules, a subagent's by what it reported (it checks again, whole)."""
-        shown, _ = self._shown()
         for part in parts:
             if part.owner is None:
                 planned = self._own_plan(part.request)
                 reason = planned.reason if isinstance(planned, Refusal) else None
             else:
-                reason = decisions.held_refusal(part, shown, self.approvals.owner)
+                reason = decisions.held_refusal(part, shown[0], self.approvals.owner)
             if reason is not None:
                 return decisions.whole(reason, len(parts))
         return None
@@ -116,8 +119,9 @@ class Decisions:
         requests would do now must be allowed."""
         if self.repeated(request_id) is not None:
             return
-        parts = self.plan(requests)
-        refusal = parts.reason if isinstance(parts, Refusal) else self.refusal(parts)
+        shown = self._shown()
+        parts = self.plan(requests, shown)
+        refusal = parts.reason if isinstance(parts, Refusal) else self.refusal(parts, shown)
         if refusal is not None:
             raise ValueError(refusal)
 
@@ -134,12 +138,13 @@ class Decisions:
         `request_id`. A request id seen before answers as it did the first time."""
         if (before := await self._before(request_id)) is not None:
             return before
-        parts = self.plan(requests)
+        shown = self._shown()
+        parts = self.plan(requests, shown)
         if isinstance(parts, Refusal):
             return self._refused(requests[0], request_id, parts.reason)
         if len(parts) == 1 and parts[0].owner is None:
             return await self._take_own(parts[0].request, request_id)
-        refusal = self.refusal(parts)
+        refusal = self.refusal(parts, shown)
         if refusal is not None:
             return self._refused(requests[0], request_id, refusal)
         # this conversation's parts first, then each subagent's, all sent at once
@@ -180,10 +185,11 @@ class Decisions:
         if received.result is None:  # `settle` takes it once its result is in
             await workflow.wait_condition(lambda: received.result is not None)
         outcome = _outcome(received.result, request_id)
-        if request_id != request.request_id and outcome.accepted:  # a part of `decide`: its
-            self.memory.accept(request_id)  # outcome is the whole's
-        elif request_id != request.request_id:
-            self.memory.refuse(request_id, outcome.reason or "refused")
+        if request_id != request.request_id:  # a part of `decide`: its outcome is the whole's
+            if outcome.accepted:
+                self.memory.accept(request_id)
+            else:
+                self.memory.refuse(request_id, outcome.reason or "refused")
         return outcome
 
     def receive(self, request: HumanRequest, now: datetime) -> Received:
