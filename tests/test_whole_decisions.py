@@ -188,7 +188,9 @@ def kinds(history) -> list[str]:
                        .accepted_request.input.name)
         if e.HasField("workflow_execution_signaled_event_attributes"):
             out.append("signal " + e.workflow_execution_signaled_event_attributes.signal_name)
-    return [k for k in out if k != f"signal {CHILD_STATUS_SIGNAL}"]
+    # a subagent's reports, and the stream's own publishing (a model call may send it), aside
+    return [k for k in out if k != f"signal {CHILD_STATUS_SIGNAL}"
+            and not k.startswith("signal __temporal")]
 
 
 async def test_a_decision_over_subagents_is_one_round_trip_from_any_client(
