@@ -3,7 +3,7 @@
 Sizes are JSON bytes, the way Temporal's payloads carry them (a control character costs six), so a
 bound here is a bound on the payload. Together the sections' bounds keep the state carried at
 continue-as-new (`workflows.handover`) under `CARRY_BUDGET_BYTES`, half of Temporal's 2 MiB payload
-limit, whatever the conversation did; `tests/test_carry_bound.py` measures the worst case.
+limit, whatever the conversation did; `tests/rules/test_carry_bound.py` measures the worst case.
 """
 
 from __future__ import annotations

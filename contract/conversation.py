@@ -38,6 +38,8 @@ class ForkPoint(BaseModel):
 
 
 class ConversationInput(BaseModel):
+    """What a conversation is started with: the workflow's input. Only `prompt` is required."""
+
     prompt: str
     system_prompt: str | None = None
     model: str | None = None  # None: the worker's OPENAI_MODEL

@@ -9,17 +9,23 @@ from pydantic import BaseModel
 
 
 class SayRequest(BaseModel):
+    """The next user message (`say`, or the Update `send_message`)."""
+
     text: str
     request_id: str | None = None
     sender: str | None = None  # who sent it, for the audit trail
 
 
 class EndRequest(BaseModel):
+    """End the conversation (`end`)."""
+
     request_id: str | None = None
     sender: str | None = None  # who ended it, for the audit trail
 
 
 class ConfirmRequest(BaseModel):
+    """Approve pending calls, by call id or `all` (`confirm`, or the Update `decide_confirm`)."""
+
     request_id: str | None = None
     call_ids: list[str] = []
     all: bool = False
@@ -35,6 +41,9 @@ class ConfirmRequest(BaseModel):
 
 
 class RejectRequest(BaseModel):
+    """Reject pending calls; the model reads `rejected by user: <reason>` (`reject`, or the
+    Update `decide_reject`)."""
+
     request_id: str | None = None
     call_ids: list[str] = []
     all: bool = False
@@ -46,6 +55,8 @@ class RejectRequest(BaseModel):
 
 
 class AnswerRequest(BaseModel):
+    """Answer the open question (`answer`, or the Update `give_answer`)."""
+
     request_id: str | None = None
     values: list[str]
     call_id: str | None = None  # the question the human answered; another one open is refused

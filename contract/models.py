@@ -93,6 +93,8 @@ class ChatMessage(BaseModel):
 
 
 class Usage(BaseModel):
+    """Tokens and dollars, of a call, a turn or a conversation."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -392,6 +394,8 @@ class ElicitAnswer(BaseModel):
 
 
 class Question(BaseModel):
+    """A question to a person, as it was asked."""
+
     kind: QuestionKind
     message: Text
     options: list[Text] = []

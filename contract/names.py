@@ -1,6 +1,6 @@
 """The names a conversation answers to: its workflow type, signals, Updates and queries, and its
 stream's topics. Clients call them by these names, with what each answers; the workflow
-(`workflows.conversation`) registers them, and `tests/test_layers.py` holds the two together."""
+(`workflows.conversation`) registers them, and `tests/tree/test_layers.py` holds the two together."""
 
 from __future__ import annotations
 

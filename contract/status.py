@@ -23,6 +23,8 @@ from .models import (
 
 
 class PendingConfirmation(BaseModel):
+    """A call waiting for a person's decision."""
+
     call_id: str
     tool: str
     args: dict[str, Any]
@@ -38,6 +40,9 @@ class PendingConfirmation(BaseModel):
 
 
 class PendingQuestion(BaseModel):
+    """The question waiting for a person's answer (an `ask_*` call, a tool's `NeedsInput`, an
+    MCP server's elicitation)."""
+
     call_id: str
     kind: QuestionKind
     message: str
@@ -74,6 +79,8 @@ class ChildReport(ChildRef):
 
 
 class AuditAction(BaseModel):
+    """One tool call of a step, as the audit trail keeps it."""
+
     call_id: str
     tool: str
     input: dict[str, Any] | str  # the args that ran (edited ones, if any), or the raw text if invalid

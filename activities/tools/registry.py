@@ -87,6 +87,9 @@ Handler = Callable[[Any, ToolContext], Awaitable[str]]
 
 @dataclass(frozen=True)
 class ToolSpec:
+    """A tool the worker runs: its name and description for the model, its argument model, its
+    handler, and how its calls may run (risk, retries, deadline, local or not)."""
+
     name: str
     description: str
     args_model: type[BaseModel]
@@ -105,10 +108,14 @@ class ToolSpec:
 
     @property
     def runs_locally(self) -> bool:
+        """Whether its calls run as local activities: a safe tool that may run again (idempotent
+        or keyed), unless it says `local=False`."""
         may = self.risk == "safe" and (self.idempotent or self.keyed)
         return may and self.local is not False
 
     def definition(self, local: bool = True) -> ToolDefinition:
+        """What a conversation knows of the tool; `local=False`: its calls never run as local
+        activities (the worker does not run tools itself, or is told not to)."""
         return ToolDefinition(
             name=self.name,
             description=self.description,
