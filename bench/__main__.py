@@ -365,14 +365,14 @@ async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
 
 async def tokens(stack: Stack) -> list[tuple[str, str]]:
     """Prompt tokens per step over 30 steps, with and without compaction (in-process worker with
-    a 4 KB-per-step tool, the same as tests/test_robustness.py)."""
+    a 4 KB-per-step tool, the same as tests/workflows/test_robustness.py)."""
     import httpx as _httpx
 
     from durable_react_agent.activities.settings import ActivitySettings
     from durable_react_agent.testing import ScriptedModelServer
     from durable_react_agent.worker.app import build_worker
     from tests.fake_tools import registry_with_test_tools
-    from tests.test_robustness import prompt_tokens
+    from tests.workflows.test_robustness import prompt_tokens
 
     client = await stack.client()
     model = ScriptedModelServer().start()

@@ -7,7 +7,7 @@ Each conversation reads the weather, creates a note (approval) and deletes it by
 (approval). It reports completed/N, duplicate notes, non-safe executions without approval, lost
 signals, conversations whose history their own code cannot replay and final checks that got no
 answer; the target is N/N, 0, 0, 0, 0, 0. It also counts failed queries, which are never fatal:
-most are a worker or the server being down at the time. `tests/test_chaos.py` runs a small
+most are a worker or the server being down at the time. `tests/e2e/test_chaos.py` runs a small
 version in CI.
 """
 

@@ -13,7 +13,7 @@ type, valid bodies with one field replaced, unknown fields, odd content types; o
 Authorization and Last-Event-ID headers; unknown methods and paths; and malformed HTTP over a raw
 socket.
 
-Run from tests/test_api_edges.py with a small budget, or alone for a longer pass, against a stack
+Run from tests/api/test_api_edges.py with a small budget, or alone for a longer pass, against a stack
 of its own (dev server, scripted model, worker, API): `python -m tests.fuzz_api --seconds 300`.
 """
 

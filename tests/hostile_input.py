@@ -1,5 +1,5 @@
 """What the API must refuse with a 4xx, and change nothing for: the hostile input of
-tests/fuzz_api.py and tests/test_api_edges.py."""
+tests/fuzz_api.py and tests/api/test_api_edges.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every `re` pattern of the product's modules, for the probe that checks each one runs in linear
-time on outside text (tests/test_hostile_model_output.py runs it in a process of its own; not
+time on outside text (tests/workflows/test_hostile_model_output.py runs it in a process of its own; not
 collected: no `test_` prefix)."""
 
 from __future__ import annotations

@@ -21,5 +21,5 @@
 
 The tests run it in Temporal's sandbox, which imports all of it afresh for each workflow: the
 clock, randomness and I/O are refused anywhere here, and no module keeps state of its own
-(`tests/test_determinism_boundary.py`).
+(`tests/workflows/test_determinism_boundary.py`).
 """

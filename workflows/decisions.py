@@ -70,7 +70,7 @@ class Decisions:
     one. So a request naming what is not there yet is not refused while such a result is on its
     way: it waits, and is taken where the conversation makes a call pending or asks (`settle`),
     or refused once nothing is on its way. It then has one outcome however the two arrive, live
-    and on replay (`tests/test_decision_order.py`)."""
+    and on replay (`tests/workflows/test_decision_order.py`)."""
 
     def __init__(self, state: ConversationState, approvals: Approvals, question: OpenQuestion,
                  memory: RequestMemory, *,

@@ -81,4 +81,4 @@ async def _get_json(http: httpx.AsyncClient, url: str, params: dict) -> dict:
     return response.json()
 
 
-WEATHER = get_weather  # the name tests/fake_tools.py and tests/test_gate.py import
+WEATHER = get_weather  # the name tests/fake_tools.py and tests/workflows/test_gate.py import

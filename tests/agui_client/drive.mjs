@@ -1,5 +1,5 @@
 // Drives the official AG-UI client (@ag-ui/client's HttpAgent) through a list of steps against
-// POST /agui, for tests/test_agui_client.py. It reads one JSON job from stdin:
+// POST /agui, for tests/api/test_agui_client.py. It reads one JSON job from stdin:
 //   {url, threadId, headers?, stepTimeoutMs?, steps: [step, ...]}
 // where a step is {message: text} (a user message, then a run) or {resume: [entries], runId?,
 // loseResponse?} (a run that resumes interrupts). With loseResponse the first attempt's response

@@ -1,6 +1,6 @@
 """Tools of a made-up company, written as any user writes them, outside the agent's packages:
 a worker gets them with this directory on its PYTHONPATH and `AGENT_TOOLS=acme_tools`
-(tests/test_tool_api.py)."""
+(tests/activities/test_tool_api.py)."""
 
 import json
 import os

@@ -202,7 +202,7 @@ async def test_bad_cases_and_forks_are_refused_with_nothing_started(
         "cut.json": (json.dumps(good)[:200], "cut short"),
         "alien.json": (json.dumps({**good, "steps": [{**good["steps"][0], "calls": [
             {"id": "c1", "tool": "launch_rockets", "args": {}}]}]}), "launch_rockets"),
-        # the rest of what a case file may hold is generated in tests/test_eval_cases.py
+        # the rest of what a case file may hold is generated in tests/client/test_eval_cases.py
         "deep.json": ("[" * 100_000 + "]" * 100_000, "deep.json nests too deeply"),
     }
     for name, (text, said) in files.items():

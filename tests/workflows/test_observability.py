@@ -29,7 +29,7 @@ from tests.helpers import (
     unique,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):

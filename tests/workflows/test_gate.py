@@ -157,7 +157,7 @@ async def test_an_mcp_tool_no_server_lists_now_runs_only_as_destructive(tmp_path
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"flaky": {
         "command": sys.executable,
-        "args": [str(Path(__file__).parent / "mcp_servers" / "flaky_listing.py")],
+        "args": [str(Path(__file__).parents[1] / "mcp_servers" / "flaky_listing.py")],
         "env": {"FLAKY_LISTINGS": str(listings), "FLAKY_RUNS": str(runs)}}}}))
     settings = ActivitySettings(data_dir=tmp_path, auto_approvable=None)
     async with httpx.AsyncClient() as http, McpToolbox(load_mcp_config(config, {})) as toolbox:

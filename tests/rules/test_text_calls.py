@@ -23,7 +23,7 @@ from durable_react_agent.rules.repair import calls_from_text
 from durable_react_agent.rules.text_calls import MARKERS, TextCalls, WrittenCall, calls_in_text
 from tests.fake_tools import registry_with_test_tools
 
-CASSETTES = Path(__file__).parent / "cassettes"
+CASSETTES = Path(__file__).parents[1] / "cassettes"
 CATALOG = {t.name: t for t in registry_with_test_tools().definitions()}
 OFFERED = sorted(CATALOG)
 ROME = {"location": "Rome"}

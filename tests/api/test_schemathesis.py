@@ -37,13 +37,13 @@ BOUNDED = hypothesis.settings(max_examples=8, deadline=None, derandomize=True,
 # The event stream of a live conversation stays open until the conversation completes, so a
 # request/response checker would wait on it for as long as the conversation lives. The chains
 # start live conversations; the stream is checked stateless here (unknown ids, odd offsets), and
-# live by tests/test_api.py and tests/test_api_edges.py, which read it with a deadline.
+# live by tests/api/test_api.py and tests/api/test_api_edges.py, which read it with a deadline.
 EXCLUDED = r"^/conversations/\{cid\}/events$"
 NOT_CHECKED = [
     # POST /agui takes the AG-UI protocol's own model (ag_ui.core.RunAgentInput). Its JSON Schema
     # makes a message's `role` optional (the field has a default), while the model requires it to
     # pick the message's kind (a discriminated union): a message without `role` is schema-valid
-    # and refused. That schema is the protocol package's; tests/test_agui*.py check the route with
+    # and refused. That schema is the protocol package's; tests/api/test_agui*.py check the route with
     # the official client.
     {"include-path": "/agui", "checks": {"positive_data_acceptance": {"enabled": False}}},
     # A one-shot conversation (`one_shot: true`) completes after its first answer, and input to a

@@ -44,8 +44,8 @@ from tests.helpers import (
     unique,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVERS = Path(__file__).parent / "mcp_servers"
+ROOT = Path(__file__).resolve().parents[2]
+SERVERS = Path(__file__).parents[1] / "mcp_servers"
 DANGLING = {"type": "object", "properties": {"text": {"$ref": "#/$defs/Missing"}}}
 REMOTE = {"type": "object", "properties": {"text": {"$ref": "http://127.0.0.1:9/s.json"}}}
 DEEP_ARGS = "[" * 5000 + "]" * 5000

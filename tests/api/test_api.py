@@ -249,7 +249,7 @@ async def test_tokens_name_the_approver_and_guard_every_route(
                      AGENT_API_TOKENS="alice:tok-alice-123,bob:tok-bob-456").start()
     seen: list[str] = []
     try:
-        # Every route the app declares (tests/test_api_rules.py checks them in-process too).
+        # Every route the app declares (tests/api/test_api_rules.py checks them in-process too).
         guarded, _ = routes_by_access(create_app(ApiSettings(), TemporalSettings()))
         async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT) as anon:
             for method, path in guarded:

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
 
 import httpx
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tools import ToolContext, ToolError, weather
 from durable_react_agent.activities.tools.weather import get_weather
 from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from durable_react_agent.worker.app import workflow_runner
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.workflows.signal_guard import SignalGuard
 from tests.conftest import SECRET_KEY
 from tests.helpers import (
-    HISTORIES,
-    kept_history,
     replay,
     script,
     settled,
@@ -30,7 +23,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.timer_ids import recorded_timers, timers_started
 
 
 async def test_weather_turn_uses_the_observation_and_reports_status(
@@ -206,33 +198,6 @@ async def test_finished_conversation_replays_deterministically(
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
     await replay(handle, record_as="weather_invalid_call_two_turns")
-
-
-# This version's; `0.x/` holds the last 0.x version's, which 1.0 does not replay
-# (`tests/test_epochs.py`).
-RECORDED = sorted(p for p in HISTORIES.rglob("*.json") if "0.x" not in p.relative_to(HISTORIES).parts)
-# in a few groups, which the test processes share out
-GROUPS = [pytest.param(RECORDED[n::2], id=f"group{n}") for n in range(2)]
-# As `agent-worker` runs workflow code: outside the sandbox, which the tests' own workers and
-# replays keep (it refuses the clock, randomness and I/O at the first run). Re-importing the
-# workflow's modules for each of over a hundred histories took 49 s in the sandbox, 6 s here.
-AS_DEPLOYED = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                       workflow_runner=workflow_runner(sandboxed=False),
-                       interceptors=[SignalGuard()])
-
-
-@pytest.mark.parametrize("files", GROUPS)
-async def test_recorded_histories_of_earlier_versions_still_replay(files: list[Path]):
-    """Histories recorded by earlier code, replayed by this code as a deployed worker runs it:
-    a change that breaks them breaks running conversations."""
-    assert RECORDED, "no recorded histories; run the suite once with RECORD_HISTORIES=1"
-    for path in files:
-        history = kept_history(path)
-        with timers_started(history.workflow_id) as timers:
-            result = await AS_DEPLOYED.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"{path.relative_to(HISTORIES)}: {result.replay_failure}"
-        # Temporal's replay passes timers numbered otherwise; the server refuses them later
-        assert timers == recorded_timers(history), f"{path.relative_to(HISTORIES)}: timer ids"
 
 
 async def test_get_weather_finds_a_place_once_per_worker(model: ScriptedModelServer):

@@ -45,7 +45,7 @@ from tests.helpers import (
     unique,
 )
 
-CASSETTES = Path(__file__).parent / "cassettes"
+CASSETTES = Path(__file__).parents[1] / "cassettes"
 
 
 def cassette(name: str) -> RawReply:

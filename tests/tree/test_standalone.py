@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 # A module named in a string: importlib.import_module(...), pytest_plugins = [...].
 NAMED = re.compile(r"tests(\.\w+)*\.test_\w+(\.\w+)*")
 
@@ -92,7 +92,7 @@ def test_the_guard_sees_every_way_of_importing_a_test_module(form: str):
     "from tests import helpers",
     "from tests.fake_tools import registry_with_test_tools",
     "from durable_react_agent.testing import ScriptedModelServer",
-    '"""Tests of the API (see tests/test_api.py): it imports nothing of theirs."""',
+    '"""Tests of the API (see tests/api/test_api.py): it imports nothing of theirs."""',
     'CHILD = "import json, sys"',
 ])
 def test_the_guard_lets_helper_modules_and_prose_be(source: str):

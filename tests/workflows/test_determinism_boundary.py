@@ -19,7 +19,7 @@ import pytest
 from durable_react_agent import contract, rules, workflows
 from tests.helpers import HISTORIES, REPLAY, code_copy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (workflows, rules, contract)  # what runs inside the workflow
 MODULES = sorted(m.name for package in PACKAGES
                  for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))

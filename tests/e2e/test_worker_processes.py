@@ -22,7 +22,7 @@ from durable_react_agent.worker.app import ensure_search_attributes
 from tests.devserver import worker_env
 from tests.helpers import script, start, tool_call, unique
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_agent_status_is_registered_on_a_namespace_that_lacks_it(client: Client):

@@ -24,7 +24,7 @@ from durable_react_agent.testing import (
 from durable_react_agent.testing.intents import HELP
 from tests.devserver import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 WEATHER_SCRIPT = Script(
     scenarios=[

@@ -50,7 +50,7 @@ from tests.fake_tools import NO_HTTP
 from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # what `agent-worker` has before any module's: the built-in tools, then memory's
 BUILTIN_NAMES = [spec.name for spec in (*BUILTIN_TOOLS, *MEMORY_TOOLS)]
 

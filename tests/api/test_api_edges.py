@@ -72,7 +72,7 @@ async def test_hostile_json_is_a_422_that_changes_nothing(http: httpx.AsyncClien
 
     fresh = unique("edge-never")
     for path in VALID_BODIES:
-        if path == "/agui":  # AG-UI answers in its own stream (tests/test_agui*.py)
+        if path == "/agui":  # AG-UI answers in its own stream (tests/api/test_agui*.py)
             continue
         for body in hostile_bodies(path, **({"id": fresh} if path == "/conversations" else {})):
             r = await http.post(path.replace("{cid}", cid), content=body, headers=JSON)

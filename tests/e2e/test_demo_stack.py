@@ -31,7 +31,7 @@ from durable_react_agent.worker.app import build_worker
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
 # What the scripts read that the tests' own environment may hold
 SCRUBBED = ("OPENAI_", "AGENT_", "OPEN_METEO_", "TEMPORAL_", "SCRIPTED_PORT", "UI_PORT")

@@ -32,7 +32,7 @@ from tests.fake_tools import NO_HTTP
 from tests.helpers import reaches, script, settled, start, tool_call, unique
 from tests.processes import WorkerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACK = ROOT / "examples" / "ticket_tracker"
 DISTRIBUTION = "acme-ticket-tracker"
 

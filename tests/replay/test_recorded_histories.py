@@ -130,7 +130,7 @@ def test_a_run_of_today_records_no_patch_marker():
 async def test_a_0x_history_does_not_replay_on_todays_code_and_says_why():
     """What a 1.0 worker would do with a 0.x conversation's next task: fail it at its first
     patch marker. Hence the versioned path (it stays on its version, then moves with its
-    carry: `tests/test_deploys.py`) or the start refusal below."""
+    carry: `tests/e2e/test_deploys.py`) or the start refusal below."""
     assert len(EARLIER) >= 30
     for path in EARLIER[::8]:
         result = await REPLAYER.replay_workflow(kept_history(path), raise_on_replay_failure=False)

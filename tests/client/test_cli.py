@@ -20,7 +20,7 @@ from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.helpers import script, tool_call, unique
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):

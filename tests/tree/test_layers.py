@@ -18,7 +18,7 @@ from durable_react_agent.contract import names
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.processes import LAYERS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "durable_react_agent"  # the one import root; the layers install under it (setup.py)
 PRODUCT = (*LAYERS, PACKAGE)  # the folders of the product's code
 STDLIB = sys.stdlib_module_names
