@@ -75,7 +75,7 @@ from durable_react_agent.workflows.signal_guard import SignalGuard
 data = json.loads(Path(sys.argv[1]).read_text())
 history = WorkflowHistory.from_json(data.pop("workflowId", "probe"), data)
 replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
+                    workflow_runner=workflow_runner(check_rules=True), interceptors=[SignalGuard()])
 result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
 print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_failure}")
 """
@@ -84,7 +84,7 @@ print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_f
 LONG = os.environ.get("AGENT_TEST_LONG") == "1"
 _FAST = timedelta(milliseconds=20)
 REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
-                    workflow_runner=workflow_runner(), interceptors=[SignalGuard()])
+                    workflow_runner=workflow_runner(check_rules=True), interceptors=[SignalGuard()])
 
 
 async def steps_of(handle: WorkflowHandle) -> list[AuditRecord]:

@@ -46,6 +46,12 @@ log = structlog.get_logger()
 SANDBOX_LIBRARIES = ("pydantic", "pydantic_core", "annotated_types", "typing_extensions",
                      "typing_inspection", "jsonschema", "jsonschema_specifications",
                      "referencing", "rpds", "attrs", "attr", "re2")
+# Our pure layers, imported once too: the contract is data, and the rules are held pure by
+# static checks (no clock, randomness, I/O or module state: tests/workflows/
+# test_determinism_boundary.py). Importing them afresh for each workflow was two thirds of what a
+# sandboxed worker spent on a short conversation; `check_rules` still does, for the replays that
+# check them at run time as well.
+PURE_LAYERS = ("durable_react_agent.contract", "durable_react_agent.rules")
 # A workflow task waits this long for the worker that holds the conversation in its cache
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -189,13 +195,15 @@ def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
             for name, rate in settings.models.limited().items()]
 
 
-def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
-    """Temporal's sandbox, with the libraries passed through and the workflow's own modules
-    checked; or none (`agent-worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
+def workflow_runner(sandboxed: bool = True, *, check_rules: bool = False) -> WorkflowRunner:
+    """Temporal's sandbox, with the libraries and the pure layers passed through and the
+    workflow's own modules checked (and the rules too with `check_rules`); or none
+    (`agent-worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
     if not sandboxed:
         return UnsandboxedWorkflowRunner()
+    shared = SANDBOX_LIBRARIES + (PURE_LAYERS[:1] if check_rules else PURE_LAYERS)
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_LIBRARIES))
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*shared))
 
 
 def workflow_sandbox(value: str) -> bool:

@@ -1,8 +1,10 @@
 """The determinism boundary, checked: `workflows/` runs inside the workflow, `rules/` holds the
 pure rules it (and the API and the activities) may call, and `contract/` is the data every
-process shares. The sandbox the tests run in imports all of them afresh, so it refuses the
-clock, randomness and I/O in any of them; and nothing there keeps state at module level, which
-an unsandboxed worker would share between conversations."""
+process shares. The tests' workers import the workflow's own modules afresh in the sandbox, and
+the replays of finished conversations the rules too (`workflow_runner(check_rules=True)`), so
+the sandbox refuses the clock, randomness and I/O there at run time; a rule that reads the clock,
+randomness, the environment or a file is refused here, before it runs anywhere; and nothing
+keeps state at module level, which a worker shares between conversations."""
 
 from __future__ import annotations
 
@@ -69,6 +71,46 @@ def test_a_rule_calls_no_temporal_workflow_api(name: str):
     imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
     assert not {i for i in imported if i.startswith("temporalio.workflow")}, imported
+
+
+# What a pure rule may not reach, which a worker that shares the rules between workflows would
+# not refuse at run time: modules of the clock, randomness, the environment and I/O, and calls
+# of the clock and of files. A `random.Random` handed in (seeded by the workflow) is allowed.
+IMPURE_MODULES = frozenset({"os", "sys", "time", "uuid", "secrets", "socket", "subprocess",
+                            "threading", "asyncio", "urllib", "http", "pathlib", "shutil",
+                            "tempfile", "logging", "random"})
+IMPURE_CALLS = frozenset({"now", "utcnow", "today", "open", "getenv", "urandom"})
+
+
+def impure(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in IMPURE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            top = node.module.split(".")[0]
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if top in IMPURE_MODULES and (node.module, a.name) != ("random", "Random")]
+        elif isinstance(node, ast.Call):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
+                node.func, "id", None)
+            found += [f"{called}() at line {node.lineno}"] if called in IMPURE_CALLS else []
+    return found
+
+
+@pytest.mark.parametrize("source", [
+    "import time", "from os import environ", "import random", "from random import random",
+    "from datetime import datetime\nx = datetime.now()", "open('f')", "import urllib.request",
+])
+def test_the_purity_check_sees_what_a_careless_rule_would_add(source: str):
+    assert impure(source)
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_a_rule_reads_no_clock_randomness_environment_or_file(name: str):
+    """The workers share `rules/` and `contract/` between workflows (worker.app.PURE_LAYERS),
+    so this is where what the sandbox would refuse in them at run time is refused."""
+    assert impure(Path(importlib.import_module(name).__file__).read_text()) == []
 
 
 @pytest.mark.parametrize("name", MODULES)
