@@ -2,17 +2,27 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-long test-real-model local-model bench docs install server worker api stop clean
+.PHONY: demo test test-fast test-long test-real-model local-model bench docs install system-deps server worker api stop clean
 
 demo:
 	@scripts/demo.sh
 
-test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+# The tests wait on servers and workers as much as they compute: four processes keep two cores
+# busy. Bytecode is written whatever the environment says: the workflow sandbox imports the
+# workflow's modules for every conversation it starts, and compiled them each time without it.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n 4
 
-# Also the stress-scale runs (the chaos run, 300 turns, more generated conversations): ~10 min.
-test-long: $(STAMP)
-	AGENT_TEST_LONG=1 $(PY) -m pytest -q -n 2
+# Everything (tests/README.md says what each folder holds).
+test: $(STAMP) system-deps
+	$(PYTEST)
+
+# The pure rules, the conversation on an in-process worker, and the recorded histories' replay.
+test-fast: $(STAMP)
+	$(PYTEST) tests/rules tests/workflows tests/replay
+
+# Also the stress-scale runs (the chaos run, 300 turns, more generated conversations).
+test-long: $(STAMP) system-deps
+	AGENT_TEST_LONG=1 $(PYTEST)
 
 # The demo's prompts against a real model (never in CI): any OpenAI-compatible endpoint, or the
 # small one `make local-model` serves on this CPU.
@@ -32,6 +42,10 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d .site
 
 install: $(STAMP)
+
+# Debian's chromium and PostgreSQL, which the tests drive, where they are missing (apt-get).
+system-deps:
+	@scripts/system_deps.sh
 
 $(STAMP): pyproject.toml
 	@echo "Installing into $(VENV) ..."

@@ -138,7 +138,7 @@ async def agents_queue(client: Client, activity_settings) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A real PostgreSQL of the test process's own (Debian's, installed if missing)."""
+    """A real PostgreSQL of the test process's own (Debian's: `make system-deps`)."""
     with running_postgres() as url:
         yield url
 
@@ -174,7 +174,7 @@ def cli(temporal_address: str, task_queue: str):
 
 @pytest.fixture(scope="session")
 def chromium() -> Path:
-    """Debian's chromium (installed on first use)."""
+    """Debian's chromium (`make system-deps`)."""
     return installed_chromium()
 
 

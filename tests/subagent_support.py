@@ -31,3 +31,12 @@ def delegating(model: ScriptedModelServer, name: str, profile: str, call_id: str
     return script(model, unique(f"{name}-parent"),
                   ScriptedReply(tool_calls=[delegate(profile, f"{child}: go", call_id)]),
                   ScriptedReply(content=parent_answer))
+
+
+def writing(model: ScriptedModelServer, title: str, call_id: str = "call_0") -> str:
+    """A writer child that creates one note, its call numbered as a provider might (the same
+    id in every child), then reports; returns its trigger."""
+    return script(model, unique("writes"),
+                  ScriptedReply(tool_calls=[ScriptedToolCall(
+                      name="create_note", arguments={"title": title, "body": "b"}, id=call_id)]),
+                  ScriptedReply(content="{last_tool}"))

@@ -3,10 +3,12 @@ model: starts, approvals, edited args, refusals, questions, the SSE stream, auth
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -26,6 +28,10 @@ from tests.api_support import (
 )
 from tests.conftest import SECRET_KEY
 from tests.helpers import note_rows, recorded_events, script, start, tool_call, unique
+
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
+           "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}
+
 
 TIMEOUT = httpx.Timeout(30.0)
 
@@ -331,3 +337,21 @@ async def test_event_stream_follows_continue_as_new(http: httpx.AsyncClient, cli
     assert answers == ["first answer", "second answer"]
     offsets = [int(e["id"]) for e in events]
     assert offsets == sorted(set(offsets))  # one offset sequence across the two runs
+
+
+async def test_the_http_api_takes_an_output_schema(api, model: ScriptedModelServer):
+    trigger = script(model, unique("typed-api"),
+                     ScriptedReply(content='{"city": "Rome", "celsius": 20}'))
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        bad = await http.post("/conversations", json={"prompt": trigger,
+                                                      "output_schema": {"type": "nope"}})
+        assert bad.status_code == 422 and "output schema is not usable" in bad.text
+        cid = unique("typed-api")
+        r = await http.post("/conversations", json={"prompt": trigger, "id": cid,
+                                                    "output_schema": WEATHER})
+        assert r.status_code == 201, r.text
+        deadline = time.monotonic() + 30
+        while (status := (await http.get(f"/conversations/{cid}")).json())["status"] != "idle":
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.1)
+        assert status["final_output"] == {"city": "Rome", "celsius": 20}

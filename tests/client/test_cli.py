@@ -6,6 +6,8 @@ import asyncio
 import getpass
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,12 +15,38 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from durable_react_agent.contract import ConversationInput
-from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.contract import (
+    ConversationInput,
+    EndRequest,
+)
+from durable_react_agent.rules.repair import SAFE_ID_CHARS
+from durable_react_agent.rules.search_attributes import AGENT_STATUS
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.helpers import script, tool_call, unique
+from tests.generated import PRINTED
+from tests.helpers import (
+    approval_round,
+    note_rows,
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
+from tests.hostile_input import SHELL_ID
+from tests.subagent_support import delegating
+
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
+           "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}
+
+
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -321,3 +349,145 @@ async def test_output_to_a_closed_pipe_ends_quietly(cli, model: ScriptedModelSer
                                   for args, e in runs))
     for (args, _), out in zip(runs, done):
         assert out.returncode in (0, 141) and out.stderr == "", (args, out.returncode, out.stderr)
+
+
+async def test_cli_history_and_watch(client: Client, task_queue: str, model: ScriptedModelServer,
+                                     temporal_address: str):
+    handle, create, _ = await approval_round(client, task_queue, model)
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    history = await asyncio.to_thread(cli, "history", handle.id)
+    assert history.returncode == 0, history.stderr
+    assert "thought: Let me check." in history.stdout
+    assert "decision: approved by ann" in history.stdout and "observation: rejected" in history.stdout
+    watched = await asyncio.to_thread(cli, "watch", handle.id)
+    assert watched.returncode == 0, watched.stderr
+    assert "── turn 1 finished: answered" in watched.stdout
+    resumed = await asyncio.to_thread(cli, "watch", handle.id, "--from-offset", "3")
+    assert resumed.returncode == 0 and "── turn 1:" not in resumed.stdout
+
+
+async def test_the_cli_refuses_a_3_mb_message_and_the_next_one_is_answered(
+    temporal_address: str, task_queue: str, client: Client, model: ScriptedModelServer
+):
+    trigger = script(model, unique("cli-3mb"), *[ScriptedReply(content="heard: {last_user}")] * 2)
+    handle = await start(client, task_queue, trigger)
+    await settled(handle)
+    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+
+    def say(text: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", "say", handle.id, "-", *extra],
+                              cwd=ROOT, env=env, input=text, capture_output=True, text=True,
+                              timeout=60)
+
+    big = await asyncio.to_thread(say, "m" * 3 * 1024 * 1024)
+    assert big.returncode == 1
+    assert big.stderr.strip() == "refused: the message is 3,145,728 bytes, over the limit of 262,144 bytes"
+    ok = await asyncio.to_thread(say, "and now a short one", "--wait", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["final_answer"] == "heard: and now a short one"
+
+
+def test_the_cli_reads_the_schema_inline_or_from_a_file_and_refuses_a_bad_one(tmp_path):
+    from durable_react_agent.client.cli import read_output_schema
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(WEATHER))
+    assert read_output_schema(str(path)) == read_output_schema(json.dumps(WEATHER)) == WEATHER
+    bad = subprocess.run([sys.executable, "-m", "durable_react_agent.client", "start", "hi", "--output-schema",
+                          '{"type": "nope"}'], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={"TEMPORAL_ADDRESS": "127.0.0.1:1", "PATH": "/usr/bin"})
+    assert bad.returncode == 2 and "output schema is not usable" in bad.stderr
+
+
+async def test_the_cli_starts_a_typed_conversation(
+        cli, model: ScriptedModelServer, tmp_path):
+    schema = tmp_path / "weather.json"
+    schema.write_text(json.dumps(WEATHER))
+    trigger = script(model, unique("typed-cli"),
+                     ScriptedReply(content="Mild, 12 degrees."),
+                     ScriptedReply(content='{"city": "Lyon", "celsius": 12}'))
+    done = await cli("start", "--wait", "--json", "--output-schema", str(schema), trigger)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["final_output"] == {"city": "Lyon", "celsius": 12}
+    assert status["stop_reason"] == "answered" and model.count(trigger) == 2
+
+
+async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_it(
+        client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings,
+        temporal_address: str):
+    title = unique("child-note")
+    parent = delegating(model, "write", "writer", "w1", [
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
+        ScriptedReply(content="Saved: {last_tool}")], "Writer said: {last_tool}")
+    handle = await start(client, agents_queue, parent)
+    waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
+    child_id = f"{handle.id}/w1"
+    [pending] = waiting.pending_confirmations
+    assert (pending.tool, pending.conversation_id) == ("create_note", child_id)
+    assert [(c.workflow_id, c.profile, c.status) for c in waiting.children] == [
+        (child_id, "writer", "waiting_for_confirmation")]
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting_for_confirmation"
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert pending.ref == f"w1/{pending.call_id}"  # the child's call, by its path from here
+    assert f"confirm {handle.id} {pending.ref}" in metadata.current_details  # the UI says how
+
+    # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
+    env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", handle.id, pending.call_id,
+                         "--as", "alice"],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    status = await settled(handle, timeout_s=30)
+    assert status.final_answer.startswith("Writer said: Saved: Created note")
+    assert len(note_rows(activity_settings.data_dir, title)) == 1
+    kid = client.get_workflow_handle(child_id)
+    [decision] = [a.decision for r in await kid.query(ConversationWorkflow.history)
+                  for a in r.actions if a.decision]
+    assert (decision.approver, decision.approved) == ("alice", True)
+    assert not status.pending_confirmations and status.children[0].status == "completed"
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, "subagent_approval_parent")  # with the child's status reports
+    await replay(kid, "subagent_approval_child")  # a subagent reporting to its parent
+
+
+async def test_a_models_call_id_never_reaches_a_shell(
+        client: Client, task_queue: str, model: ScriptedModelServer, temporal_address: str):
+    """Ids with shell syntax, a slash (a ref's separator) or 5,000 bytes are replaced at intake
+    by ids of a safe alphabet; every command the CLI and the Temporal UI show is one command."""
+    odd_ids = [SHELL_ID, "a/b", "z" * 5000, "ok_id-1"]
+    trigger = script(model, unique("shell-ids"), ScriptedReply(tool_calls=[
+        ScriptedToolCall(name="create_note", arguments={"title": unique("t"), "body": str(n)},
+                         id=call_id) for n, call_id in enumerate(odd_ids)]),
+        ScriptedReply(content="done"))
+    handle = await start(client, task_queue, trigger)
+    status = await settled(handle)
+    ids = [p.call_id for p in status.pending_confirmations]
+    assert len(ids) == 4 and "ok_id-1" in ids  # a safe id is kept
+    assert all(SAFE_ID_CHARS.issuperset(i) and len(i) <= 64 for i in ids), ids
+    shown = (await asyncio.to_thread(  # the in-process worker answers its query meanwhile
+        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "status", handle.id], cwd=ROOT,
+        env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
+        text=True, timeout=60)).stdout
+    metadata = await handle.query("__temporal_workflow_metadata")
+    details = metadata.current_details
+    commands = [line.split(": ", 1)[1] for line in shown.splitlines()
+                if PRINTED.search(line) and ": " in line]
+    commands += re.findall(r"`(agent [^`]*)`", details)
+    assert len(commands) >= 8, (shown, details)
+    for line in commands:
+        argv = shlex.split(line.split("   or   ")[0])
+        assert argv[:1] == ["agent"] and not any(
+            ch in arg for arg in argv for ch in ";|&`$"), line
+    await handle.signal(ConversationWorkflow.end)
+    await replay(handle, "unsafe_call_ids_replaced")

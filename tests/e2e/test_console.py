@@ -20,9 +20,12 @@ import httpx
 from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
+from durable_react_agent.contract import EndRequest
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess, sse_events
+from tests.cassette_support import recorded
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique
 from tests.subagent_support import delegating
@@ -648,4 +651,30 @@ async def test_console_validator(api: ApiProcess, console: Console):
         assert len(errors) == len(expected), (schema, value, errors)
         for got, want in zip(errors, expected, strict=True):
             assert want in got, (schema, value, errors)
+    assert console.errors == []
+
+
+async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
+        api: ApiProcess, client: Client, task_queue: str, model: ScriptedModelServer,
+        console: Console):
+    """In a real browser: the recorded prose-then-fence reply streams its JSON as text, then
+    the console keeps only the words and shows the call waiting for approval; a turn whose
+    call could not be read says why under it."""
+    trigger = script(model, unique("console-prose"), recorded("prose_then_fence"))
+    handle = await start(client, task_queue, trigger)
+    page = console.page
+    await page.goto(f"{api.url}/#/c/{quote(handle.id)}")
+    card = page.get_by_test_id("approval-card")
+    await expect(card).to_contain_text("create_note")
+    words = page.get_by_test_id("assistant-text")
+    await expect(words).to_contain_text("Let's go through this step-by-step")
+    assert '"arguments"' not in await words.inner_text()
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+
+    trigger = script(model, unique("console-unread"), recorded("fence_cut_at_max_tokens"),
+                     recorded("fence_cut_at_max_tokens"))
+    handle = await start(client, task_queue, trigger, one_shot=True)
+    await page.goto(f"{api.url}/#/c/{quote(handle.id)}")
+    await expect(page.get_by_test_id("turn-error")).to_contain_text(
+        "the model wrote a call of get_weather")
     assert console.errors == []

@@ -3,19 +3,43 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 
-from durable_react_agent.contract import ConfirmRequest, SayRequest
+from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest
+from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
-from tests.helpers import note_rows, reaches, script, settled, start, tool_call, unique
+from tests.helpers import (
+    USER_TOOLS,
+    local_runs,
+    note_rows,
+    outcome_of,
+    reaches,
+    replay,
+    scheduled,
+    script,
+    settled,
+    start,
+    tool_call,
+    unique,
+)
 from tests.long_chat import message
 from tests.processes import WorkerProcess
+from tests.subagent_support import delegating
+
+
+def count(history: WorkflowHistory, kind: int) -> int:
+    return sum(1 for e in history.events if e.event_type == kind)
 
 
 @pytest.fixture
@@ -120,3 +144,86 @@ async def test_worker_killed_while_summarizing_folds_once_and_repeats_no_step(
     assert len(summaries) >= 2  # the summary in flight was asked again by the new worker
     folds = [r for r in await handle.query(ConversationWorkflow.history) if r.kind == "summary"]
     assert folds and folds[0].thought.startswith("First request:")
+
+
+async def test_a_read_whose_worker_dies_runs_again_and_nothing_completed_runs_twice(
+    client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path
+):
+    """A worker SIGKILLed while a local read runs: the next worker takes the workflow task once
+    it times out, runs the read again (it never completed), and goes on. The long read marked
+    `local=False` ran before as an activity, and the model calls that completed are not asked
+    again."""
+    data = tmp_path / "data"
+    queue = unique("local-kill")
+    env = worker_env(temporal_address, queue, model.base_url, data, AGENT_TOOLS="slow_reads",
+                     PYTHONPATH=os.pathsep.join([str(USER_TOOLS),
+                                                 os.environ.get("PYTHONPATH", "")]))
+    worker = WorkerProcess(env, tmp_path)
+    trigger = script(
+        model, unique("local-kill"),
+        ScriptedReply(tool_calls=[tool_call("archive_scan", {"query": "maps"})]),
+        ScriptedReply(tool_calls=[tool_call("slow_lookup", {"query": "maps"})]),
+        ScriptedReply(content="{last_tool}"),
+    )
+    runs = data / "slow_lookup.runs"
+    worker.start()
+    try:  # its workflow task times out in 3 s, not 10: a shorter wait for the next worker
+        handle = await client.start_workflow(
+            ConversationWorkflow.run, ConversationInput(prompt=trigger, one_shot=True),
+            id=unique("conv"), task_queue=queue, task_timeout=timedelta(seconds=3))
+        deadline = time.monotonic() + 60
+        while not runs.exists():
+            assert time.monotonic() < deadline, "the slow read never started"
+            await asyncio.sleep(0.05)
+        worker.kill()
+        worker.start()
+        status = await settled(handle, timeout_s=90)
+    finally:
+        worker.stop()
+    assert (status.status, status.final_answer) == ("completed", "the archive has maps")
+    assert len(runs.read_text().splitlines()) == 2  # the read in flight ran again, once
+    assert [model.count(trigger, step) for step in (0, 1, 2)] == [1, 1, 1]
+    history = await handle.fetch_history()
+    assert scheduled(history) == ["llm_step", "archive_scan", "llm_step", "llm_step"]
+    assert [name for name, _ in local_runs(history)] == ["list_tools", "slow_lookup"]
+    assert count(history, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) >= 1
+    await replay(handle, record_as="local_read_worker_killed")
+
+
+async def test_worker_killed_while_a_child_waits_writes_the_note_once(
+        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps({"agents": {"writer": {
+        "description": "Writes notes", "system_prompt": "You write notes.",
+        "tools": ["create_note"], "max_steps": 4}}}))
+    queue = unique("agents-kill")
+    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                                      AGENT_PROFILES=str(profiles)), tmp_path)
+    title = unique("kill-child-note")
+    parent = delegating(model, "kill", "writer", "s1", [
+        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "once"})]),
+        ScriptedReply(content="{last_tool}")])
+    worker.start()
+    try:
+        handle = await start(client, queue, parent)
+        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
+        [pending] = waiting.pending_confirmations
+        worker.kill()
+        # With no worker running, the decision is sent to the parent, by the call's ref: the
+        # next worker routes it to the child that owns the call, which takes it once.
+        await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
+            call_ids=[pending.ref], request_id="offline", approver="bob"))
+        worker.start()
+        status = await reaches(handle, "idle", timeout_s=90)
+        assert status.final_answer.startswith("Created note #"), status
+        assert len(note_rows(tmp_path / "data", title)) == 1
+        assert (await outcome_of(handle, "offline")).accepted
+        # the child took the part once, from its parent (its stream's own publishing signals,
+        # which its model call may send, aside)
+        child = await client.get_workflow_handle(pending.conversation_id).fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes.signal_name
+                   for e in child.events
+                   if e.HasField("workflow_execution_signaled_event_attributes")]
+        assert [s for s in signals if not s.startswith("__temporal")] == [ROUTED_DECISION_SIGNAL]
+    finally:
+        worker.stop()

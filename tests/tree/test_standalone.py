@@ -97,3 +97,18 @@ def test_the_guard_sees_every_way_of_importing_a_test_module(form: str):
 ])
 def test_the_guard_lets_helper_modules_and_prose_be(source: str):
     assert list(imported_test_modules(source)) == []
+
+
+# The folders a test module may sit in: one per layer of the product it tests, and the kinds of
+# test that cross layers. tests/README.md says what each holds.
+FOLDERS = ("rules", "workflows", "activities", "api", "client", "testing", "replay", "e2e", "tree",
+           "real_model")
+
+
+def test_every_test_module_sits_in_a_folder_that_says_what_it_tests():
+    placed = {p.relative_to(TESTS).parts[0] for p in TESTS.rglob("test_*.py")
+              if "node_modules" not in p.parts}
+    assert not [p.name for p in TESTS.glob("test_*.py")], "a test module at the top of tests/"
+    assert placed <= set(FOLDERS), sorted(placed - set(FOLDERS))
+    readme = (TESTS / "README.md").read_text()
+    assert [f for f in FOLDERS if f"`{f}/`" not in readme] == []

@@ -6,12 +6,7 @@ and nothing that completed runs twice."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import os
-import time
-from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,14 +18,10 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tool_runner import ToolActivities
 from durable_react_agent.activities.tools import default_registry
 from durable_react_agent.activities.tools.function_tool import ToolDefinitionError, tool
-from durable_react_agent.contract import ConversationInput
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
-from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
-    USER_TOOLS,
     local_runs,
     replay,
     scheduled,
@@ -41,7 +32,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.processes import WorkerProcess
 
 
 def tasks_between_model_calls(history: WorkflowHistory) -> list[int]:
@@ -58,10 +48,6 @@ def tasks_between_model_calls(history: WorkflowHistory) -> list[int]:
             counts.append(between)
             between = None
     return counts
-
-
-def count(history: WorkflowHistory, kind: int) -> int:
-    return sum(1 for e in history.events if e.event_type == kind)
 
 
 async def test_a_safe_read_runs_in_the_workflow_task_and_a_step_costs_one(
@@ -172,45 +158,3 @@ async def test_a_worker_told_not_to_runs_every_tool_as_an_activity(
     assert [name for name, _ in local_runs(history)] == ["list_tools"]
 
 
-async def test_a_read_whose_worker_dies_runs_again_and_nothing_completed_runs_twice(
-    client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path
-):
-    """A worker SIGKILLed while a local read runs: the next worker takes the workflow task once
-    it times out, runs the read again (it never completed), and goes on. The long read marked
-    `local=False` ran before as an activity, and the model calls that completed are not asked
-    again."""
-    data = tmp_path / "data"
-    queue = unique("local-kill")
-    env = worker_env(temporal_address, queue, model.base_url, data, AGENT_TOOLS="slow_reads",
-                     PYTHONPATH=os.pathsep.join([str(USER_TOOLS),
-                                                 os.environ.get("PYTHONPATH", "")]))
-    worker = WorkerProcess(env, tmp_path)
-    trigger = script(
-        model, unique("local-kill"),
-        ScriptedReply(tool_calls=[tool_call("archive_scan", {"query": "maps"})]),
-        ScriptedReply(tool_calls=[tool_call("slow_lookup", {"query": "maps"})]),
-        ScriptedReply(content="{last_tool}"),
-    )
-    runs = data / "slow_lookup.runs"
-    worker.start()
-    try:  # its workflow task times out in 3 s, not 10: a shorter wait for the next worker
-        handle = await client.start_workflow(
-            ConversationWorkflow.run, ConversationInput(prompt=trigger, one_shot=True),
-            id=unique("conv"), task_queue=queue, task_timeout=timedelta(seconds=3))
-        deadline = time.monotonic() + 60
-        while not runs.exists():
-            assert time.monotonic() < deadline, "the slow read never started"
-            await asyncio.sleep(0.05)
-        worker.kill()
-        worker.start()
-        status = await settled(handle, timeout_s=90)
-    finally:
-        worker.stop()
-    assert (status.status, status.final_answer) == ("completed", "the archive has maps")
-    assert len(runs.read_text().splitlines()) == 2  # the read in flight ran again, once
-    assert [model.count(trigger, step) for step in (0, 1, 2)] == [1, 1, 1]
-    history = await handle.fetch_history()
-    assert scheduled(history) == ["llm_step", "archive_scan", "llm_step", "llm_step"]
-    assert [name for name, _ in local_runs(history)] == ["list_tools", "slow_lookup"]
-    assert count(history, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) >= 1
-    await replay(handle, record_as="local_read_worker_killed")

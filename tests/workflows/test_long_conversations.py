@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -18,7 +14,6 @@ from durable_react_agent.client.watch import Renderer, watch
 from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT
 from tests.helpers import (
     outcome_of,
     reaches,
@@ -228,22 +223,3 @@ async def test_the_queue_is_bounded_in_bytes(client: Client, task_queue: str, mo
     assert status.queued_messages == 0
 
 
-async def test_the_cli_refuses_a_3_mb_message_and_the_next_one_is_answered(
-    temporal_address: str, task_queue: str, client: Client, model: ScriptedModelServer
-):
-    trigger = script(model, unique("cli-3mb"), *[ScriptedReply(content="heard: {last_user}")] * 2)
-    handle = await start(client, task_queue, trigger)
-    await settled(handle)
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
-
-    def say(text: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", "say", handle.id, "-", *extra],
-                              cwd=ROOT, env=env, input=text, capture_output=True, text=True,
-                              timeout=60)
-
-    big = await asyncio.to_thread(say, "m" * 3 * 1024 * 1024)
-    assert big.returncode == 1
-    assert big.stderr.strip() == "refused: the message is 3,145,728 bytes, over the limit of 262,144 bytes"
-    ok = await asyncio.to_thread(say, "and now a short one", "--wait", "--json")
-    assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["final_answer"] == "heard: and now a short one"

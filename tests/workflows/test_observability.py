@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from durable_react_agent.client.watch import Renderer, watch
-from durable_react_agent.contract import ConfirmRequest, EndRequest, RejectRequest
+from durable_react_agent.contract import EndRequest
 from durable_react_agent.rules.search_attributes import AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.logging import redact_secrets
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.helpers import (
-    reaches,
+    approval_round,
     script,
     settled,
     start,
@@ -32,25 +28,6 @@ from tests.helpers import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):
-    title = unique("seen")
-    trigger = script(
-        model, unique("story"),
-        ScriptedReply(content="Let me check.", tool_calls=[
-            tool_call("get_weather", {"location": "Paris"}),
-            tool_call("create_note", {"title": title, "body": "b"}),
-            tool_call("delete_note", {"note_id": 777001}),
-        ]),
-        ScriptedReply(content="Noted the weather in Paris."),
-    )
-    handle = await start(client, task_queue, trigger)
-    waiting = await reaches(handle, "waiting_for_confirmation")
-    create, delete = waiting.pending_confirmations
-    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=["nope"], request_id="bad"))
-    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[create.call_id], approver="ann"))
-    await handle.signal(ConversationWorkflow.reject, RejectRequest(call_ids=[delete.call_id], reason="keep it", approver="bo"))
-    await settled(handle)
-    return handle, create, delete
 
 
 async def test_the_stream_tells_the_turn_in_order(client: Client, task_queue: str, model: ScriptedModelServer):
@@ -138,28 +115,6 @@ async def test_temporal_ui_metadata(client: Client, task_queue: str, model: Scri
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert "**Status:** idle" in metadata.current_details
     assert f"agent say {handle.id}" in metadata.current_details
-
-
-async def test_cli_history_and_watch(client: Client, task_queue: str, model: ScriptedModelServer,
-                                     temporal_address: str):
-    handle, create, _ = await approval_round(client, task_queue, model)
-    await handle.signal(ConversationWorkflow.end, EndRequest())
-    await handle.result()
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=60)
-
-    history = await asyncio.to_thread(cli, "history", handle.id)
-    assert history.returncode == 0, history.stderr
-    assert "thought: Let me check." in history.stdout
-    assert "decision: approved by ann" in history.stdout and "observation: rejected" in history.stdout
-    watched = await asyncio.to_thread(cli, "watch", handle.id)
-    assert watched.returncode == 0, watched.stderr
-    assert "── turn 1 finished: answered" in watched.stdout
-    resumed = await asyncio.to_thread(cli, "watch", handle.id, "--from-offset", "3")
-    assert resumed.returncode == 0 and "── turn 1:" not in resumed.stdout
 
 
 def test_secrets_are_redacted_by_key_name():

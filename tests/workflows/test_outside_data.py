@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -32,7 +32,6 @@ from durable_react_agent.rules.schemas import argument_problem, schema_problem
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.devserver import worker_env
 from tests.helpers import (
     outcome_of,
     reaches,
@@ -43,6 +42,7 @@ from tests.helpers import (
     tool_messages,
     unique,
 )
+from tests.hostile_input import EVIL
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = Path(__file__).parents[1] / "mcp_servers"
@@ -51,7 +51,6 @@ REMOTE = {"type": "object", "properties": {"text": {"$ref": "http://127.0.0.1:9/
 DEEP_ARGS = "[" * 5000 + "]" * 5000
 HUGE_NUMBER = '{"location": 1' + "0" * 5000 + "}"
 CATASTROPHIC = "^(a+)+$"  # a backtracking matcher tries 2**40 ways to fail on EVIL
-EVIL = "a" * 40 + "!"
 DRAFT_7 = "http://json-schema.org/draft-07/schema#"
 # A match in Python's `re` holds the GIL: no thread of this process could stop it, or time it.
 CHECK_APART = """
@@ -265,51 +264,3 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     assert status.final_answer.startswith("Created note #")
 
 
-@pytest.fixture
-def worker_apart(temporal_address: str, model: ScriptedModelServer,
-                 tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`agent-worker` with the odd server, in a process of its own: a worker that froze
-    would freeze that process, not the tests."""
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"odd": {
-        "command": sys.executable, "args": [str(SERVERS / "odd_schemas.py")]}}}))
-    queue = unique("odd-apart")
-    env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
-                     AGENT_MCP_CONFIG=str(config), AGENT_AUTO_APPROVE="*")
-    with open(tmp_path / "worker.log", "wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        yield queue, worker
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # frozen in a match: only SIGKILL ends it
-            worker.kill()
-            worker.wait()
-
-
-async def test_a_catastrophic_pattern_is_an_observation_and_the_worker_goes_on(
-    client: Client, model: ScriptedModelServer, worker_apart: tuple[str, subprocess.Popen]
-):
-    queue, worker = worker_apart
-    evil = {"text": EVIL}
-    trigger = script(
-        model, unique("odd-patterns"),
-        ScriptedReply(tool_calls=[tool_call("odd__catastrophic", evil),
-                                  tool_call("odd__lookahead", evil),
-                                  tool_call("odd__catastrophic", {"text": "aaa"})]),
-        ScriptedReply(content="done"),
-    )
-    handle = await start(client, queue, trigger,
-                         approval={"auto_approve": ["odd__catastrophic", "odd__lookahead"]})
-    status = await settled(handle, timeout_s=60)
-    assert status.final_answer == "done"
-    in_workflow, in_worker, fine = [m.content for m in await tool_messages(handle)]
-    assert in_workflow.startswith(
-        f"Error: invalid arguments for odd__catastrophic: text: {EVIL!r} does not match '^(a+)+$'. ")
-    assert in_worker == ("Error: invalid arguments for odd__lookahead: the arguments cannot be "
-                         "checked: matching the pattern '^(?=a)(a|a)+$' took over 0.5 s")
-    assert fine == "aaa"
-    assert worker.poll() is None, "the worker died"

@@ -11,11 +11,8 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from playwright.async_api import expect
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
@@ -29,10 +26,9 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.contract.names import EVENTS_TOPIC, TOKENS_TOPIC
 from durable_react_agent.rules.questions import MAX_QUESTIONS_IN_A_ROW
-from durable_react_agent.testing import RawReply, ScriptedModelServer, ScriptedReply
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
-from tests.console_support import Console
+from tests.cassette_support import cassette, recorded
 from tests.helpers import (
     note_rows,
     outcome_of,
@@ -44,17 +40,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-
-CASSETTES = Path(__file__).parents[1] / "cassettes"
-
-
-def cassette(name: str) -> RawReply:
-    return RawReply.model_validate(json.loads((CASSETTES / f"{name}.json").read_text())["reply"])
-
-
-def recorded(name: str) -> ScriptedReply:
-    return ScriptedReply(raw=cassette(name))
-
 
 # Each shape, and the calls it holds (the tools the test worker offers).
 SHAPES = {
@@ -256,32 +241,6 @@ async def test_a_message_past_the_window_is_left_out_and_the_next_one_answered(
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
     await replay(handle, record_as="message_past_the_window_left_out")
-
-
-async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
-        api: ApiProcess, client: Client, task_queue: str, model: ScriptedModelServer,
-        console: Console):
-    """In a real browser: the recorded prose-then-fence reply streams its JSON as text, then
-    the console keeps only the words and shows the call waiting for approval; a turn whose
-    call could not be read says why under it."""
-    trigger = script(model, unique("console-prose"), recorded("prose_then_fence"))
-    handle = await start(client, task_queue, trigger)
-    page = console.page
-    await page.goto(f"{api.url}/#/c/{quote(handle.id)}")
-    card = page.get_by_test_id("approval-card")
-    await expect(card).to_contain_text("create_note")
-    words = page.get_by_test_id("assistant-text")
-    await expect(words).to_contain_text("Let's go through this step-by-step")
-    assert '"arguments"' not in await words.inner_text()
-    await handle.signal(ConversationWorkflow.end, EndRequest())
-
-    trigger = script(model, unique("console-unread"), recorded("fence_cut_at_max_tokens"),
-                     recorded("fence_cut_at_max_tokens"))
-    handle = await start(client, task_queue, trigger, one_shot=True)
-    await page.goto(f"{api.url}/#/c/{quote(handle.id)}")
-    await expect(page.get_by_test_id("turn-error")).to_contain_text(
-        "the model wrote a call of get_weather")
-    assert console.errors == []
 
 
 # ----- what a small model writes again: the recap, the call in prose, the echoing question -----

@@ -7,30 +7,19 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
-import subprocess
-import sys
 
-import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
-from durable_react_agent.api.agui import interrupts
 from durable_react_agent.client.watch import Renderer, watch
 from durable_react_agent.contract import ChildReport, ConfirmRequest, ConversationInput, EndRequest
-from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL, ROUTED_DECISION_SIGNAL
-from durable_react_agent.rules.search_attributes import AGENT_STATUS
-from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
+from durable_react_agent.contract.names import CHILD_STATUS_SIGNAL
+from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT, ApiProcess
-from tests.devserver import worker_env
 from tests.helpers import (
     FAST_LLM,
     WORKFLOW_TASK_EVENTS,
-    note_rows,
-    outcome_of,
     reaches,
     replay,
     script,
@@ -40,7 +29,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.processes import WorkerProcess
 from tests.subagent_support import delegate, delegating
 
 
@@ -104,74 +92,6 @@ async def test_two_profiles_in_parallel_with_the_cost_rolled_up(
     assert "⇢ researcher agent started" in text and "[researcher] → get_weather(location=Paris)" in text
     assert "[writer] ── turn 1 finished: answered" in text
     await replay(handle, "subagents_parallel")
-
-
-async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_it(
-        client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings,
-        temporal_address: str):
-    title = unique("child-note")
-    parent = delegating(model, "write", "writer", "w1", [
-        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
-        ScriptedReply(content="Saved: {last_tool}")], "Writer said: {last_tool}")
-    handle = await start(client, agents_queue, parent)
-    waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
-    child_id = f"{handle.id}/w1"
-    [pending] = waiting.pending_confirmations
-    assert (pending.tool, pending.conversation_id) == ("create_note", child_id)
-    assert [(c.workflow_id, c.profile, c.status) for c in waiting.children] == [
-        (child_id, "writer", "waiting_for_confirmation")]
-    described = await handle.describe()
-    assert described.typed_search_attributes.get(AGENT_STATUS) == "waiting_for_confirmation"
-    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert pending.ref == f"w1/{pending.call_id}"  # the child's call, by its path from here
-    assert f"confirm {handle.id} {pending.ref}" in metadata.current_details  # the UI says how
-
-    # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
-    env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", handle.id, pending.call_id,
-                         "--as", "alice"],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
-        timeout=60)
-    assert done.returncode == 0, done.stderr
-    status = await settled(handle, timeout_s=30)
-    assert status.final_answer.startswith("Writer said: Saved: Created note")
-    assert len(note_rows(activity_settings.data_dir, title)) == 1
-    kid = client.get_workflow_handle(child_id)
-    [decision] = [a.decision for r in await kid.query(ConversationWorkflow.history)
-                  for a in r.actions if a.decision]
-    assert (decision.approver, decision.approved) == ("alice", True)
-    assert not status.pending_confirmations and status.children[0].status == "completed"
-    await handle.signal(ConversationWorkflow.end, EndRequest())
-    await handle.result()
-    await replay(handle, "subagent_approval_parent")  # with the child's status reports
-    await replay(kid, "subagent_approval_child")  # a subagent reporting to its parent
-
-
-async def test_a_child_rejected_and_answered_through_the_api(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess):
-    parent = delegating(model, "reject", "writer", "r1", [
-        ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Write it?"})]),
-        ScriptedReply(tool_calls=[tool_call("create_note", {"title": "no", "body": "b"})]),
-        ScriptedReply(content="Gave up: {last_tool}")])
-    handle = await start(client, agents_queue, parent)
-    asking = await reaches(handle, "waiting_for_input", timeout_s=30)
-    assert asking.pending_question.conversation_id == f"{handle.id}/r1"
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        r = await http.post(f"/conversations/{handle.id}/answer", json={"values": ["yes"]})
-        assert r.status_code == 200, r.text
-        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=30)
-        call_id = waiting.pending_confirmations[0].call_id
-        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
-        assert schemas[f"r1/{call_id}"]["required"] == ["title", "body"]  # by its parent, by ref
-        r = await http.post(f"/conversations/{handle.id}/reject",
-                            json={"call_ids": [call_id], "reason": "not now"})
-        assert r.status_code == 200, r.text
-        again = await http.post(f"/conversations/{handle.id}/reject",
-                                json={"call_ids": [call_id], "reason": "twice"})
-        assert again.status_code == 409  # the child refuses a decided call
-    status = await settled(handle, timeout_s=30)
-    assert status.final_answer == "Gave up: rejected by user: not now"
 
 
 async def test_the_parents_history_does_not_grow_with_the_childs_steps(
@@ -244,167 +164,6 @@ async def test_delegation_deeper_than_the_limit_is_refused(
     assert model.count(third) == 0
 
 
-async def test_worker_killed_while_a_child_waits_writes_the_note_once(
-        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path):
-    profiles = tmp_path / "profiles.json"
-    profiles.write_text(json.dumps({"agents": {"writer": {
-        "description": "Writes notes", "system_prompt": "You write notes.",
-        "tools": ["create_note"], "max_steps": 4}}}))
-    queue = unique("agents-kill")
-    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
-                                      AGENT_PROFILES=str(profiles)), tmp_path)
-    title = unique("kill-child-note")
-    parent = delegating(model, "kill", "writer", "s1", [
-        ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "once"})]),
-        ScriptedReply(content="{last_tool}")])
-    worker.start()
-    try:
-        handle = await start(client, queue, parent)
-        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
-        [pending] = waiting.pending_confirmations
-        worker.kill()
-        # With no worker running, the decision is sent to the parent, by the call's ref: the
-        # next worker routes it to the child that owns the call, which takes it once.
-        await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
-            call_ids=[pending.ref], request_id="offline", approver="bob"))
-        worker.start()
-        status = await reaches(handle, "idle", timeout_s=90)
-        assert status.final_answer.startswith("Created note #"), status
-        assert len(note_rows(tmp_path / "data", title)) == 1
-        assert (await outcome_of(handle, "offline")).accepted
-        # the child took the part once, from its parent (its stream's own publishing signals,
-        # which its model call may send, aside)
-        child = await client.get_workflow_handle(pending.conversation_id).fetch_history()
-        signals = [e.workflow_execution_signaled_event_attributes.signal_name
-                   for e in child.events
-                   if e.HasField("workflow_execution_signaled_event_attributes")]
-        assert [s for s in signals if not s.startswith("__temporal")] == [ROUTED_DECISION_SIGNAL]
-    finally:
-        worker.stop()
-
-
-def writing(model: ScriptedModelServer, title: str, call_id: str = "call_0") -> str:
-    """A writer child that creates one note, its call numbered as a provider might (the same
-    id in every child), then reports; returns its trigger."""
-    return script(model, unique("writes"),
-                  ScriptedReply(tool_calls=[ScriptedToolCall(
-                      name="create_note", arguments={"title": title, "body": "b"}, id=call_id)]),
-                  ScriptedReply(content="{last_tool}"))
-
-
-async def two_writers(client: Client, queue: str, model: ScriptedModelServer
-                      ) -> tuple[object, list[str]]:
-    """A parent whose two writer children each wait for approval of their own `call_0`."""
-    titles = [unique("twin-a"), unique("twin-b")]
-    kids = [writing(model, t) for t in titles]
-    parent = script(model, unique("twins"),
-                    ScriptedReply(tool_calls=[delegate("writer", f"{kids[0]}: go", "p1"),
-                                              delegate("writer", f"{kids[1]}: go", "p2")]),
-                    ScriptedReply(content="both: {last_tool}"))
-    handle = await start(client, queue, parent)
-    for _ in range(150):
-        status = await handle.query(ConversationWorkflow.status)
-        if len(status.pending_confirmations) == 2:
-            return handle, titles
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the two children's calls never surfaced: {status}")
-
-
-async def test_two_subagents_calls_with_one_id_are_told_apart(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
-        temporal_address: str, activity_settings):
-    handle, titles = await two_writers(client, agents_queue, model)
-    status = await handle.query(ConversationWorkflow.status)
-    by_ref = {p.ref: p for p in status.pending_confirmations}
-    assert set(by_ref) == {"p1/call_0", "p2/call_0"}
-    assert by_ref["p2/call_0"].conversation_id == f"{handle.id}/p2"
-    assert by_ref["p2/call_0"].args["title"] == titles[1]
-    agui_ids = [i.id for i in interrupts(status, {})]
-    assert sorted(agui_ids) == ["p1/call_0", "p2/call_0"]  # one interrupt each, told apart
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
-        assert set(schemas) == {"p1/call_0", "p2/call_0"}
-        # The bare id is refused, naming both and how to pick one; nothing is decided.
-        r = await http.post(f"/conversations/{handle.id}/confirm", json={"call_ids": ["call_0"]})
-        assert r.status_code == 409, r.text
-        assert "p1/call_0" in r.text and "p2/call_0" in r.text and "by its ref" in r.text
-        assert len((await handle.query(ConversationWorkflow.status)).pending_confirmations) == 2
-        # By its ref, the decision reaches the child whose call the human picked, and only it.
-        r = await http.post(f"/conversations/{handle.id}/confirm",
-                            json={"call_ids": ["p2/call_0"]})
-        assert r.status_code == 200, r.text
-        for _ in range(100):
-            if note_rows(activity_settings.data_dir, titles[1]):
-                break
-            await asyncio.sleep(0.1)
-        assert len(note_rows(activity_settings.data_dir, titles[1])) == 1
-        assert note_rows(activity_settings.data_dir, titles[0]) == []
-    # Through the child's own conversation id, its call id is its own.
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", f"{handle.id}/p1", "call_0",
-                         "--as", "carol"],
-        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
-        text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    final = await reaches(handle, "idle", timeout_s=60)
-    assert final.stop_reason == "answered", final
-    assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
-    await replay(handle, "subagents_with_one_call_id")
-
-
-async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
-        temporal_address: str, activity_settings):
-    handle, titles = await two_writers(client, agents_queue, model)
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        r = await http.post(f"/conversations/{handle.id}/confirm", json={"all": True})
-        assert r.status_code == 200, r.text
-    assert (await reaches(handle, "idle", timeout_s=60)).stop_reason == "answered"
-    assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
-
-    handle, titles = await two_writers(client, agents_queue, model)
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "reject", handle.id, "--all",
-                         "--reason", "no", "--as", "dan"],
-        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
-        text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    final = await reaches(handle, "idle", timeout_s=60)
-    assert final.stop_reason == "answered" and final.final_answer.count("rejected by user: no") == 1
-    for kid in ("p1", "p2"):
-        kid_status = await client.get_workflow_handle(f"{handle.id}/{kid}").query(
-            ConversationWorkflow.status)
-        assert [(d.approved, d.approver) for d in kid_status.decisions] == [(False, "dan")]
-    assert [note_rows(activity_settings.data_dir, t) for t in titles] == [[], []]
-
-
-async def test_a_grandchilds_approval_surfaces_at_the_top_and_is_decided_there(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
-        activity_settings):
-    title = unique("grandchild-note")
-    writer = writing(model, title, call_id="g0")
-    manager = script(model, unique("manager"),
-                     ScriptedReply(tool_calls=[delegate("writer", f"{writer}: go", "w1")]),
-                     ScriptedReply(content="manager: {last_tool}"))
-    parent = script(model, unique("top"),
-                    ScriptedReply(tool_calls=[delegate("manager", f"{manager}: go", "m1")]),
-                    ScriptedReply(content="top: {last_tool}"))
-    handle = await start(client, agents_queue, parent)
-    waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
-    [pending] = waiting.pending_confirmations
-    assert (pending.ref, pending.conversation_id) == ("m1/w1/g0", f"{handle.id}/m1/w1")
-    assert [c.status for c in waiting.children] == ["waiting_for_confirmation"]
-    assert [i.id for i in interrupts(waiting, {})] == ["m1/w1/g0"]
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        schemas = (await http.get(f"/conversations/{handle.id}/schemas")).json()
-        assert schemas["m1/w1/g0"]["required"] == ["title", "body"]
-        r = await http.post(f"/conversations/{handle.id}/confirm", json={"call_ids": ["m1/w1/g0"]})
-        assert r.status_code == 200, r.text
-    final = await reaches(handle, "idle", timeout_s=60)
-    assert final.final_answer.startswith("top: manager: Created note"), final
-    assert len(note_rows(activity_settings.data_dir, title)) == 1
-    await replay(handle, "subagent_depth_two_approval_parent")
-    await replay(client.get_workflow_handle(f"{handle.id}/m1"), "subagent_depth_two_approval_child")
 
 
 def started_input(events) -> dict:

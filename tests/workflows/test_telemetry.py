@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gzip
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from random import Random
 
 import httpx
 import pytest
 import pytest_asyncio
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from durable_react_agent.activities import telemetry as activity_telemetry
 from durable_react_agent.activities.profiles import Profiles
-from durable_react_agent.contract import ConfirmRequest, EndRequest, RejectRequest, SayRequest
+from durable_react_agent.contract import ConfirmRequest, EndRequest, SayRequest
 from durable_react_agent.rules.tracing import (
     SpanRecord,
     child_span,
@@ -49,8 +40,6 @@ from durable_react_agent.worker.telemetry import (
 )
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.signal_guard import SignalGuard
-from tests.api_support import free_port
-from tests.devserver import worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     reaches,
@@ -62,7 +51,6 @@ from tests.helpers import (
     unique,
     workflow_runner,
 )
-from tests.processes import WorkerProcess
 from tests.subagent_support import PROFILES, delegate
 
 
@@ -217,144 +205,6 @@ async def test_continue_as_new_and_the_api_s_trace_keep_one_span_per_turn(
 
 # ----- over OTLP/HTTP from a worker process that is killed mid-turn -----
 
-class OtlpReceiver:
-    """An OTLP/HTTP trace receiver: what a collector would get."""
-
-    def __init__(self) -> None:
-        self.spans: list = []
-        received = self.spans
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = ExportTraceServiceRequest.FromString(body)
-                for resource in request.resource_spans:
-                    for scope in resource.scope_spans:
-                        received.extend(scope.spans)
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> OtlpReceiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-
-    def named(self, prefix: str) -> list:
-        return [s for s in self.spans if s.name.startswith(prefix)]
-
-    async def until(self, prefix: str, count: int = 1, timeout_s: float = 20) -> list:
-        deadline = time.monotonic() + timeout_s
-        while len(self.named(prefix)) < count:
-            assert time.monotonic() < deadline, f"no {prefix!r} span came: {self.spans}"
-            await asyncio.sleep(0.1)
-        return self.named(prefix)
-
-
-async def test_a_worker_killed_during_the_approval_wait_emits_each_span_once(
-        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
-    trigger = script(model, unique("otlp"),
-                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": unique("n"),
-                                                                         "body": "b"})]),
-                     ScriptedReply(content="Written."))
-    queue = unique("otlp")
-    with OtlpReceiver() as receiver:
-        env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
-                         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
-                         OTEL_SERVICE_NAME="agent-under-test")
-        worker = WorkerProcess(env, tmp_path)
-        worker.start()
-        try:
-            handle = await start(client, queue, trigger)
-            waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
-            await receiver.until("chat ")  # flushed as its activity ended
-            worker.kill()  # mid-turn, while it waits for the approval
-            worker.start()
-            await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(
-                request_id="c1", call_ids=[waiting.pending_confirmations[0].call_id],
-                approver="carol"))
-            done = await settled(handle, timeout_s=60)
-            assert done.final_answer == "Written."
-            turn, = await receiver.until("invoke_agent")
-        finally:
-            worker.stop()
-        await asyncio.sleep(1)  # anything late (a duplicate) would have come by now
-    trace_id = bytes.fromhex(done.trace_id)
-    assert {s.trace_id for s in receiver.spans} == {trace_id}
-    assert len(receiver.named("chat ")) == 2  # exactly one per model call
-    assert [s.name for s in receiver.named("execute_tool")] == ["execute_tool create_note"]
-    assert [s.name for s in receiver.named("approval")] == ["approval create_note"]
-    assert turn.parent_span_id == b""
-    for span in receiver.spans:
-        if span is not turn:
-            assert span.parent_span_id == turn.span_id, span.name
-    assert len({s.span_id for s in receiver.spans}) == len(receiver.spans)
-    chat = receiver.named("chat ")[0]
-    attributes = {a.key: a.value for a in chat.attributes}
-    assert attributes["gen_ai.request.model"].string_value == "scripted"
-    assert attributes["gen_ai.usage.input_tokens"].int_value > 0
-    assert parse_traceparent(f"00-{done.trace_id}-{turn.span_id.hex()}-01") is not None
-
-
-async def test_metrics_are_served_for_prometheus(
-        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
-    trigger = script(model, unique("metrics"),
-                     ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"}),
-                                               tool_call("create_note", {"title": unique("m"),
-                                                                         "body": "b"})]),
-                     ScriptedReply(content="Cold."))
-    queue, port = unique("metrics"), free_port()
-    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
-                                      AGENT_METRICS_ADDRESS=f"127.0.0.1:{port}"), tmp_path)
-    worker.start()
-    try:
-        handle = await start(client, queue, trigger, model="gpt-4o-mini")
-        waiting = await reaches(handle, "waiting_for_confirmation", timeout_s=60)
-        await handle.signal(ConversationWorkflow.reject, RejectRequest(
-            request_id="r1", call_ids=[waiting.pending_confirmations[0].call_id],
-            approver="carol"))
-        await settled(handle, timeout_s=60)
-        families = {}
-        deadline = time.monotonic() + 20
-        while "agent_tool_calls" not in families:
-            assert time.monotonic() < deadline, sorted(families)
-            async with httpx.AsyncClient() as http:
-                text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
-            families = {f.name: f for f in text_string_to_metric_families(text)}
-            await asyncio.sleep(0.2)
-    finally:
-        worker.stop()
-
-    def samples(name: str, **labels: str) -> list:
-        return [s for s in families[name].samples
-                if all(s.labels.get(k) == v for k, v in labels.items())]
-
-    assert any(name.startswith("temporal_") for name in families)  # the SDK's own
-    assert samples("temporal_workflow_task_schedule_to_start_latency")
-    tokens = samples("gen_ai_client_token_usage", gen_ai_request_model="gpt-4o-mini",
-                     gen_ai_token_type="input")
-    assert any(s.name.endswith("_sum") and s.value > 0 for s in tokens)
-    duration = samples("gen_ai_client_operation_duration", gen_ai_operation_name="chat")
-    assert any(s.name.endswith("_count") and s.value == 2 for s in duration)
-    assert any(s.name.endswith("_sum") and s.value > 0 for s in samples("agent_cost_usd"))
-    calls = {(s.labels["tool"], s.labels["outcome"]): s.value
-             for s in samples("agent_tool_calls") if s.name.endswith("_total")}
-    assert calls == {("get_weather", "ok"): 1, ("create_note", "rejected"): 1}
-    waited = samples("agent_approval_wait", tool="create_note", outcome="rejected")
-    assert any(s.name.endswith("_count") and s.value == 1 for s in waited)
-    assert any(s.value == 1 for s in samples("agent_approvals_requested", tool="create_note")
-               if s.name.endswith("_total"))
 
 
 # ----- the settings and the pure rules -----

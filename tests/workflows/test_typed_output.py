@@ -4,13 +4,8 @@ as `invalid_output`. Structured output is asked of the endpoint, and dropped whe
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
 from durable_react_agent.activities.profiles import Profiles, ProfilesError
@@ -18,7 +13,6 @@ from durable_react_agent.contract import EndRequest
 from durable_react_agent.rules import output
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT
 from tests.helpers import replay, script, settled, start, unique
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
@@ -112,44 +106,3 @@ def test_a_profile_can_ask_its_agent_for_a_typed_result(tmp_path):
         Profiles.load(profiles)
 
 
-def test_the_cli_reads_the_schema_inline_or_from_a_file_and_refuses_a_bad_one(tmp_path):
-    from durable_react_agent.client.cli import read_output_schema
-    path = tmp_path / "schema.json"
-    path.write_text(json.dumps(WEATHER))
-    assert read_output_schema(str(path)) == read_output_schema(json.dumps(WEATHER)) == WEATHER
-    bad = subprocess.run([sys.executable, "-m", "durable_react_agent.client", "start", "hi", "--output-schema",
-                          '{"type": "nope"}'], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, env={"TEMPORAL_ADDRESS": "127.0.0.1:1", "PATH": "/usr/bin"})
-    assert bad.returncode == 2 and "output schema is not usable" in bad.stderr
-
-
-async def test_the_http_api_takes_an_output_schema(api, model: ScriptedModelServer):
-    trigger = script(model, unique("typed-api"),
-                     ScriptedReply(content='{"city": "Rome", "celsius": 20}'))
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        bad = await http.post("/conversations", json={"prompt": trigger,
-                                                      "output_schema": {"type": "nope"}})
-        assert bad.status_code == 422 and "output schema is not usable" in bad.text
-        cid = unique("typed-api")
-        r = await http.post("/conversations", json={"prompt": trigger, "id": cid,
-                                                    "output_schema": WEATHER})
-        assert r.status_code == 201, r.text
-        deadline = time.monotonic() + 30
-        while (status := (await http.get(f"/conversations/{cid}")).json())["status"] != "idle":
-            assert time.monotonic() < deadline, status
-            await asyncio.sleep(0.1)
-        assert status["final_output"] == {"city": "Rome", "celsius": 20}
-
-
-async def test_the_cli_starts_a_typed_conversation(
-        cli, model: ScriptedModelServer, tmp_path):
-    schema = tmp_path / "weather.json"
-    schema.write_text(json.dumps(WEATHER))
-    trigger = script(model, unique("typed-cli"),
-                     ScriptedReply(content="Mild, 12 degrees."),
-                     ScriptedReply(content='{"city": "Lyon", "celsius": 12}'))
-    done = await cli("start", "--wait", "--json", "--output-schema", str(schema), trigger)
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
-    assert status["final_output"] == {"city": "Lyon", "celsius": 12}
-    assert status["stop_reason"] == "answered" and model.count(trigger) == 2
