@@ -1,6 +1,7 @@
 """The README stays a front page, its links and the docs' links lead somewhere, and the docs site
 builds strictly (mkdocs: a broken link, a missing anchor or a page left out of the nav fails), with
-the CLI reference made from the real `--help` (docs/hooks/cli_help.py)."""
+the CLI reference made from the real `--help` (docs/hooks/cli_help.py), the HTTP API's from the
+app's OpenAPI document (docs/hooks/openapi.py), and the Python API's from the docstrings."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from durable_react_agent.api.app import create_app
+from durable_react_agent.api.settings import ApiSettings
+from durable_react_agent.client.connection import TemporalSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -57,3 +62,18 @@ def test_the_docs_site_builds_strictly_with_the_real_cli_help(tmp_path):
     assert commands, "the CLI reference lacks the help of agent"
     for command in commands.group(1).split(","):
         assert f"usage: agent {command} " in cli, f"no --help of {command}"
+    # The references made from the code: every route of the app's own OpenAPI document, and the
+    # docstrings of what users import (mkdocstrings).
+    http = (site / "reference" / "http.html").read_text()
+    assert "<!-- openapi -->" not in http
+    routes = create_app(ApiSettings(), TemporalSettings()).openapi()["paths"]
+    for path, operations in routes.items():
+        for method in operations:
+            assert f"{method.upper()} {path}".replace("{", "").replace("}", "") in re.sub(
+                r"[{}]", "", re.sub(r"<[^>]+>", "", http)), f"{method.upper()} {path} is not documented"
+    contract = (site / "reference" / "contract.html").read_text()
+    tools = (site / "reference" / "tool-api.html").read_text()
+    for name in ("ConversationInput", "ConversationStatus", "ConfirmRequest", "DecideRequest"):
+        assert f'id="durable_react_agent.contract.{name}"' in contract, name
+    for name in ("ToolContext", "ToolError", "NeedsInput"):
+        assert name in tools, name
