@@ -7,22 +7,23 @@ STAMP := $(VENV)/.installed
 demo:
 	@scripts/demo.sh
 
-# The tests wait on servers and workers as much as they compute: four processes keep two cores
-# busy. Bytecode is written whatever the environment says: the workflow sandbox imports the
-# workflow's modules for every conversation it starts, and compiled them each time without it.
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n 4
+# Bytecode is written whatever the environment says: the workflow sandbox imports the workflow's
+# modules for every conversation it starts, and compiled them from source each time without it.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q
 
-# Everything (tests/README.md says what each folder holds).
+# Everything (tests/README.md says what each folder holds), in two processes: in four, the
+# tests that kill workers lost heartbeats to the load on two cores.
 test: $(STAMP) system-deps
-	$(PYTEST)
+	$(PYTEST) -n 2
 
-# The pure rules, the conversation on an in-process worker, and the recorded histories' replay.
+# The pure rules, the conversation on an in-process worker, and the recorded histories' replay:
+# they wait on the dev server more than they compute, so four processes.
 test-fast: $(STAMP)
-	$(PYTEST) tests/rules tests/workflows tests/replay
+	$(PYTEST) -n 4 tests/rules tests/workflows tests/replay
 
 # Also the stress-scale runs (the chaos run, 300 turns, more generated conversations).
 test-long: $(STAMP) system-deps
-	AGENT_TEST_LONG=1 $(PYTEST)
+	AGENT_TEST_LONG=1 $(PYTEST) -n 2
 
 # The demo's prompts against a real model (never in CI): any OpenAI-compatible endpoint, or the
 # small one `make local-model` serves on this CPU.

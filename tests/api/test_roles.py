@@ -27,12 +27,15 @@ TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v", "r
           "legacy": "tok:legacy"}  # a token from before roles: no role, and a `:` in it
 ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer", "root": "admin"}
 PEOPLE = list(ROLES)
+# Two roles in one token: a viewer who may also start (and decide) conversations of their own.
+MIXED = {"val": ("tok-vu", "viewer+user")}
 
 
 @pytest.fixture(scope="module")
 def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiProcess]:
-    tokens = ",".join(f"{name}:{TOKENS[name]}" + (f":{ROLES[name]}" if name in ROLES else "")
-                      for name in TOKENS)
+    tokens = ",".join([*(f"{name}:{TOKENS[name]}" + (f":{ROLES[name]}" if name in ROLES else "")
+                         for name in TOKENS),
+                       *(f"{name}:{token}:{roles}" for name, (token, roles) in MIXED.items())])
     api = ApiProcess(temporal_address, roles_queue, AGENT_API_TOKENS=tokens).start()
     try:
         yield api
@@ -43,9 +46,10 @@ def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiProce
 @pytest_asyncio.fixture
 async def as_(roles_api: ApiProcess) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """A client per person, with their token."""
+    tokens = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}
     clients = {name: httpx.AsyncClient(base_url=roles_api.url, timeout=60,
                                        headers={"Authorization": f"Bearer {token}"})
-               for name, token in TOKENS.items()}
+               for name, token in tokens.items()}
     try:
         yield clients
     finally:
@@ -64,7 +68,8 @@ async def started(http: httpx.AsyncClient, trigger: str) -> str:
     cid = unique("roles")
     r = await http.post("/conversations", json={"prompt": trigger, "id": cid})
     assert r.status_code == 201, r.text
-    assert r.json()["owner"] == next(n for n, t in TOKENS.items()
+    tokens = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}
+    assert r.json()["owner"] == next(n for n, t in tokens.items()
                                      if http.headers["authorization"] == f"Bearer {t}")
     return cid
 
@@ -88,6 +93,27 @@ async def code(http: httpx.AsyncClient, method: str, path: str, body: dict | Non
         async with http.stream(method, path) as r:
             return r.status_code
     return (await http.request(method, path, json=body)).status_code
+
+
+async def test_a_viewer_who_is_also_a_user_decides_their_own_calls_only(
+        as_: dict[str, httpx.AsyncClient], model: ScriptedModelServer):
+    """The user role lets a viewer write to their own conversations, never a decision on
+    someone else's: the viewer role reads everyone's and decides none of them."""
+    alices = await started(as_["alice"], waits_for_a_note(model))
+    vals = await started(as_["val"], waits_for_a_note(model))
+    await until(as_["alice"], alices, "waiting_for_confirmation")
+    await until(as_["val"], vals, "waiting_for_confirmation")
+    pending = (await as_["val"].get(f"/conversations/{alices}")).json()["pending_confirmations"]
+    call_ids = [pending[0]["call_id"]]
+    for verb in ("confirm", "reject"):
+        r = await as_["val"].post(f"/conversations/{alices}/{verb}", json={"call_ids": call_ids})
+        assert r.status_code == 403, (verb, r.text)
+    own = (await as_["val"].get(f"/conversations/{vals}")).json()["pending_confirmations"]
+    r = await as_["val"].post(f"/conversations/{vals}/confirm",
+                              json={"call_ids": [own[0]["call_id"]]})
+    assert r.status_code == 200, r.text
+    assert (await as_["alice"].get(f"/conversations/{alices}")).json()["status"] == \
+        "waiting_for_confirmation"
 
 
 async def test_every_route_against_every_role(as_: dict[str, httpx.AsyncClient],
