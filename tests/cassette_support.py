@@ -1,4 +1,5 @@
-"""The recorded cassettes of a real local model (tests/cassettes/), as the scripted model replays them."""
+"""The recorded cassettes of a real local model (tests/cassettes/), as the scripted model
+replays them."""
 
 from __future__ import annotations
 

@@ -275,6 +275,8 @@ async def stream_events(client: Client, workflow_id: str) -> list[StreamEvent]:
 
 
 async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):
+    """A turn with a read, a write and a delete: a stale confirm, then the write confirmed by
+    ann and the delete rejected by bo. Returns the handle and the two pending calls."""
     title = unique("seen")
     trigger = script(
         model, unique("story"),
@@ -288,8 +290,11 @@ async def approval_round(client: Client, task_queue: str, model: ScriptedModelSe
     handle = await start(client, task_queue, trigger)
     waiting = await reaches(handle, "waiting_for_confirmation")
     create, delete = waiting.pending_confirmations
-    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=["nope"], request_id="bad"))
-    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[create.call_id], approver="ann"))
-    await handle.signal(ConversationWorkflow.reject, RejectRequest(call_ids=[delete.call_id], reason="keep it", approver="bo"))
+    await handle.signal(ConversationWorkflow.confirm,
+                        ConfirmRequest(call_ids=["nope"], request_id="bad"))
+    await handle.signal(ConversationWorkflow.confirm,
+                        ConfirmRequest(call_ids=[create.call_id], approver="ann"))
+    await handle.signal(ConversationWorkflow.reject,
+                        RejectRequest(call_ids=[delete.call_id], reason="keep it", approver="bo"))
     await settled(handle)
     return handle, create, delete
