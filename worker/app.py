@@ -21,6 +21,7 @@ from temporalio.worker.workflow_sandbox import (
     SandboxRestrictions,
 )
 
+from .. import contract, rules
 from ..activities.llm import LLMActivities
 from ..activities.mcp import load_mcp_config
 from ..activities.models import WORKER_ROLES, model_queue, role_queues
@@ -50,8 +51,9 @@ SANDBOX_LIBRARIES = ("pydantic", "pydantic_core", "annotated_types", "typing_ext
 # static checks (no clock, randomness, I/O or module state: tests/workflows/
 # test_determinism_boundary.py). Importing them afresh for each workflow was two thirds of what a
 # sandboxed worker spent on a short conversation; `check_rules` still does, for the replays that
-# check them at run time as well.
-PURE_LAYERS = ("durable_react_agent.contract", "durable_react_agent.rules")
+# check them at run time as well. By their own names: the code runs under whatever root it is
+# installed as.
+PURE_LAYERS = (contract.__name__, rules.__name__)
 # A workflow task waits this long for the worker that holds the conversation in its cache
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
@@ -201,7 +203,8 @@ def workflow_runner(sandboxed: bool = True, *, check_rules: bool = False) -> Wor
     (`agent-worker` unless `AGENT_WORKFLOW_SANDBOX=on`)."""
     if not sandboxed:
         return UnsandboxedWorkflowRunner()
-    shared = SANDBOX_LIBRARIES + (PURE_LAYERS[:1] if check_rules else PURE_LAYERS)
+    shared = SANDBOX_LIBRARIES + tuple(layer for layer in PURE_LAYERS
+                                       if not (check_rules and layer == rules.__name__))
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*shared))
 

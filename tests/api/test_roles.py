@@ -29,6 +29,7 @@ ROLES = {"alice": "user", "bob": "user", "carol": "approver", "vic": "viewer", "
 PEOPLE = list(ROLES)
 # Two roles in one token: a viewer who may also start (and decide) conversations of their own.
 MIXED = {"val": ("tok-vu", "viewer+user")}
+BEARERS = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}  # everyone's token
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +47,9 @@ def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiProce
 @pytest_asyncio.fixture
 async def as_(roles_api: ApiProcess) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """A client per person, with their token."""
-    tokens = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}
     clients = {name: httpx.AsyncClient(base_url=roles_api.url, timeout=60,
                                        headers={"Authorization": f"Bearer {token}"})
-               for name, token in tokens.items()}
+               for name, token in BEARERS.items()}
     try:
         yield clients
     finally:
@@ -68,8 +68,7 @@ async def started(http: httpx.AsyncClient, trigger: str) -> str:
     cid = unique("roles")
     r = await http.post("/conversations", json={"prompt": trigger, "id": cid})
     assert r.status_code == 201, r.text
-    tokens = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}
-    assert r.json()["owner"] == next(n for n, t in tokens.items()
+    assert r.json()["owner"] == next(n for n, t in BEARERS.items()
                                      if http.headers["authorization"] == f"Bearer {t}")
     return cid
 

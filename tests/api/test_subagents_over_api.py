@@ -1,4 +1,6 @@
-"""Subagents over the HTTP API and the CLI: a child's calls are reached from the parent by the API and by `agent confirm --all`, look-alike ids of two children are told apart, a grandchild's approval is decided at the top, and a child is rejected and answered through the API."""
+"""Subagents over the HTTP API and the CLI: a child's calls are reached from the parent by the API
+and by `agent confirm --all`, look-alike ids of two children are told apart, a grandchild's approval
+is decided at the top, and a child is rejected and answered through the API."""
 
 from __future__ import annotations
 
@@ -43,8 +45,6 @@ async def two_writers(client: Client, queue: str, model: ScriptedModelServer
             return handle, titles
         await asyncio.sleep(0.1)
     raise AssertionError(f"the two children's calls never surfaced: {status}")
-
-
 
 
 async def test_a_child_rejected_and_answered_through_the_api(

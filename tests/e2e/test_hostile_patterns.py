@@ -1,4 +1,6 @@
-"""Outside text that would freeze a process, run where a frozen process can be killed: no pattern of the product backtracks over outside text, a fenced reply is read in linear time, and a catastrophic pattern in a tool's schema is an observation while the worker goes on."""
+"""Outside text that would freeze a process, run where a frozen process can be killed: no pattern of
+the product backtracks over outside text, a fenced reply is read in linear time, and a catastrophic
+pattern in a tool's schema is an observation while the worker goes on."""
 
 from __future__ import annotations
 
@@ -33,8 +35,6 @@ for text in (%r, %r, "```" + " " * 100_000 + "```", "```json" + "\\n" * 100_000)
     check_output(text, {"type": "object"})
     print(round(time.monotonic() - started, 3), flush=True)
 """ % (POISON_REPLY, POISON_ANSWER)
-
-
 
 
 PROBE = """

@@ -1,4 +1,5 @@
-"""Traces and metrics from worker processes: a worker SIGKILLed during the approval wait emits each span once, and a worker process serves its metrics for Prometheus (DESIGN "Telemetry")."""
+"""Traces and metrics from worker processes: a worker SIGKILLed during the approval wait emits each
+span once, and a worker process serves its metrics for Prometheus (DESIGN "Telemetry")."""
 
 from __future__ import annotations
 
