@@ -20,9 +20,10 @@ from .tree import follow_tree
 class Renderer:
     """Turns stream events into terminal lines. Token deltas print inline as they arrive."""
 
-    def __init__(self, workflow_id: str, out: TextIO = sys.stdout):
+    def __init__(self, workflow_id: str, out: TextIO | None = None):
+        """`out`: where lines go; standard output as it is when the renderer is made."""
         self._wid = workflow_id
-        self._out = out
+        self._out = sys.stdout if out is None else out
         self._streaming = False  # a line of tokens is open
         self._agent: str | None = None  # whose tokens it holds
 

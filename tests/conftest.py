@@ -1,5 +1,5 @@
 """Shared fixtures: a real Temporal dev server, the scripted model, in-process workers (the
-session's, and the ones under four eyes or with agent profiles), the API and the CLI as processes,
+session's, and the ones under four eyes or with agent profiles), the API as a process, the CLI in this process or as one,
 a browser and a page of the console, and the MCP test servers over HTTP."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from durable_react_agent.testing import ScriptedModelServer
 from durable_react_agent.worker.app import build_worker
 from tests.api_support import ROOT, ApiProcess
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
+from tests.cli_support import run_cli
 from tests.console_support import VIEWPORT, Console
 from tests.devserver import TUNING_ARGS, free_port, temporal_cli
 from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
@@ -158,15 +159,32 @@ AGENT = str(Path(sys.executable).parent / "agent")
 
 
 @pytest.fixture
-def cli(temporal_address: str, task_queue: str):
-    """`agent` as a process, on the session's dev server and queue."""
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+def agent_env(temporal_address: str, task_queue: str) -> dict[str, str]:
+    """What a shell gives `agent` here: the session's dev server and queue."""
+    return {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+
+
+@pytest.fixture
+def cli(agent_env: dict[str, str]):
+    """`agent`, its entry called in this process (`tests.cli_support`), on the session's dev
+    server and queue: `await cli(*args)` is its exit code and output."""
 
     async def run(*args: str, timeout: float = 60, extra_env: dict[str, str] | None = None
                   ) -> subprocess.CompletedProcess:
+        return await run_cli(list(args), {**agent_env, **(extra_env or {})}, timeout)
+
+    return run
+
+
+@pytest.fixture
+def cli_process(agent_env: dict[str, str]):
+    """`agent` as a process, as a shell runs it: for what only a process shows."""
+
+    async def run(*args: str, timeout: float = 60, extra_env: dict[str, str] | None = None,
+                  input: str | None = None) -> subprocess.CompletedProcess:
         return await asyncio.to_thread(
-            subprocess.run, [AGENT, *args], cwd=ROOT,
-            env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=timeout,
+            subprocess.run, [AGENT, *args], cwd=ROOT, env={**agent_env, **(extra_env or {})},
+            input=input, capture_output=True, text=True, timeout=timeout,
         )
 
     return run

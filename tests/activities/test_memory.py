@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -45,7 +43,8 @@ from durable_react_agent.testing.embeddings import embed
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.worker.telemetry import Tracing
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT, ApiProcess, until
+from tests.api_support import ApiProcess, until
+from tests.cli_support import run_cli
 from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
 from tests.helpers import (
@@ -369,17 +368,16 @@ async def test_a_remember_approved_after_its_worker_was_killed_is_stored_once(
     completed = [e for e in history.events if e.HasField("activity_task_completed_event_attributes")]
     assert scheduled(history).count("remember") == 1 and len(completed) == 3  # 2 model calls
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=60)
+    def cli(*args: str):  # `agent` as the worker's host would run it: memories in its data dir
+        return run_cli(list(args), env)
 
-    shown = cli("memories", "--as", "ann", "--json")
+    shown = await cli("memories", "--as", "ann", "--json")
     assert shown.returncode == 0, shown.stderr
     assert [m["id"] for m in json.loads(shown.stdout)] == [memory.id]
-    assert cli("memories", "--as", "bob").stdout.strip() == "no memories of bob"
-    refused = cli("forget", memory.id, "--as", "bob")
+    assert (await cli("memories", "--as", "bob")).stdout.strip() == "no memories of bob"
+    refused = await cli("forget", memory.id, "--as", "bob")
     assert refused.returncode == 1 and f"bob has no memory {memory.id}" in refused.stderr
-    forgot = cli("forget", memory.id, "--as", "ann")
+    forgot = await cli("forget", memory.id, "--as", "ann")
     assert forgot.returncode == 0 and "8:15 train" in forgot.stdout
     assert store.list("ann") == []
 

@@ -5,9 +5,6 @@ is decided at the top, and a child is rejected and answered through the API."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 
 import httpx
 from temporalio.client import Client
@@ -15,7 +12,7 @@ from temporalio.client import Client
 from durable_react_agent.api.agui import interrupts
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT, ApiProcess
+from tests.api_support import ApiProcess
 from tests.helpers import (
     note_rows,
     reaches,
@@ -75,7 +72,7 @@ async def test_a_child_rejected_and_answered_through_the_api(
 
 async def test_two_subagents_calls_with_one_id_are_told_apart(
         client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
-        temporal_address: str, activity_settings):
+        cli, activity_settings):
     handle, titles = await two_writers(client, agents_queue, model)
     status = await handle.query(ConversationWorkflow.status)
     by_ref = {p.ref: p for p in status.pending_confirmations}
@@ -103,11 +100,7 @@ async def test_two_subagents_calls_with_one_id_are_told_apart(
         assert len(note_rows(activity_settings.data_dir, titles[1])) == 1
         assert note_rows(activity_settings.data_dir, titles[0]) == []
     # Through the child's own conversation id, its call id is its own.
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", f"{handle.id}/p1", "call_0",
-                         "--as", "carol"],
-        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
-        text=True, timeout=60)
+    done = await cli("confirm", f"{handle.id}/p1", "call_0", "--as", "carol")
     assert done.returncode == 0, done.stderr
     final = await reaches(handle, "idle", timeout_s=60)
     assert final.stop_reason == "answered", final
@@ -117,7 +110,7 @@ async def test_two_subagents_calls_with_one_id_are_told_apart(
 
 async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
         client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
-        temporal_address: str, activity_settings):
+        cli, activity_settings):
     handle, titles = await two_writers(client, agents_queue, model)
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         r = await http.post(f"/conversations/{handle.id}/confirm", json={"all": True})
@@ -126,11 +119,7 @@ async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
     assert [len(note_rows(activity_settings.data_dir, t)) for t in titles] == [1, 1]
 
     handle, titles = await two_writers(client, agents_queue, model)
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "reject", handle.id, "--all",
-                         "--reason", "no", "--as", "dan"],
-        cwd=ROOT, env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
-        text=True, timeout=60)
+    done = await cli("reject", handle.id, "--all", "--reason", "no", "--as", "dan")
     assert done.returncode == 0, done.stderr
     final = await reaches(handle, "idle", timeout_s=60)
     assert final.stop_reason == "answered" and final.final_answer.count("rejected by user: no") == 1

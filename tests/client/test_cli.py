@@ -1,4 +1,6 @@
-"""The CLI as users and scripts run it: a subprocess, configured by the environment."""
+"""The CLI as users and scripts run it, configured by the environment: its entry in-process
+(`tests.cli_support`), and as a process where only a process shows it (a closed pipe, Ctrl-C,
+standard input; `test_commands_as_processes` runs each command once as one)."""
 
 from __future__ import annotations
 
@@ -118,11 +120,7 @@ async def test_clear_errors_and_exit_codes(cli, temporal_address: str):
     usage = await cli("start")
     assert usage.returncode == 2
 
-    env = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
-    unreachable = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "status", "x"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=60,
-    )
+    unreachable = await cli("status", "x", extra_env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
     assert unreachable.returncode == 1
     assert unreachable.stderr.startswith("error: cannot reach Temporal at 127.0.0.1:1")
 
@@ -352,56 +350,47 @@ async def test_output_to_a_closed_pipe_ends_quietly(cli, model: ScriptedModelSer
 
 
 async def test_cli_history_and_watch(client: Client, task_queue: str, model: ScriptedModelServer,
-                                     temporal_address: str):
+                                     cli):
     handle, create, _ = await approval_round(client, task_queue, model)
     await handle.signal(ConversationWorkflow.end, EndRequest())
     await handle.result()
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=60)
-
-    history = await asyncio.to_thread(cli, "history", handle.id)
+    history = await cli("history", handle.id)
     assert history.returncode == 0, history.stderr
     assert "thought: Let me check." in history.stdout
     assert "decision: approved by ann" in history.stdout and "observation: rejected" in history.stdout
-    watched = await asyncio.to_thread(cli, "watch", handle.id)
+    watched = await cli("watch", handle.id)
     assert watched.returncode == 0, watched.stderr
     assert "── turn 1 finished: answered" in watched.stdout
-    resumed = await asyncio.to_thread(cli, "watch", handle.id, "--from-offset", "3")
+    resumed = await cli("watch", handle.id, "--from-offset", "3")
     assert resumed.returncode == 0 and "── turn 1:" not in resumed.stdout
 
 
 async def test_the_cli_refuses_a_3_mb_message_and_the_next_one_is_answered(
-    temporal_address: str, task_queue: str, client: Client, model: ScriptedModelServer
+    cli_process, task_queue: str, client: Client, model: ScriptedModelServer
 ):
+    """From standard input (`-`), as a process reads it."""
     trigger = script(model, unique("cli-3mb"), *[ScriptedReply(content="heard: {last_user}")] * 2)
     handle = await start(client, task_queue, trigger)
     await settled(handle)
-    env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
 
-    def say(text: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "durable_react_agent.client", "say", handle.id, "-", *extra],
-                              cwd=ROOT, env=env, input=text, capture_output=True, text=True,
-                              timeout=60)
+    def say(text: str, *extra: str):
+        return cli_process("say", handle.id, "-", *extra, input=text)
 
-    big = await asyncio.to_thread(say, "m" * 3 * 1024 * 1024)
+    big = await say("m" * 3 * 1024 * 1024)
     assert big.returncode == 1
     assert big.stderr.strip() == "refused: the message is 3,145,728 bytes, over the limit of 262,144 bytes"
-    ok = await asyncio.to_thread(say, "and now a short one", "--wait", "--json")
+    ok = await say("and now a short one", "--wait", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["final_answer"] == "heard: and now a short one"
 
 
-def test_the_cli_reads_the_schema_inline_or_from_a_file_and_refuses_a_bad_one(tmp_path):
+async def test_the_cli_reads_the_schema_inline_or_from_a_file_and_refuses_a_bad_one(cli, tmp_path):
     from durable_react_agent.client.cli import read_output_schema
     path = tmp_path / "schema.json"
     path.write_text(json.dumps(WEATHER))
     assert read_output_schema(str(path)) == read_output_schema(json.dumps(WEATHER)) == WEATHER
-    bad = subprocess.run([sys.executable, "-m", "durable_react_agent.client", "start", "hi", "--output-schema",
-                          '{"type": "nope"}'], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, env={"TEMPORAL_ADDRESS": "127.0.0.1:1", "PATH": "/usr/bin"})
+    bad = await cli("start", "hi", "--output-schema", '{"type": "nope"}',
+                    extra_env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
     assert bad.returncode == 2 and "output schema is not usable" in bad.stderr
 
 
@@ -420,8 +409,7 @@ async def test_the_cli_starts_a_typed_conversation(
 
 
 async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_it(
-        client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings,
-        temporal_address: str):
+        client: Client, agents_queue: str, model: ScriptedModelServer, activity_settings, cli):
     title = unique("child-note")
     parent = delegating(model, "write", "writer", "w1", [
         ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "b"})]),
@@ -440,12 +428,8 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
     assert f"confirm {handle.id} {pending.ref}" in metadata.current_details  # the UI says how
 
     # The CLI's `confirm PARENT CALL_ID` reaches the child; the decision is recorded there.
-    env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": agents_queue}
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "confirm", handle.id, pending.call_id,
-                         "--as", "alice"],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True,
-        timeout=60)
+    done = await cli("confirm", handle.id, pending.call_id, "--as", "alice",
+                     extra_env={"AGENT_TASK_QUEUE": agents_queue})
     assert done.returncode == 0, done.stderr
     status = await settled(handle, timeout_s=30)
     assert status.final_answer.startswith("Writer said: Saved: Created note")
@@ -462,7 +446,7 @@ async def test_a_childs_approval_surfaces_in_the_parent_and_is_decided_through_i
 
 
 async def test_a_models_call_id_never_reaches_a_shell(
-        client: Client, task_queue: str, model: ScriptedModelServer, temporal_address: str):
+        client: Client, task_queue: str, model: ScriptedModelServer, cli):
     """Ids with shell syntax, a slash (a ref's separator) or 5,000 bytes are replaced at intake
     by ids of a safe alphabet; every command the CLI and the Temporal UI show is one command."""
     odd_ids = [SHELL_ID, "a/b", "z" * 5000, "ok_id-1"]
@@ -475,10 +459,7 @@ async def test_a_models_call_id_never_reaches_a_shell(
     ids = [p.call_id for p in status.pending_confirmations]
     assert len(ids) == 4 and "ok_id-1" in ids  # a safe id is kept
     assert all(SAFE_ID_CHARS.issuperset(i) and len(i) <= 64 for i in ids), ids
-    shown = (await asyncio.to_thread(  # the in-process worker answers its query meanwhile
-        subprocess.run, [sys.executable, "-m", "durable_react_agent.client", "status", handle.id], cwd=ROOT,
-        env={**os.environ, "TEMPORAL_ADDRESS": temporal_address}, capture_output=True,
-        text=True, timeout=60)).stdout
+    shown = (await cli("status", handle.id)).stdout
     metadata = await handle.query("__temporal_workflow_metadata")
     details = metadata.current_details
     commands = [line.split(": ", 1)[1] for line in shown.splitlines()

@@ -26,7 +26,7 @@ from durable_react_agent.contract.case import Case, load_case
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.evals import JUDGE_MARK
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT
+from tests.cli_support import EVALS, eval_env
 from tests.console_support import call, screenshot
 from tests.helpers import (
     note_rows,
@@ -37,17 +37,6 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-
-UNREACHABLE = "http://127.0.0.1:9/unreachable"  # Open-Meteo, for an eval that must not reach it
-EVALS = ROOT / "evals"
-
-
-def eval_env(model: ScriptedModelServer, data_dir: Path) -> dict[str, str]:
-    """The eval worker's settings: the scripted model, and no Open-Meteo to reach."""
-    return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-eval",
-            "OPENAI_MODEL": "scripted", "OPEN_METEO_GEOCODING_URL": UNREACHABLE,
-            "OPEN_METEO_FORECAST_URL": UNREACHABLE, "AGENT_DATA_DIR": str(data_dir),
-            "AGENT_MEMORY": "off"}
 
 
 def evaluating(cli, env: dict[str, str]):
