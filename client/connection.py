@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -29,8 +30,7 @@ class TemporalSettings:
     task_queue: str = "react-agent"
 
     @classmethod
-    def from_env(cls) -> TemporalSettings:
-        env = os.environ
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> TemporalSettings:
         return cls(
             address=env.get("TEMPORAL_ADDRESS") or cls.address,
             namespace=env.get("TEMPORAL_NAMESPACE") or cls.namespace,

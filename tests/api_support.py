@@ -1,4 +1,5 @@
-"""`agent-api` as a real child process, for the API, AG-UI and console tests."""
+"""`agent-api` for the API, AG-UI and console tests: in this process (`ApiServer`), or as a
+real child process (`ApiProcess`) where a test kills it or reads its log."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ import uuid
 from pathlib import Path
 
 import httpx
+import uvicorn
 from ag_ui.core import PROTOCOL_VERSION, EventType
 from ag_ui.core.events import Event
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 from starlette.routing import Mount, Route
 
+from durable_react_agent.api.app import create_app
 from durable_react_agent.api.routes import every_route
+from durable_react_agent.api.settings import ApiSettings
+from durable_react_agent.client.connection import TemporalSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,6 +95,48 @@ class ApiProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class ApiServer:
+    """The API as `ApiProcess` runs it, served by uvicorn on a thread of this process: the same
+    app, settings from the same variables, on a free loopback port; without the process's
+    start-up (a second of imports) or its log lines (`ApiProcess` for those)."""
+
+    def __init__(self, temporal_address: str, task_queue: str, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue,
+                    "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}",
+                    "AGENT_DATA_DIR": tempfile.mkdtemp(prefix="agent-api-data-"), **env}
+        self.server: uvicorn.Server | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 30) -> ApiServer:
+        app = create_app(ApiSettings.from_env(self.env), TemporalSettings.from_env(self.env))
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", log_config=None,
+            timeout_graceful_shutdown=2))
+        failed: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                asyncio.run(self.server.serve())  # type: ignore[union-attr]
+            except BaseException as err:  # noqa: BLE001 (told to the caller)
+                failed.append(err)
+
+        self.thread = threading.Thread(target=serve, name=f"api-{self.port}", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if failed or not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the API did not start: {failed}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(10)
 
 
 def sse_events(body: str) -> list[dict[str, str]]:

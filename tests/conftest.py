@@ -28,7 +28,7 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer
 from durable_react_agent.worker.app import build_worker
-from tests.api_support import ROOT, ApiProcess
+from tests.api_support import ROOT, ApiServer
 from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.cli_support import run_cli
 from tests.console_support import VIEWPORT, Console
@@ -145,9 +145,9 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
+def api(temporal_address: str, task_queue: str) -> Iterator[ApiServer]:
     """`agent-api` without tokens (loopback), on the session's dev server and queue."""
-    process = ApiProcess(temporal_address, task_queue).start()
+    process = ApiServer(temporal_address, task_queue).start()
     try:
         yield process
     finally:

@@ -23,7 +23,7 @@ from durable_react_agent.activities.mcp import McpToolbox
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.webhooks import Webhook, Webhooks
 from durable_react_agent.worker.app import build_worker
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.devserver import free_port
 from tests.fake_tools import registry_with_test_tools
 
@@ -88,12 +88,12 @@ def hooks_of(*urls: str, addressee: str | None = None, public_url: str = "") -> 
 async def worker_with_links(client: Client, settings: ActivitySettings, receiver: Receiver,
                             temporal_address: str, addressees: Iterable[str | None],
                             tokens: str | None, events: tuple[str, ...] = ("approval_requested",),
-                            mcp: McpToolbox | None = None) -> AsyncIterator[tuple[str, ApiProcess]]:
+                            mcp: McpToolbox | None = None) -> AsyncIterator[tuple[str, ApiServer]]:
     """A worker whose approvals (or other `events`) reach `receiver` through one webhook per
     addressee, with one-time links, and an API with `tokens` serving them: (its task queue, the
     API). `mcp`: the worker's MCP servers."""
     queue = f"links-{uuid.uuid4().hex[:8]}"
-    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS,
+    api = ApiServer(temporal_address, queue, AGENT_LINK_SECRET=LINKS,
                      **({"AGENT_API_TOKENS": tokens} if tokens else {})).start()
     hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET", addressee=to,
                               events=list(events)) for to in addressees],

@@ -45,7 +45,7 @@ from durable_react_agent.contract import (
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.console_support import Console
 from tests.helpers import replay, script, settled, start, tool_call, unique
 from tests.mcp_support import asking_config, told, tool_env
@@ -215,7 +215,7 @@ def test_the_cli_history_names_the_server_and_what_it_asked():
 
 
 async def test_the_console_audit_shows_a_sampling_record(
-    api: ApiProcess, model: ScriptedModelServer, console: Console,
+    api: ApiServer, model: ScriptedModelServer, console: Console,
 ):
     """In chromium: the audit trail's sampling row names the server, the entry and what it
     asked, at the step of its call."""

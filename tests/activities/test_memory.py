@@ -43,7 +43,7 @@ from durable_react_agent.testing.embeddings import embed
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.worker.telemetry import Tracing
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess, until
+from tests.api_support import ApiServer, until
 from tests.cli_support import run_cli
 from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
@@ -238,13 +238,13 @@ def memory_registry() -> ToolRegistry:
 @pytest_asyncio.fixture(params=["sqlite", "postgresql"])
 async def memory_deployment(request: pytest.FixtureRequest, client: Client, temporal_address: str,
                             activity_settings: ActivitySettings, tmp_path: Path
-                            ) -> AsyncIterator[tuple[ApiProcess, str, MemoryStore]]:
+                            ) -> AsyncIterator[tuple[ApiServer, str, MemoryStore]]:
     """A worker with memory on (the built-in tools), and an API with tokens reading its store."""
     url = (f"sqlite:///{tmp_path}/memory.sqlite3" if request.param == "sqlite"
            else request.getfixturevalue("postgres_url"))
     queue = unique("memory")
     settings = dataclasses.replace(activity_settings, memory_url=url)
-    api = ApiProcess(temporal_address, queue, AGENT_API_TOKENS=TOKENS, AGENT_MEMORY_URL=url)
+    api = ApiServer(temporal_address, queue, AGENT_API_TOKENS=TOKENS, AGENT_MEMORY_URL=url)
     async with httpx.AsyncClient() as http, build_worker(client, queue, settings, http,
                                                          memory_registry()):
         api.start()
@@ -254,7 +254,7 @@ async def memory_deployment(request: pytest.FixtureRequest, client: Client, temp
             api.stop()
 
 
-def as_user(api: ApiProcess, name: str) -> httpx.AsyncClient:
+def as_user(api: ApiServer, name: str) -> httpx.AsyncClient:
     token = dict((e.split(":")[0], e.split(":")[1]) for e in TOKENS.split(","))[name]
     return httpx.AsyncClient(base_url=api.url, timeout=30,
                              headers={"Authorization": f"Bearer {token}"})
@@ -275,7 +275,7 @@ def sent_to_model(model: ScriptedModelServer, marker: str) -> str:
 
 
 async def test_a_memory_is_stored_on_approval_and_recalled_for_its_owner_alone(
-        memory_deployment: tuple[ApiProcess, str, MemoryStore], model: ScriptedModelServer,
+        memory_deployment: tuple[ApiServer, str, MemoryStore], model: ScriptedModelServer,
         client: Client):
     api, _, store = memory_deployment
     async with as_user(api, "ann") as ann, as_user(api, "bob") as bob, \
@@ -460,7 +460,7 @@ async def test_the_console_shows_ones_own_memories_and_forgets_one(
     lisbon = store.add("ann", f"{LISBON}.", unique("k"), "conv-lisbon").memory
     store.add("ann", "I am allergic to <b>peanuts</b>", unique("k"))
     store.add("bob", "Bob's favourite city is Porto", unique("k"))
-    api = await asyncio.to_thread(ApiProcess(temporal_address, task_queue,
+    api = await asyncio.to_thread(ApiServer(temporal_address, task_queue,
                                              AGENT_API_TOKENS=TOKENS, AGENT_MEMORY_URL=url).start)
     try:
         page = console.page

@@ -11,22 +11,22 @@ from ag_ui.core import EventType
 from temporalio.service import RPCError
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess, agui_run, of, user
+from tests.api_support import ApiServer, agui_run, of, user
 from tests.helpers import note_rows, replay, script, tool_call, unique
 
 run = agui_run
 
 
 @pytest.fixture
-async def http(api: ApiProcess):
+async def http(api: ApiServer):
     async with httpx.AsyncClient(base_url=api.url, timeout=60) as c:
         yield c
 
 
 @pytest.fixture
-async def two_apis(api: ApiProcess, temporal_address: str, task_queue: str):
+async def two_apis(api: ApiServer, temporal_address: str, task_queue: str):
     """The session's API and a second API process: a run and its resume may reach either."""
-    second = ApiProcess(temporal_address, task_queue).start()
+    second = ApiServer(temporal_address, task_queue).start()
     try:
         async with httpx.AsyncClient(base_url=api.url, timeout=60) as a, \
                 httpx.AsyncClient(base_url=second.url, timeout=60) as b:

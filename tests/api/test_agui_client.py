@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
-from tests.api_support import ROOT, ApiProcess
+from tests.api_support import ROOT, ApiServer
 from tests.helpers import note_rows, script, unique
 from tests.npm_support import npm_installed
 
@@ -49,7 +49,7 @@ def agui_client() -> AguiClient:
     return AguiClient(node, CLIENT_DIR / "drive.mjs")
 
 
-async def drive(client: AguiClient, api: ApiProcess, thread: str, *steps: dict) -> dict:
+async def drive(client: AguiClient, api: ApiServer, thread: str, *steps: dict) -> dict:
     """Run the driver's steps on one HttpAgent; its result (see drive.mjs). Async, so that the
     worker, which shares this event loop, goes on serving the conversation meanwhile."""
     job = {"url": f"{api.url}/agui", "threadId": thread, "steps": list(steps),
@@ -151,7 +151,7 @@ def model_read(model: ScriptedModelServer, trigger: str, call_id: str) -> str:
                 if m.get("role") == "tool" and m.get("tool_call_id") == call_id)
 
 
-async def conversation_status(api: ApiProcess, thread: str) -> str:
+async def conversation_status(api: ApiServer, thread: str) -> str:
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         r = await http.get(f"/conversations/{thread}")
         assert r.status_code == 200, r.text

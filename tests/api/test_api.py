@@ -19,7 +19,7 @@ from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import (
     ROOT,
-    ApiProcess,
+    ApiServer,
     free_port,
     routes_by_access,
     sse_events,
@@ -37,7 +37,7 @@ TIMEOUT = httpx.Timeout(30.0)
 
 
 @pytest.fixture
-async def http(api: ApiProcess):
+async def http(api: ApiServer):
     async with httpx.AsyncClient(base_url=api.url, timeout=TIMEOUT) as c:
         yield c
 
@@ -251,7 +251,7 @@ async def test_bodies_are_bounded_and_malformed_json_is_explained(http: httpx.As
 
 async def test_tokens_name_the_approver_and_guard_every_route(
         temporal_address: str, task_queue: str, model: ScriptedModelServer, activity_settings):
-    api = ApiProcess(temporal_address, task_queue,
+    api = ApiServer(temporal_address, task_queue,
                      AGENT_API_TOKENS="alice:tok-alice-123,bob:tok-bob-456").start()
     seen: list[str] = []
     try:

@@ -19,7 +19,7 @@ from durable_react_agent.rules.search_attributes import AGENT_OWNER
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS as EVENTS
-from tests.api_support import ApiProcess, sse_events, until, user
+from tests.api_support import ApiServer, sse_events, until, user
 from tests.helpers import replay, script, start, tool_call, unique
 from tests.subagent_support import delegating
 
@@ -33,11 +33,11 @@ BEARERS = {**TOKENS, **{name: token for name, (token, _) in MIXED.items()}}  # e
 
 
 @pytest.fixture(scope="module")
-def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiProcess]:
+def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiServer]:
     tokens = ",".join([*(f"{name}:{TOKENS[name]}" + (f":{ROLES[name]}" if name in ROLES else "")
                          for name in TOKENS),
                        *(f"{name}:{token}:{roles}" for name, (token, roles) in MIXED.items())])
-    api = ApiProcess(temporal_address, roles_queue, AGENT_API_TOKENS=tokens).start()
+    api = ApiServer(temporal_address, roles_queue, AGENT_API_TOKENS=tokens).start()
     try:
         yield api
     finally:
@@ -45,7 +45,7 @@ def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiProce
 
 
 @pytest_asyncio.fixture
-async def as_(roles_api: ApiProcess) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+async def as_(roles_api: ApiServer) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """A client per person, with their token."""
     clients = {name: httpx.AsyncClient(base_url=roles_api.url, timeout=60,
                                        headers={"Authorization": f"Bearer {token}"})

@@ -27,7 +27,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from durable_react_agent.rules.output import output_schema_problem
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.helpers import unique
 
 TOKEN = "tok-schemathesis-123"
@@ -54,8 +54,8 @@ NOT_CHECKED = [
 
 
 @pytest.fixture(scope="module")
-def contract_api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]:
-    api = ApiProcess(temporal_address, task_queue, AGENT_API_TOKENS=f"schemathesis:{TOKEN}",
+def contract_api(temporal_address: str, task_queue: str) -> Iterator[ApiServer]:
+    api = ApiServer(temporal_address, task_queue, AGENT_API_TOKENS=f"schemathesis:{TOKEN}",
                      AGENT_API_TIMEOUT_S="5").start()
     try:
         yield api
@@ -64,7 +64,7 @@ def contract_api(temporal_address: str, task_queue: str) -> Iterator[ApiProcess]
 
 
 @pytest.fixture(scope="module")
-def contract(contract_api: ApiProcess) -> OpenApiSchema:
+def contract(contract_api: ApiServer) -> OpenApiSchema:
     config = SchemathesisConfig.from_dict({
         "seed": SEED,
         # as the document's security scheme: schemathesis then sends it as the API's own auth,

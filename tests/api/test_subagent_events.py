@@ -9,7 +9,7 @@ import httpx
 from temporalio.client import Client
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess, sse_events
+from tests.api_support import ApiServer, sse_events
 from tests.helpers import script, start, unique
 from tests.subagent_support import delegate, delegating
 
@@ -38,7 +38,7 @@ def by_agent(subs: list[dict]) -> dict[str, list[dict]]:
 
 async def test_a_subagents_events_come_inline_and_resuming_follows_the_parents_ids(
         client: Client, agents_queue: str, model: ScriptedModelServer,
-        api: ApiProcess):
+        api: ApiServer):
     writer = script(model, unique("tree-writer"), ScriptedReply(content="drafted"))
     parent = delegating(model, "tree", "manager", "m1", [
         ScriptedReply(tool_calls=[delegate("writer", f"{writer}: go", "w1")]),

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from durable_react_agent.api.agui import interrupts
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.helpers import (
     note_rows,
     reaches,
@@ -45,7 +45,7 @@ async def two_writers(client: Client, queue: str, model: ScriptedModelServer
 
 
 async def test_a_child_rejected_and_answered_through_the_api(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess):
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiServer):
     parent = delegating(model, "reject", "writer", "r1", [
         ScriptedReply(tool_calls=[tool_call("ask_confirm", {"message": "Write it?"})]),
         ScriptedReply(tool_calls=[tool_call("create_note", {"title": "no", "body": "b"})]),
@@ -71,7 +71,7 @@ async def test_a_child_rejected_and_answered_through_the_api(
 
 
 async def test_two_subagents_calls_with_one_id_are_told_apart(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiServer,
         cli, activity_settings):
     handle, titles = await two_writers(client, agents_queue, model)
     status = await handle.query(ConversationWorkflow.status)
@@ -109,7 +109,7 @@ async def test_two_subagents_calls_with_one_id_are_told_apart(
 
 
 async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiServer,
         cli, activity_settings):
     handle, titles = await two_writers(client, agents_queue, model)
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
@@ -131,7 +131,7 @@ async def test_all_reaches_the_subagents_calls_from_the_api_and_the_cli(
 
 
 async def test_a_grandchilds_approval_surfaces_at_the_top_and_is_decided_there(
-        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiProcess,
+        client: Client, agents_queue: str, model: ScriptedModelServer, api: ApiServer,
         activity_settings):
     title = unique("grandchild-note")
     writer = writing(model, title, call_id="g0")

@@ -40,7 +40,7 @@ from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
@@ -67,13 +67,13 @@ def receiver() -> Iterator[Receiver]:
 @pytest_asyncio.fixture
 async def hooked(client: Client, activity_settings: ActivitySettings, receiver: Receiver,
                  monkeypatch: pytest.MonkeyPatch, temporal_address: str
-                 ) -> AsyncIterator[tuple[str, ApiProcess]]:
+                 ) -> AsyncIterator[tuple[str, ApiServer]]:
     """A worker delivering to the receiver (and to a receiver that is down), and an API
     serving the links; a delivery is given up after 3 s."""
     monkeypatch.setenv("TEST_HOOK_SECRET", SECRET)
     monkeypatch.setenv("AGENT_LINK_SECRET", LINKS)
     queue = unique("hooked")
-    api = ApiProcess(temporal_address, queue, AGENT_LINK_SECRET=LINKS).start()
+    api = ApiServer(temporal_address, queue, AGENT_LINK_SECRET=LINKS).start()
     down = f"http://127.0.0.1:{free_port()}/down"
     settings = dataclasses.replace(
         activity_settings, webhooks=hooks_of(receiver.url, down, public_url=api.url),

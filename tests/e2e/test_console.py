@@ -24,7 +24,7 @@ from durable_react_agent.contract import EndRequest
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess, sse_events
+from tests.api_support import ApiProcess, ApiServer, sse_events
 from tests.cassette_support import recorded
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
 from tests.helpers import note_rows, script, start, tool_call, unique
@@ -47,7 +47,7 @@ async def events_until(api_url: str, cid: str, kind: str) -> list[dict[str, str]
 # ----- the tests -----
 
 async def test_console_streams_edits_validates_and_approves(
-        api: ApiProcess, model: ScriptedModelServer, activity_settings, console: Console):
+        api: ApiServer, model: ScriptedModelServer, activity_settings, console: Console):
     trigger, edited = unique("console"), unique("Edited")
     thought = "Let me save that as a note for you."
     script(model, trigger,
@@ -138,7 +138,7 @@ async def test_console_streams_edits_validates_and_approves(
 
 
 async def test_console_stream_resumes_after_the_api_restarts(
-        api: ApiProcess, temporal_address: str, task_queue: str, model: ScriptedModelServer,
+        api: ApiServer, temporal_address: str, task_queue: str, model: ScriptedModelServer,
         console: Console):
     """The console's API dies while the conversation waits, and the call is approved elsewhere
     meanwhile, so the turn finishes unseen. The console says it is reconnecting, resumes after
@@ -202,7 +202,7 @@ async def test_console_stream_resumes_after_the_api_restarts(
 
 
 async def test_console_answers_questions_and_shows_a_refusal(
-        api: ApiProcess, model: ScriptedModelServer, console: Console):
+        api: ApiServer, model: ScriptedModelServer, console: Console):
     """Each kind of question answered through its form; then a call decided elsewhere while the
     page still shows it: approving it is refused (409), and the page says so."""
     trigger = unique("console-ask")
@@ -285,7 +285,7 @@ async def test_console_with_tokens(temporal_address: str, task_queue: str,
            ScriptedReply(content="Second answer."))
     token = unique("tok")
     own = await asyncio.to_thread(
-        ApiProcess(temporal_address, task_queue, AGENT_API_TOKENS=f"alice:{token}").start)
+        ApiServer(temporal_address, task_queue, AGENT_API_TOKENS=f"alice:{token}").start)
     try:
         page = console.page
         await page.goto(f"{own.url}/")
@@ -353,7 +353,7 @@ async def test_console_as_a_viewer_offers_nothing_to_do(
            ScriptedReply(tool_calls=[tool_call("create_note", {"title": title, "body": "v"})]),
            ScriptedReply(content="Noted for alice."))
     alice, vic = unique("tok-a"), unique("tok-v")
-    own = await asyncio.to_thread(ApiProcess(
+    own = await asyncio.to_thread(ApiServer(
         temporal_address, task_queue,
         AGENT_API_TOKENS=f"alice:{alice}:user,vic:{vic}:viewer").start)
     contexts = []
@@ -452,7 +452,7 @@ async def test_console_under_four_eyes_offers_the_owner_no_approval(
     script(model, trigger, ScriptedReply(tool_calls=[tool_call("delete_note", {"note_id": 9})]),
            ScriptedReply(content="Deleted, as carol allowed."))
     alice, carol = unique("tok-a"), unique("tok-c")
-    own = await asyncio.to_thread(ApiProcess(
+    own = await asyncio.to_thread(ApiServer(
         temporal_address, roles_queue,
         AGENT_API_TOKENS=f"alice:{alice}:user,carol:{carol}:approver",
         AGENT_TRACE_URL="http://traces.example/trace/{trace_id}").start)
@@ -500,7 +500,7 @@ async def test_console_shows_why_a_write_is_forbidden(
                                                {"title": unique("F"), "body": "f"})]),
            ScriptedReply(content="Done."))
     alice, bob = unique("tok-a"), unique("tok-b")
-    api = ApiProcess(temporal_address, task_queue,
+    api = ApiServer(temporal_address, task_queue,
                      AGENT_API_TOKENS=f"alice:{alice}:user,bob:{bob}:approver")
     await asyncio.to_thread(api.start)
     try:
@@ -540,7 +540,7 @@ async def test_console_shows_why_a_write_is_forbidden(
 
 
 async def test_console_shows_a_subagents_events_under_the_call_that_started_it(
-        api: ApiProcess, client: Client, agents_queue: str,
+        api: ApiServer, client: Client, agents_queue: str,
         model: ScriptedModelServer, console: Console):
     parent = delegating(model, "console-sub", "researcher", "c1", [
         ScriptedReply(tool_calls=[tool_call("get_weather", {"location": "Paris"})]),
@@ -574,7 +574,7 @@ def sse(event: dict, offset: int | None = None) -> str:
 
 
 async def test_console_shows_a_running_tools_progress_on_its_card(
-        api: ApiProcess, console: Console):
+        api: ApiServer, console: Console):
     """A stream played to the page: a tool's progress (`tool_progress`) shows on its card, the
     conversation's own and a subagent's alike."""
     cid = unique("progress")
@@ -643,7 +643,7 @@ VALIDATION_CASES = [
 ]
 
 
-async def test_console_validator(api: ApiProcess, console: Console):
+async def test_console_validator(api: ApiServer, console: Console):
     await console.page.goto(f"{api.url}/")
     for schema, value, expected in VALIDATION_CASES:
         errors = await console.page.evaluate("([s, v]) => window.agentConsole.validate(s, v)",
@@ -655,7 +655,7 @@ async def test_console_validator(api: ApiProcess, console: Console):
 
 
 async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
-        api: ApiProcess, client: Client, task_queue: str, model: ScriptedModelServer,
+        api: ApiServer, client: Client, task_queue: str, model: ScriptedModelServer,
         console: Console):
     """In a real browser: the recorded prose-then-fence reply streams its JSON as text, then
     the console keeps only the words and shows the call waiting for approval; a turn whose

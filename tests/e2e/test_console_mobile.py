@@ -19,7 +19,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Locator, Page, expect
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.browser_support import PHONE
 from tests.console_support import VIEWPORT, Console, call, screenshot, status_of
 from tests.helpers import note_rows, script, tool_call, unique
@@ -138,7 +138,7 @@ async def the_list(page: Page) -> None:
 # ----- the tests -----
 
 async def test_phone_inbox_and_an_approval_with_edited_args(
-        api: ApiProcess, model: ScriptedModelServer, activity_settings, phone: Console):
+        api: ApiServer, model: ScriptedModelServer, activity_settings, phone: Console):
     trigger, edited = unique("phone"), unique("Groceries-edited")
     script(model, trigger,
            ScriptedReply(content="I'll keep that as a note.",
@@ -219,7 +219,7 @@ async def test_phone_inbox_and_an_approval_with_edited_args(
 
 
 async def test_phone_answers_a_choice_question(
-        api: ApiProcess, model: ScriptedModelServer, phone: Console):
+        api: ApiServer, model: ScriptedModelServer, phone: Console):
     """A conversation with a long id, started elsewhere, waits for an answer: the phone opens it
     from the inbox, shows its id whole, and a tapped choice lets the conversation go on."""
     trigger = unique("phone-ask")
@@ -274,7 +274,7 @@ async def test_phone_answers_a_choice_question(
     assert phone.errors == []
 
 
-async def test_desktop_keeps_two_panes(api: ApiProcess, browser: Browser):
+async def test_desktop_keeps_two_panes(api: ApiServer, browser: Browser):
     """On a desktop the list stays beside the conversation, and there is no back link."""
     context = await browser.new_context(viewport=VIEWPORT)
     try:

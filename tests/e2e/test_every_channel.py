@@ -37,7 +37,7 @@ from durable_react_agent.contract import ConfirmRequest, ConversationStatus, Rej
 from durable_react_agent.rules.links import read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import AGUI_EVENTS, ROOT, ApiProcess, sse_events
+from tests.api_support import AGUI_EVENTS, ROOT, ApiServer, sse_events
 from tests.helpers import note_rows, script, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
 
@@ -58,7 +58,7 @@ PROFILES = Profiles({
 class Desk:
     client: Client
     queue: str
-    api: ApiProcess
+    api: ApiServer
     receiver: Receiver
     model: ScriptedModelServer
     data_dir: Any
@@ -75,7 +75,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest_asyncio.fixture(scope="module")
 async def place(client: Client, activity_settings: ActivitySettings, receiver: Receiver,
-                temporal_address: str) -> AsyncIterator[tuple[str, ApiProcess]]:
+                temporal_address: str) -> AsyncIterator[tuple[str, ApiServer]]:
     settings = dataclasses.replace(activity_settings, profiles=PROFILES, four_eyes=("destructive",))
     tokens = ",".join(f"{n}:{t}:{ROLES[n]}" for n, t in TOKENS.items())
     async with worker_with_links(client, settings, receiver, temporal_address, ADDRESSEES,

@@ -24,7 +24,7 @@ from durable_react_agent.contract import ConfirmRequest, ConversationStatus, Say
 from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.browser_support import PHONE
 from tests.helpers import note_rows, reaches, replay, script, settled, start, unique
 from tests.webhook_support import LINKS, Receiver, worker_with_links
@@ -44,7 +44,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest_asyncio.fixture(scope="module")
 async def linked(client: Client, activity_settings: ActivitySettings, receiver: Receiver,
-                 temporal_address: str) -> AsyncIterator[tuple[str, ApiProcess]]:
+                 temporal_address: str) -> AsyncIterator[tuple[str, ApiServer]]:
     """A worker under four eyes for destructive calls, with a writer subagent, whose approvals
     reach one webhook per addressee; and an API with tokens serving the links."""
     settings = dataclasses.replace(activity_settings, four_eyes=("destructive",),

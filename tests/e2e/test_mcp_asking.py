@@ -15,7 +15,7 @@ from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.contract import AnswerRequest, ElicitAnswer
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess
+from tests.api_support import ApiServer
 from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, replay, script, settled, start, tool_call, unique
@@ -106,7 +106,7 @@ async def test_an_mcp_question_waits_across_a_worker_kill_is_asked_once_and_reac
 
 
 async def test_the_console_shows_an_mcp_question_as_a_form_of_its_schema(
-    api: ApiProcess, model: ScriptedModelServer, console: Console,
+    api: ApiServer, model: ScriptedModelServer, console: Console,
 ):
     """In chromium: a question of kind `elicitation` is a form with a field per property of
     its schema (a number, a checkbox, a pick list), and it answers with one JSON object; the

@@ -21,7 +21,7 @@ from durable_react_agent.rules.gate import check_answer
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ROOT, ApiProcess
+from tests.api_support import ROOT, ApiServer
 from tests.console_support import Console, as_if_asked
 from tests.devserver import worker_env
 from tests.helpers import reaches, script, settled, start, tool_call, unique
@@ -133,7 +133,7 @@ async def test_its_question_waits_across_a_worker_kill_and_its_answer_reaches_it
 
 
 async def test_the_console_form_of_its_schema_answers_it(
-    api: ApiProcess, model: ScriptedModelServer, console: Console, node: str, tmp_path: Path,
+    api: ApiServer, model: ScriptedModelServer, console: Console, node: str, tmp_path: Path,
 ):
     """In chromium, the real server's question (every kind of field it asks) as the console's
     form: defaults filled in, titled picks by their titles, several picks as checkboxes, an

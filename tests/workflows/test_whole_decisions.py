@@ -36,7 +36,7 @@ from durable_react_agent.rules.decisions import held_refusal, partly_applied, ro
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiProcess, agui_run, of, user
+from tests.api_support import ApiServer, agui_run, of, user
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import (
     note_rows,
@@ -56,12 +56,12 @@ WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes
 
 @pytest_asyncio.fixture(scope="module")
 async def desk(client: Client, activity_settings: ActivitySettings, temporal_address: str
-               ) -> AsyncIterator[tuple[str, ApiProcess]]:
+               ) -> AsyncIterator[tuple[str, ApiServer]]:
     """A worker with writer subagents, destructive calls under four eyes; an API on it."""
     queue = unique("whole")
     settings = dataclasses.replace(activity_settings, profiles=Profiles({"writer": WRITER}),
                                    four_eyes=("destructive",))
-    api = ApiProcess(temporal_address, queue).start()
+    api = ApiServer(temporal_address, queue).start()
     try:
         async with httpx.AsyncClient(timeout=10) as http:
             async with build_worker(client, queue, settings, http, registry_with_test_tools()):
