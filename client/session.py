@@ -268,16 +268,17 @@ class Session:
             raise
 
     async def outcome(self, workflow_id: str, request_id: str) -> SignalOutcome | None:
-        """Wait until the workflow records what became of a signal; None if it closed first. At
-        most the session's timeout: a stuck conversation is reported, not waited for forever."""
+        """Wait until the workflow records what became of a signal; None if it closed without.
+        At most the session's timeout: a stuck conversation is reported, not waited for forever."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             outcome = await self.query(workflow_id, names.SIGNAL_OUTCOME, request_id)
             if outcome is not None:
                 return outcome
             description = await self.handle(workflow_id).describe()
-            if description.close_time is not None:
-                return None
+            if description.close_time is not None:  # it may have recorded one, then closed,
+                # since the query above: its closed history answers for good
+                return await self.query(workflow_id, names.SIGNAL_OUTCOME, request_id)
             if time.monotonic() >= deadline:
                 raise CliError(f"{workflow_id} recorded no outcome for the signal in "
                                f"{self.timeout_s:.0f}s; it was delivered, but is not yet taken")

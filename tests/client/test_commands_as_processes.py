@@ -44,10 +44,9 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
 
     started = json.loads(await ok("start", "--id", conv, "--wait", "--json", trigger))
     create, delete = (c["call_id"] for c in started["pending_confirmations"])
-    taken = await asyncio.gather(ok("reject", conv, delete, "--reason", "keep it"),
-                                 ok("confirm", conv, create, "--wait", "--json"))
-    assert taken[0].strip() == "taken"
-    assert json.loads(taken[1])["pending_question"]["options"] == ["red", "blue"]
+    assert (await ok("reject", conv, delete, "--reason", "keep it")).strip() == "taken"
+    confirmed = json.loads(await ok("confirm", conv, create, "--wait", "--json"))
+    assert confirmed["pending_question"]["options"] == ["red", "blue"]
     assert "answer: You chose blue." in await ok("answer", conv, "blue", "--wait")
     assert "answer: heard: again" in await ok("say", conv, "again", "--wait")
 

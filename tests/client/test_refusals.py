@@ -1,20 +1,26 @@
 """What the client layer refuses before anything reaches Temporal, for the CLI, the API and AG-UI
 alike: ids that are not plain in a URL path, a workflow id and a log line; requests that Temporal's
-JSON payloads cannot carry."""
+JSON payloads cannot carry; and a refusal the conversation recorded as it closed."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
 from durable_react_agent.api.links import decision
 from durable_react_agent.client.checks import MAX_JSON_DEPTH, check_conversation_id, unsendable
+from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.client.render import CONTINUED, render_status
+from durable_react_agent.client.session import Session
 from durable_react_agent.contract import (
     AnswerRequest,
     ConfirmRequest,
     ConversationStatus,
     RejectRequest,
     SayRequest,
+    SignalOutcome,
     Usage,
 )
 from durable_react_agent.rules.links import LinkClaims
@@ -80,3 +86,24 @@ def test_a_links_decision_names_its_call_its_arguments_and_its_ticket():
     assert (request.call_ids, request.seen, request.tickets) == (
         ["dup"], {"dup": "sha256:a"}, {"dup": "T"})
     assert request.request_id == "link-key-reject"  # one per link: taken once
+
+
+async def test_an_outcome_recorded_just_before_the_conversation_closed_is_read(monkeypatch):
+    """A refused first message is recorded, then the conversation ends: a wait that asked
+    before the one and saw the other reads the outcome from the closed history, instead of
+    taking the start as accepted."""
+    refused = SignalOutcome(request_id="r1", accepted=False, reason="too long for the model")
+    answers = iter([None, refused])  # asked while it ran, then once it had closed
+
+    class Closed:
+        async def describe(self):
+            return SimpleNamespace(close_time=datetime(2026, 1, 1, tzinfo=UTC))
+
+    session = Session(None, TemporalSettings(), timeout_s=5, max_message_bytes=1024)
+
+    async def query(workflow_id, query, *args):
+        return next(answers)
+
+    monkeypatch.setattr(session, "query", query)
+    monkeypatch.setattr(session, "handle", lambda workflow_id: Closed())
+    assert await session.outcome("conv-1", "r1") == refused
