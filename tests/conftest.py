@@ -1,6 +1,6 @@
 """Shared fixtures: a real Temporal dev server, the scripted model, in-process workers (the
-session's, and the ones under four eyes or with agent profiles), the API as a process, the CLI in this process or as one,
-a browser and a page of the console, and the MCP test servers over HTTP."""
+session's, and the ones under four eyes or with agent profiles), the API on a thread, the CLI in
+this process or as one, a browser and a page of the console, and the MCP test servers over HTTP."""
 
 from __future__ import annotations
 
@@ -147,11 +147,11 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def api(temporal_address: str, task_queue: str) -> Iterator[ApiServer]:
     """`agent-api` without tokens (loopback), on the session's dev server and queue."""
-    process = ApiServer(temporal_address, task_queue).start()
+    server = ApiServer(temporal_address, task_queue).start()
     try:
-        yield process
+        yield server
     finally:
-        process.stop()
+        server.stop()
 
 
 # The console script `agent`, installed beside the interpreter that runs the tests.
