@@ -54,7 +54,7 @@ class _Shell:
 
     def __init__(self) -> None:
         self.env: dict[str, str] | None = None
-        self.saved: tuple[dict[str, str], object, object] | None = None
+        self.saved: tuple[dict[str, str | None], object, object] | None = None
         self.running = 0
         self.changed = asyncio.Condition()
 
@@ -62,9 +62,11 @@ class _Shell:
         async with self.changed:
             await self.changed.wait_for(lambda: self.running == 0 or self.env == env)
             if self.running == 0:
-                self.saved = (dict(os.environ), sys.stdout, sys.stderr)
-                os.environ.clear()
-                os.environ.update(env)
+                # Only the variables that differ change, one at a time: the tests' workers read
+                # the environment from other threads meanwhile, and must never see it half-made.
+                before = {k: os.environ.get(k) for k, v in env.items() if os.environ.get(k) != v}
+                self.saved = (before, sys.stdout, sys.stderr)
+                os.environ.update({k: env[k] for k in before})
                 sys.stdout, sys.stderr = _Routed(0, sys.stdout), _Routed(1, sys.stderr)
                 self.env = env
             self.running += 1
@@ -73,9 +75,12 @@ class _Shell:
         async with self.changed:
             self.running -= 1
             if self.running == 0:
-                environ, sys.stdout, sys.stderr = self.saved  # type: ignore[misc]
-                os.environ.clear()
-                os.environ.update(environ)
+                before, sys.stdout, sys.stderr = self.saved  # type: ignore[misc]
+                for name, value in before.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
                 self.env = self.saved = None
                 self.changed.notify_all()
 
