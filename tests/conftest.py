@@ -196,8 +196,10 @@ def chromium() -> Path:
     return installed_chromium()
 
 
-@pytest_asyncio.fixture(scope="module")
+@pytest_asyncio.fixture(scope="session")
 async def browser(chromium: Path) -> AsyncIterator[Browser]:
+    """One chromium (and one Playwright driver) per test process; each test gets a context of
+    its own (`console`)."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(chromium), headless=True,
                                                    args=CHROMIUM_ARGS)
