@@ -196,10 +196,8 @@ def chromium() -> Path:
     return installed_chromium()
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture(scope="module")
 async def browser(chromium: Path) -> AsyncIterator[Browser]:
-    """One chromium (and one Playwright driver) per test process; each test gets a context of
-    its own (`console`)."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(chromium), headless=True,
                                                    args=CHROMIUM_ARGS)
