@@ -57,22 +57,30 @@ class LogTail:
         return self.lines[mark:]
 
 
-class ApiProcess:
-    """One API process on a free loopback port, talking to the tests' dev server and queue."""
+class _Api:
+    """The API's address (a free loopback port) and its variables: the tests' dev server and
+    queue, and `env`'s."""
 
     def __init__(self, temporal_address: str, task_queue: str, **env: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address,
-                    "AGENT_TASK_QUEUE": task_queue,
+        self.env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue,
                     "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}",
                     # the memory store it reads, unless a test names one: never the checkout's
                     "AGENT_DATA_DIR": tempfile.mkdtemp(prefix="agent-api-data-"), **env}
+
+
+class ApiProcess(_Api):
+    """One API process, talking to the tests' dev server and queue."""
+
+    def __init__(self, temporal_address: str, task_queue: str, **env: str):
+        super().__init__(temporal_address, task_queue, **env)
         self.proc: subprocess.Popen | None = None
         self.tail: LogTail | None = None
 
     def start(self, timeout_s: float = 30) -> ApiProcess:
-        self.proc = subprocess.Popen([sys.executable, "-m", "durable_react_agent.api"], cwd=ROOT, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "durable_react_agent.api"], cwd=ROOT,
+                                     env={**os.environ, **self.env},
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.tail = LogTail(self.proc)
         deadline = time.monotonic() + timeout_s
@@ -97,17 +105,13 @@ class ApiProcess:
                 self.proc.wait()
 
 
-class ApiServer:
+class ApiServer(_Api):
     """The API as `ApiProcess` runs it, served by uvicorn on a thread of this process: the same
-    app, settings from the same variables, on a free loopback port; without the process's
-    start-up (a second of imports) or its log lines (`ApiProcess` for those)."""
+    app, settings from the same variables; without the process's start-up (a second of
+    imports) or its log lines (`ApiProcess` for those)."""
 
     def __init__(self, temporal_address: str, task_queue: str, **env: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {"TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue,
-                    "AGENT_API_ADDRESS": f"127.0.0.1:{self.port}",
-                    "AGENT_DATA_DIR": tempfile.mkdtemp(prefix="agent-api-data-"), **env}
+        super().__init__(temporal_address, task_queue, **env)
         self.server: uvicorn.Server | None = None
         self.thread: threading.Thread | None = None
 

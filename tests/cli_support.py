@@ -85,14 +85,12 @@ class _Shell:
                 self.changed.notify_all()
 
 
-_SHELL: _Shell | None = None
+_SHELL = _Shell()
 
 
 async def run_cli(args: list[str], env: Mapping[str, str], timeout: float = 60
                   ) -> subprocess.CompletedProcess:
     """`agent *args` as a process given `env` would run it: its exit code and its output."""
-    global _SHELL
-    _SHELL = _SHELL or _Shell()
     shell, output = _SHELL, (io.StringIO(), io.StringIO())
     await shell.enter(dict(env))
     try:

@@ -14,14 +14,13 @@ from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.cli_support import EVALS, eval_env
 from tests.helpers import script, tool_call, unique
 
+RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
+       "export", "fork", "eval", "end", "cancel", "memories", "forget"}
+
 
 def test_this_module_runs_every_command():
     commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001
-    assert set(commands) == set(RAN), set(commands) ^ set(RAN)
-
-
-RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
-       "export", "fork", "eval", "end", "cancel", "memories", "forget"}
+    assert set(commands) == RAN, set(commands) ^ RAN
 
 
 async def test_every_command_as_a_process(cli_process, model: ScriptedModelServer,
