@@ -43,6 +43,7 @@ from temporalio.exceptions import ApplicationError
 from ..contract import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
 from ..rules.links import LinkClaims, sign_link
 from .config_file import read_config
+from .heartbeat import heartbeating
 
 log = structlog.get_logger("webhooks")
 Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
@@ -246,8 +247,9 @@ class WebhookActivities:
                 raise ApplicationError(f"{hook.secret_env}: {err}", type="BadWebhookSecret",
                                        non_retryable=True) from None
         try:
-            response = await self._http.post(hook.url, content=body, headers=headers,
-                                             timeout=DELIVERY_TIMEOUT_S)
+            response = await heartbeating(self._http.post(hook.url, content=body,
+                                                          headers=headers,
+                                                          timeout=DELIVERY_TIMEOUT_S))
         except httpx.HTTPError as err:
             raise ApplicationError(f"{hook.host} unreachable: {type(err).__name__}",
                                    type="WebhookUnreachable") from None

@@ -12,7 +12,7 @@ from temporalio import activity
 
 from durable_react_agent.activities.tools import ToolRegistry, ToolSpec
 from durable_react_agent.activities.tools.notes import NOTES_TOOLS, CreateNoteArgs, create_note
-from durable_react_agent.activities.tools.weather import WEATHER
+from durable_react_agent.activities.tools.weather import get_weather
 
 ATTEMPTS: Counter[str] = Counter()  # tool name → attempts started, in this process
 NO_HTTP = cast(httpx.AsyncClient, None)  # for tools that make no requests
@@ -92,7 +92,7 @@ ODD_TOOLS = [
 
 
 def registry_with_test_tools(*extra: ToolSpec) -> ToolRegistry:
-    return ToolRegistry([WEATHER, *NOTES_TOOLS, *TEST_TOOLS, *extra])
+    return ToolRegistry([get_weather, *NOTES_TOOLS, *TEST_TOOLS, *extra])
 
 
 # account_read, a tool whose risk the worker decides (`registry(risk)`).
@@ -105,5 +105,5 @@ async def read_handler(args: ReadArgs, ctx) -> str:
 
 
 def registry(risk: str) -> ToolRegistry:
-    return ToolRegistry([WEATHER, *NOTES_TOOLS,
+    return ToolRegistry([get_weather, *NOTES_TOOLS,
                          ToolSpec("account_read", "Reads an account.", ReadArgs, read_handler, risk=risk)])

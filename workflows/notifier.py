@@ -26,6 +26,9 @@ from .failures import failure_reason, is_cancelled
 
 MAX_OUTBOX = 64  # deliveries a conversation carries at most (the oldest go first)
 DELIVERY_TIMEOUT = timedelta(seconds=15)
+# The delivery heartbeats while its request runs: a delivery whose worker died is sent again
+# within seconds, not once its whole timeout has passed.
+DELIVERY_HEARTBEAT = timedelta(seconds=5)
 DRAIN_GRACE = timedelta(seconds=30)  # what a conversation's end waits for deliveries in flight
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                     maximum_interval=timedelta(minutes=5))
@@ -68,7 +71,7 @@ class Notifier:
         try:
             await workflow.execute_activity(
                 NOTIFY_ACTIVITY, request, result_type=int,
-                start_to_close_timeout=DELIVERY_TIMEOUT,
+                start_to_close_timeout=DELIVERY_TIMEOUT, heartbeat_timeout=DELIVERY_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(seconds=self._state.webhook_retry_s),
                 retry_policy=RETRY, summary=f"notify {request.event} → {request.host}")
             outcome = "delivered"

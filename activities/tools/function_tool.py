@@ -59,10 +59,10 @@ def tool(function: ToolFunction | None = None, /, *, name: str | None = None, ri
       is neither idempotent nor keyed runs at most once.
     - `timeout_s`: how long one attempt may take; `max_attempts`: attempts of a retry-safe tool.
     - `local`: run in the worker of the conversation's workflow task, as a Temporal local
-      activity, which saves a server round trip per step. Every safe tool does unless it says
-      `local=False`, as a long read should (queries wait while a local run goes on, and it
-      heartbeats no details); a tool that waits for approval, or that may not run again (neither
-      idempotent nor keyed), cannot.
+      activity, which saves a server round trip per step. Every safe tool whose `timeout_s` is
+      at most 30 s does unless it says `local=False`, as a long read should (signals and queries
+      wait while a local run goes on, and it heartbeats no details); a tool that waits for
+      approval, or that may not run again (neither idempotent nor keyed), cannot.
 
     A parameter typed `ToolContext` receives the call's context and is not shown to the model.
     A tool whose only other parameter is a pydantic model takes the model's fields as its

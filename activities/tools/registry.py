@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 RESERVED_NAMES = frozenset({*RUNTIME_ACTIVITIES, NOTIFY_ACTIVITY,
                             *(t.name for t in ASK_TOOLS)})
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
+# The longest deadline of a tool that runs locally unless it says: a signal (a stop, an end, a
+# decision) or a query reaches the conversation only between workflow tasks, so a read that may
+# take longer runs as an activity of its own, which a stop cancels at its next heartbeat.
+QUICK_READ_S = 30.0
 
 
 class ToolError(Exception):
@@ -101,17 +105,20 @@ class ToolSpec:
     max_attempts: int = 3  # for a tool a retry cannot harm (idempotent or keyed); others run once
     # Runs as a local activity, in the worker that runs the conversation's workflow task: no
     # server round trip of its own, so a step costs one workflow task instead of two. None: every
-    # safe tool that may run again does. A local run has no heartbeat (`ToolContext.heartbeat`
-    # keeps no details), queries wait while it runs, and after a worker dies it runs again once
-    # the workflow task times out: for quick reads, not for long ones.
+    # safe tool that may run again does, unless its deadline is past `QUICK_READ_S`. A local run
+    # has no heartbeat (`ToolContext.heartbeat` keeps no details), signals and queries wait while
+    # it runs, and after a worker dies it runs again once the workflow task times out: for quick
+    # reads, not for long ones.
     local: bool | None = None
 
     @property
     def runs_locally(self) -> bool:
         """Whether its calls run as local activities: a safe tool that may run again (idempotent
-        or keyed), unless it says `local=False`."""
+        or keyed) and is quick (`timeout_s` within `QUICK_READ_S`), unless it says otherwise."""
         may = self.risk == "safe" and (self.idempotent or self.keyed)
-        return may and self.local is not False
+        if self.local is None:
+            return may and self.timeout_s <= QUICK_READ_S
+        return may and self.local
 
     def definition(self, local: bool = True) -> ToolDefinition:
         """What a conversation knows of the tool; `local=False`: its calls never run as local

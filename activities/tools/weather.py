@@ -80,5 +80,3 @@ async def _get_json(http: httpx.AsyncClient, url: str, params: dict) -> dict:
     response.raise_for_status()  # 5xx: raised, so Temporal retries this idempotent tool
     return response.json()
 
-
-WEATHER = get_weather  # the name tests/fake_tools.py and tests/workflows/test_gate.py import

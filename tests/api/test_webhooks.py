@@ -197,7 +197,8 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
         worker.kill()
         slow.hold_s = 0  # what comes after the kill is answered at once
         worker.start()
-        deliveries = await slow.until("turn_finished", count=2, timeout_s=60)  # retried
+        # retried once the delivery's heartbeat (5 s) lapses, well before its 15 s deadline
+        deliveries = await slow.until("turn_finished", count=2, timeout_s=13)
         await handle.signal(ConversationWorkflow.say, SayRequest(text="more", request_id="m2"))
         await settled(handle, turn=2, timeout_s=60)
         later = await slow.until("turn_finished", count=3, timeout_s=60)

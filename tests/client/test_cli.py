@@ -288,8 +288,11 @@ async def test_cancel_end_help_and_ctrl_c(cli, client, model: ScriptedModelServe
     await client.start_workflow(ConversationWorkflow.run, ConversationInput(prompt="hi"),
                                 id=unserved, task_queue=unique("nobody"))
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": task_queue}
+    # Ctrl-C as a terminal sends it, whether or not SIGINT is ignored here (a shell that runs the
+    # suite in the background ignores it, for its children too)
     waiting = subprocess.Popen([sys.executable, "-m", "durable_react_agent.client", "status", unserved], cwd=ROOT,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:  # interrupted once it says it waits: its first query found no worker, it asks again
         told = await asyncio.wait_for(asyncio.to_thread(lines_until, waiting.stderr,
                                                         "waiting for a worker"), timeout=60)

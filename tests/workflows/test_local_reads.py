@@ -62,6 +62,9 @@ async def test_a_safe_read_runs_in_the_workflow_task_and_a_step_costs_one(
     )
     forecasts = model.forecast_calls
     handle = await start(client, task_queue, trigger, one_shot=True)
+    # its end, not a poll of the status: a query that comes while the reads run may end their
+    # workflow task early, so that the query is answered
+    await handle.result()
     status = await settled(handle)
     assert (status.status, status.steps) == ("completed", 3)
     assert status.final_answer.startswith("Both: Tokyo, Japan")
@@ -99,7 +102,8 @@ async def test_a_tool_that_may_not_run_again_or_waits_for_a_person_runs_as_an_ac
 def test_which_tools_run_locally():
     definitions = {t.name: t for t in registry_with_test_tools().definitions()}
     assert {name for name, t in definitions.items() if t.local} == {
-        "get_weather", "list_notes", "flaky_read", "big_output", "slow_tool", "note_then_crash"}
+        "get_weather", "list_notes", "flaky_read", "big_output", "note_then_crash"}
+    assert definitions["slow_tool"].timeout_s > 30  # a long read runs as an activity
     assert not any(t.local for t in registry_with_test_tools().definitions(local=False))
 
     @tool(local=False)
@@ -108,6 +112,18 @@ def test_which_tools_run_locally():
         return query
 
     assert not long_scan.runs_locally and not long_scan.definition().local
+
+    @tool(timeout_s=31)
+    def slow_scan(query: str) -> str:
+        """Scan the archive, slowly."""
+        return query
+
+    @tool(timeout_s=120, local=True)
+    def told_to(query: str) -> str:
+        """Scan the archive, locally whatever it takes."""
+        return query
+
+    assert (slow_scan.runs_locally, told_to.runs_locally) == (False, True)
     with pytest.raises(ToolDefinitionError, match="local=True is for safe tools"):
         @tool(risk="sensitive", keyed=True, local=True)
         def send(text: str) -> str:

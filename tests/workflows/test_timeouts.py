@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import uuid
@@ -110,6 +109,14 @@ def used_flags(history) -> set[int]:
             for flag in e.workflow_task_completed_event_attributes.sdk_metadata.lang_used_flags}
 
 
+async def timer_fired(handle, timeout_s: float = 10) -> None:
+    """Until the conversation's history shows a timer fired."""
+    async with asyncio.timeout(timeout_s):
+        while not any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+                      for e in (await handle.fetch_history()).events):
+            await asyncio.sleep(0.05)
+
+
 @pytest.mark.parametrize("single_batch", [False, True], ids=["legacy-order", "single-batch"])
 async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
     model: ScriptedModelServer, activity_settings: ActivitySettings, single_batch: bool
@@ -139,8 +146,11 @@ async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
                 handle = await start(env.client, queue, trigger, idle_timeout_s=60)
                 await reaches(handle, "idle")
             # While no worker runs, awaiting the result lets the server skip past the idle timer.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(handle.result(), timeout=3)
+            awaiting = asyncio.ensure_future(handle.result())
+            try:
+                await timer_fired(handle)
+            finally:
+                awaiting.cancel()
             await handle.signal(ConversationWorkflow.say, SayRequest(text="still there?", request_id="late"))
             async with worker(env, queue, http):
                 assert (await outcome_of(handle, "late")).accepted
