@@ -165,7 +165,7 @@ async def status_of(http: httpx.AsyncClient, cid: str) -> dict:
     return r.json()
 
 
-async def until(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1,
+async def until_status(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1,
                 timeout_s: float = 30) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
 import sqlite3
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -192,6 +194,21 @@ async def settled(handle: WorkflowHandle, turn: int = 1, timeout_s: float = 30) 
         if time.monotonic() > deadline:
             raise AssertionError(f"turn {turn} did not settle in {timeout_s}s: {status}")
         await asyncio.sleep(0.1)
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]], timeout_s: float = 30,
+                what: str = "the condition") -> None:
+    """Wait for `condition` to hold, looking every 50 ms: something the test sees (a counter, a
+    file, a receiver's deliveries) or asks (`async` : a history, a description)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        assert time.monotonic() < deadline, f"{what} never held in {timeout_s}s"
+        await asyncio.sleep(0.05)
 
 
 async def reaches(handle: WorkflowHandle, status: str, timeout_s: float = 30) -> ConversationStatus:

@@ -43,7 +43,7 @@ from durable_react_agent.testing.embeddings import embed
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.worker.telemetry import Tracing
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.api_support import ApiServer, until
+from tests.api_support import ApiServer, until_status
 from tests.cli_support import run_cli
 from tests.console_support import Console, screenshot, sign_in
 from tests.devserver import free_port, worker_env
@@ -265,7 +265,7 @@ async def ask(http: httpx.AsyncClient, prompt: str) -> dict:
     started = await http.post("/conversations", json={"prompt": prompt, "id": cid,
                                                       "one_shot": True})
     assert started.status_code == 201, started.text
-    return await until(http, cid, "completed", "waiting_for_confirmation", timeout_s=60)
+    return await until_status(http, cid, "completed", "waiting_for_confirmation", timeout_s=60)
 
 
 def sent_to_model(model: ScriptedModelServer, marker: str) -> str:
@@ -288,7 +288,7 @@ async def test_a_memory_is_stored_on_approval_and_recalled_for_its_owner_alone(
         taken = await ann.post(f"/conversations/{waiting['workflow_id']}/confirm",
                                json={"call_ids": [call["call_id"]]})
         assert taken.status_code == 200, taken.text
-        done = await until(ann, waiting["workflow_id"], "completed", timeout_s=60)
+        done = await until_status(ann, waiting["workflow_id"], "completed", timeout_s=60)
         assert done["final_answer"].startswith("Noted (offline demo model): Remembered [mem-")
         [memory] = (await ann.get("/memories")).json()
         assert (memory["owner"], memory["text"], memory["conversation_id"]) == (

@@ -47,7 +47,7 @@ from durable_react_agent.worker.app import build_worker, tool_registry
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import free_port, worker_env
 from tests.fake_tools import NO_HTTP
-from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique
+from tests.helpers import USER_TOOLS, reaches, script, settled, start, tool_call, unique, until
 from tests.processes import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -507,10 +507,8 @@ async def test_a_users_tools_module_works_end_to_end_across_a_worker_crash(
 
         await handle.signal(ConversationWorkflow.confirm,
                             ConfirmRequest(call_ids=[pending.call_id], approver="ann"))
-        deadline = time.monotonic() + 60
-        while not list(outbox.glob("*.json")):  # sent; the call holds before it reports
-            assert time.monotonic() < deadline, worker.log(1)
-            await asyncio.sleep(0.05)
+        # sent; the call holds before it reports
+        await until(lambda: any(outbox.glob("*.json")), 60, "the SMS sent")
         worker.kill()
         (outbox / "hold").unlink()
         worker.start()

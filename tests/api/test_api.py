@@ -24,7 +24,7 @@ from tests.api_support import (
     routes_by_access,
     sse_events,
     status_of,
-    until,
+    until_status,
 )
 from tests.conftest import SECRET_KEY
 from tests.helpers import note_rows, recorded_events, script, start, tool_call, unique
@@ -51,7 +51,7 @@ async def test_start_is_idempotent_by_id_and_lists_the_conversation(
     assert first.json()["workflow_id"] == cid
     again = await http.post("/conversations", json={"prompt": trigger, "id": cid})
     assert again.status_code == 200 and again.json()["workflow_id"] == cid
-    done = await until(http, cid, "idle")
+    done = await until_status(http, cid, "idle")
     assert done["final_answer"] == "hello from the model"
     assert model.count(trigger) == 1  # one conversation, one model call
     keys = {"workflow_id", "status", "turn", "steps", "llm_calls", "tools_used", "stop_reason",
@@ -79,7 +79,7 @@ async def test_approval_with_edited_args_records_the_principal(
                      ScriptedReply(content="Done: {last_tool}"))
     cid = unique("api")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
-    waiting = await until(http, cid, "waiting_for_confirmation")
+    waiting = await until_status(http, cid, "waiting_for_confirmation")
     call = waiting["pending_confirmations"][0]
     assert call["tool"] == "create_note"
 
@@ -108,7 +108,7 @@ async def test_approval_with_edited_args_records_the_principal(
                                   "args": {"title": title, "body": "edited"}})
     assert taken.status_code == 200, taken.text
     assert taken.json()["accepted"] is True
-    done = await until(http, cid, "idle")
+    done = await until_status(http, cid, "idle")
     assert done["final_answer"].startswith("Done: Created note")
     assert [row[1:] for row in note_rows(activity_settings.data_dir, title)] == [(title, "edited")]
 
@@ -131,13 +131,13 @@ async def test_reject_question_message_and_end(http: httpx.AsyncClient,
     )
     cid = unique("api")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
-    waiting = await until(http, cid, "waiting_for_confirmation")
+    waiting = await until_status(http, cid, "waiting_for_confirmation")
     call_id = waiting["pending_confirmations"][0]["call_id"]
     rejected = await http.post(f"/conversations/{cid}/reject",
                                json={"call_ids": [call_id], "reason": "not today"})
     assert rejected.status_code == 200 and rejected.json()["accepted"]
 
-    asking = await until(http, cid, "waiting_for_input")
+    asking = await until_status(http, cid, "waiting_for_input")
     assert asking["pending_question"]["options"] == ["Paris", "Rome"]
     wrong = await http.post(f"/conversations/{cid}/answer", json={"values": ["Oslo"]})
     assert wrong.status_code == 409 and "Paris" in wrong.json()["detail"]
@@ -145,7 +145,7 @@ async def test_reject_question_message_and_end(http: httpx.AsyncClient,
     assert empty.status_code == 422
     right = await http.post(f"/conversations/{cid}/answer", json={"values": ["Rome"]})
     assert right.status_code == 200
-    done = await until(http, cid, "idle")
+    done = await until_status(http, cid, "idle")
     assert done["final_answer"] == "Heard: Rome"
     records = (await http.get(f"/conversations/{cid}/history")).json()
     decision = next(a["decision"] for r in records for a in r["actions"] if a["decision"])
@@ -153,14 +153,14 @@ async def test_reject_question_message_and_end(http: httpx.AsyncClient,
 
     said = await http.post(f"/conversations/{cid}/messages", json={"text": "and then?"})
     assert said.status_code == 200 and said.json()["turn"] == 2
-    assert (await until(http, cid, "idle", turn=2))["final_answer"] == "second turn"
+    assert (await until_status(http, cid, "idle", turn=2))["final_answer"] == "second turn"
     for text in ["", " \n\u3000"]:  # blank is a rule of the schema: refused before sending
         blank = await http.post(f"/conversations/{cid}/messages", json={"text": text})
         assert blank.status_code == 422 and blank.json()["detail"][0]["loc"] == ["body", "text"]
 
     ended = await http.post(f"/conversations/{cid}/end", json={})
     assert ended.status_code == 200 and ended.json()["accepted"]
-    final = await until(http, cid, "completed")
+    final = await until_status(http, cid, "completed")
     assert final["stop_reason"] == "ended"
     late = await http.post(f"/conversations/{cid}/messages", json={"text": "hello?"})
     assert late.status_code in (404, 409)
@@ -192,7 +192,7 @@ async def test_event_stream_resumes_after_last_event_id(http: httpx.AsyncClient,
                      ScriptedReply(content="It is mild in Paris today."))
     cid = unique("api")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
-    await until(http, cid, "idle")
+    await until_status(http, cid, "idle")
     everything = await read_sse(http, cid, "turn_finished")
     kinds = [e["event"] for e in everything]
     assert kinds[0] == "turn_started" and "tool_finished" in kinds and "token" in kinds
@@ -286,11 +286,11 @@ async def test_tokens_name_the_approver_and_guard_every_route(
             cid = unique("api")
             r = await alice.post("/conversations", json={"prompt": trigger, "id": cid})
             seen.append(r.text)
-            waiting = await until(alice, cid, "waiting_for_confirmation")
+            waiting = await until_status(alice, cid, "waiting_for_confirmation")
             r = await alice.post(f"/conversations/{cid}/confirm", json={"all": True})
             seen.append(r.text)
             assert r.status_code == 200
-            await until(alice, cid, "idle")
+            await until_status(alice, cid, "idle")
             for path in ["", "/history"]:
                 seen.append((await alice.get(f"/conversations/{cid}{path}")).text)
             records = json.loads(seen[-1])
@@ -327,10 +327,10 @@ async def test_event_stream_follows_continue_as_new(http: httpx.AsyncClient, cli
     trigger = script(model, unique("api-can"), ScriptedReply(content="first answer"),
                      ScriptedReply(content="second answer"))
     handle = await start(client, task_queue, trigger, continue_as_new_after_turns=1)
-    await until(http, handle.id, "idle")
+    await until_status(http, handle.id, "idle")
     said = await http.post(f"/conversations/{handle.id}/messages", json={"text": "again"})
     assert said.status_code == 200
-    await until(http, handle.id, "idle", turn=2)
+    await until_status(http, handle.id, "idle", turn=2)
     assert (await status_of(http, handle.id))["runs"] >= 2
     events = await read_sse(http, handle.id, "turn_finished", times=2)
     answers = [json.loads(e["data"])["text"] for e in events if e["event"] == "turn_finished"]

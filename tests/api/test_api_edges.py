@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiProcess, LogTail, sse_events
+from tests.api_support import ApiProcess, LogTail, sse_events, until_status
 from tests.fuzz_api import fuzz, logged, not_one_json_object_each, targets
 from tests.helpers import LONG, recorded_events, script, start, tool_call, unique
 from tests.hostile_input import ODD_IDS, VALID_BODIES, hostile_bodies
@@ -40,16 +40,6 @@ async def http(edge_api) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def until(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1) -> dict:
-    deadline = time.monotonic() + 30
-    while True:
-        current = (await http.get(f"/conversations/{cid}")).json()
-        if current["status"] in statuses and current["turn"] >= turn:
-            return current
-        assert time.monotonic() < deadline, f"never reached {statuses}: {current}"
-        await asyncio.sleep(0.1)
-
-
 def assert_fastapi_422(r: httpx.Response) -> None:
     assert r.status_code == 422, (r.status_code, r.text)
     detail = r.json()["detail"]
@@ -66,7 +56,7 @@ async def test_hostile_json_is_a_422_that_changes_nothing(http: httpx.AsyncClien
     cid = unique("edge")
     started = await http.post("/conversations", json={"prompt": trigger, "id": cid})
     assert started.status_code == 201
-    waiting = await until(http, cid, "waiting_for_confirmation")
+    waiting = await until_status(http, cid, "waiting_for_confirmation")
     handle = client.get_workflow_handle(cid)
     before = await recorded_events(handle)
 
@@ -141,7 +131,7 @@ async def test_every_stream_offset_has_a_defined_start(http: httpx.AsyncClient,
                      ScriptedReply(content="second"))
     cid = unique("edge")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
-    await until(http, cid, "idle")
+    await until_status(http, cid, "idle")
     everything = await first_events(http, cid, wait_s=2)
     end = int(everything[-1]["id"]) + 1
 
@@ -158,18 +148,18 @@ async def test_every_stream_offset_has_a_defined_start(http: httpx.AsyncClient,
 
     # Dropped streams that waited past the end hold no Update of the conversation: its input
     # still goes through (ten left waiting would take every in-flight Update it may have).
-    await until(http, cid, "idle", turn=2)
+    await until_status(http, cid, "idle", turn=2)
     for _ in range(2):
         streams = [asyncio.create_task(first_events(http, cid, params={"from_offset": 10**9},
                                                     wait_s=1.5)) for _ in range(6)]
         await asyncio.gather(*streams)
         said = await http.post(f"/conversations/{cid}/messages", json={"text": "still here?"})
         assert said.status_code == 200, said.text
-        await until(http, cid, "idle", turn=said.json()["turn"])
+        await until_status(http, cid, "idle", turn=said.json()["turn"])
 
     # Past the end of a finished conversation: `end` at once.
     assert (await http.post(f"/conversations/{cid}/end", json={})).status_code == 200
-    await until(http, cid, "completed")
+    await until_status(http, cid, "completed")
     for headers, params in [({"Last-Event-ID": str(10**30)}, {}), ({}, {"from_offset": 10**9})]:
         started = time.monotonic()
         assert [e["event"] for e in await first_events(http, cid, headers, params)] == ["end"]
@@ -182,11 +172,11 @@ async def test_a_stream_resumes_across_continue_as_new(http: httpx.AsyncClient, 
     trigger = script(model, unique("edge-can"), ScriptedReply(content="first answer"),
                      ScriptedReply(content="second answer"))
     handle = await start(client, task_queue, trigger, continue_as_new_after_turns=1)
-    await until(http, handle.id, "idle")
+    await until_status(http, handle.id, "idle")
     first_run = await first_events(http, handle.id, wait_s=2)
     assert (await http.post(f"/conversations/{handle.id}/messages",
                             json={"text": "again"})).status_code == 200
-    await until(http, handle.id, "idle", turn=2)
+    await until_status(http, handle.id, "idle", turn=2)
     assert (await http.get(f"/conversations/{handle.id}")).json()["runs"] >= 2
     everything = await first_events(http, handle.id, wait_s=2)
     # After the last event of the first run: the second run's events, none lost or repeated.
@@ -294,7 +284,7 @@ async def test_watchers_hold_nothing_of_the_conversation(http: httpx.AsyncClient
                      ScriptedReply(content="second"))
     cid = unique("edge")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
-    await until(http, cid, "idle")
+    await until_status(http, cid, "idle")
     handle = client.get_workflow_handle(cid)
     before = await recorded_events(handle)
     streams = [asyncio.create_task(first_events(http, cid, params={"from_offset": 10**9},
@@ -303,7 +293,7 @@ async def test_watchers_hold_nothing_of_the_conversation(http: httpx.AsyncClient
     assert await recorded_events(handle) == before  # watching adds nothing to the history
     said = await http.post(f"/conversations/{cid}/messages", json={"text": "still here?"})
     assert said.status_code == 200, said.text
-    await until(http, cid, "idle", turn=2)
+    await until_status(http, cid, "idle", turn=2)
     seen = await asyncio.gather(*streams)
     assert all(any(e.get("event") == "turn_finished" for e in events) for events in seen)
 

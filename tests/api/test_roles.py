@@ -19,7 +19,7 @@ from durable_react_agent.rules.search_attributes import AGENT_OWNER
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS as EVENTS
-from tests.api_support import ApiServer, sse_events, until, user
+from tests.api_support import ApiServer, sse_events, until_status, user
 from tests.helpers import replay, script, start, tool_call, unique
 from tests.subagent_support import delegating
 
@@ -100,8 +100,8 @@ async def test_a_viewer_who_is_also_a_user_decides_their_own_calls_only(
     someone else's: the viewer role reads everyone's and decides none of them."""
     alices = await started(as_["alice"], waits_for_a_note(model))
     vals = await started(as_["val"], waits_for_a_note(model))
-    await until(as_["alice"], alices, "waiting_for_confirmation")
-    await until(as_["val"], vals, "waiting_for_confirmation")
+    await until_status(as_["alice"], alices, "waiting_for_confirmation")
+    await until_status(as_["val"], vals, "waiting_for_confirmation")
     pending = (await as_["val"].get(f"/conversations/{alices}")).json()["pending_confirmations"]
     call_ids = [pending[0]["call_id"]]
     for verb in ("confirm", "reject"):
@@ -123,7 +123,7 @@ async def test_every_route_against_every_role(as_: dict[str, httpx.AsyncClient],
     check: naming no pending call, it is the conversation's 409, so nothing is decided here."""
     first = waits_for_a_note(model)
     cid = await started(as_["alice"], first)
-    await until(as_["alice"], cid, "waiting_for_confirmation")
+    await until_status(as_["alice"], cid, "waiting_for_confirmation")
     ok, hidden, forbidden, refused = 200, 404, 403, 409
     reads = {"alice": ok, "bob": hidden, "carol": ok, "vic": ok, "root": ok}
     expected: dict[tuple[str, str, str], dict[str, int]] = {
@@ -212,7 +212,7 @@ async def test_four_eyes_holds_on_every_path(as_: dict[str, httpx.AsyncClient], 
     pending, whether it comes by REST, AG-UI, an Update or a signal; an approver's is taken
     and audited. A sensitive call, not under four eyes, is the owner's to approve."""
     cid = await started(as_["alice"], waits_for_a_note(model, "delete_note", {"note_id": 424242}))
-    waiting = await until(as_["alice"], cid, "waiting_for_confirmation")
+    waiting = await until_status(as_["alice"], cid, "waiting_for_confirmation")
     call, = waiting["pending_confirmations"]
     assert call["risk"] == "destructive"
 
@@ -241,13 +241,13 @@ async def test_four_eyes_holds_on_every_path(as_: dict[str, httpx.AsyncClient], 
     outcome = await session.outcome(cid, rid)
     assert outcome is not None and not outcome.accepted and "four eyes" in outcome.reason
 
-    still = await until(as_["vic"], cid, "waiting_for_confirmation")
+    still = await until_status(as_["vic"], cid, "waiting_for_confirmation")
     assert still["pending_confirmations"] == [call] and still["decisions"] == []
 
     taken = await as_["carol"].post(f"/conversations/{cid}/confirm",
                                     json={"call_ids": [call["call_id"]]})
     assert taken.status_code == 200, taken.text
-    done = await until(as_["alice"], cid, "idle")
+    done = await until_status(as_["alice"], cid, "idle")
     assert done["decisions"][0]["approver"] == "carol"
     history = (await as_["alice"].get(f"/conversations/{cid}/history")).json()
     decision = next(a["decision"] for r in history for a in r["actions"] if a["decision"])
@@ -258,7 +258,7 @@ async def test_four_eyes_holds_on_every_path(as_: dict[str, httpx.AsyncClient], 
 
     # Not under four eyes: the owner approves their own sensitive call.
     cid = await started(as_["alice"], waits_for_a_note(model))
-    waiting = await until(as_["alice"], cid, "waiting_for_confirmation")
+    waiting = await until_status(as_["alice"], cid, "waiting_for_confirmation")
     r = await as_["alice"].post(f"/conversations/{cid}/confirm", json={"all": True})
     assert r.status_code == 200, r.text
 
@@ -273,7 +273,7 @@ async def test_conversations_and_tokens_from_before_roles_keep_working(
     handle = await start(client, roles_queue, trigger, id=unique("ownerless"))  # no owner
     cid = handle.id
     legacy = as_["legacy"]
-    waiting = await until(legacy, cid, "waiting_for_confirmation")
+    waiting = await until_status(legacy, cid, "waiting_for_confirmation")
     assert waiting["owner"] is None
     assert (await legacy.get("/config")).json()["roles"] == ["admin"]
     for person, want in {"alice": 404, "bob": 404, "vic": 200, "carol": 200, "root": 200}.items():
@@ -284,7 +284,7 @@ async def test_conversations_and_tokens_from_before_roles_keep_working(
         "/conversations", params={"limit": 1000})).json()]
     r = await legacy.post(f"/conversations/{cid}/confirm", json={"all": True})
     assert r.status_code == 200, r.text
-    done = await until(legacy, cid, "idle")
+    done = await until_status(legacy, cid, "idle")
     assert done["decisions"][0]["approver"] == "legacy"
     # the admin sends the next message; the start, from before owners, names nobody
     assert (await legacy.post(f"/conversations/{cid}/messages", json={"text": "thanks"})
@@ -320,7 +320,7 @@ async def test_an_answer_is_audited_with_who_gave_it(as_: dict[str, httpx.AsyncC
                          "message": "Which colour?", "options": ["red", "blue"]})]),
                      ScriptedReply(content="Blue it is."), ScriptedReply(content="ok"))
     cid = await started(as_["alice"], trigger)
-    waiting = await until(as_["alice"], cid, "waiting_for_input")
+    waiting = await until_status(as_["alice"], cid, "waiting_for_input")
     assert waiting["pending_question"]["message"] == "Which colour?"
     assert await code(as_["bob"], "POST", f"/conversations/{cid}/answer", {"values": ["red"]}) \
         == 404
@@ -328,7 +328,7 @@ async def test_an_answer_is_audited_with_who_gave_it(as_: dict[str, httpx.AsyncC
         == 403
     r = await as_["carol"].post(f"/conversations/{cid}/answer", json={"values": ["blue"]})
     assert r.status_code == 200, r.text
-    assert (await until(as_["alice"], cid, "idle"))["final_answer"] == "Blue it is."
+    assert (await until_status(as_["alice"], cid, "idle"))["final_answer"] == "Blue it is."
     history = (await as_["alice"].get(f"/conversations/{cid}/history")).json()
     assert [(r["kind"], r["by"], r["text"]) for r in history if r["kind"] != "step"] == [
         ("start", "alice", trigger), ("answer", "carol", "blue")]

@@ -38,7 +38,7 @@ from durable_react_agent.rules.links import read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS, ROOT, ApiServer, sse_events
-from tests.helpers import note_rows, script, start, unique
+from tests.helpers import note_rows, script, start, unique, until
 from tests.webhook_support import LINKS, Receiver, worker_with_links
 
 TOKENS = {"alice": "tok-a", "bob": "tok-b", "carol": "tok-c", "vic": "tok-v"}
@@ -441,13 +441,6 @@ async def roles(ch: Channel, desk: Desk) -> None:
     await still_waiting(desk, call)
     assert await ch.decide(desk, [call], True, "carol")
     await decided(desk, call, [(True, "carol")])
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.05)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from tests.helpers import (
     tool_call,
     tool_messages,
     unique,
+    until,
 )
 
 FIRST_CALL = "call_0_0"  # the scripted model numbers calls `call_{step}_{i}`
@@ -258,14 +259,6 @@ async def llm_call_started(handle: WorkflowHandle, timeout_s: float = 15) -> Non
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the model call never started")
-
-
-async def until(condition, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition never held")
-        await asyncio.sleep(0.05)
 
 
 async def test_max_concurrency_one_serves_two_conversations_one_at_a_time(

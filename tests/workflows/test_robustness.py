@@ -4,7 +4,6 @@ cancellation."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from temporalio import activity
@@ -26,6 +25,7 @@ from tests.helpers import (
     tool_call,
     tool_messages,
     unique,
+    until,
 )
 
 
@@ -163,12 +163,7 @@ async def test_huge_observations_are_truncated_with_a_marker(
 async def counted(key: str, before: dict[str, int], timeout_s: float = 10) -> None:
     """Wait until the test tools have counted `key` once more than `before`; fail after
     `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while ATTEMPTS[key] <= before[key]:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the test tools never counted {key!r} in {timeout_s:.0f}s "
-                                 f"(still {ATTEMPTS[key]})")
-        await asyncio.sleep(0.1)
+    await until(lambda: ATTEMPTS[key] > before[key], timeout_s, f"a count of {key!r}")
 
 
 async def test_cancelling_stops_the_in_flight_tool_promptly(
@@ -242,10 +237,7 @@ async def test_cancelling_during_tool_discovery_ends_the_conversation(client: Cl
     async with Worker(client, task_queue=queue, workflows=[ConversationWorkflow],
                       activities=[endless_discovery]):
         handle = await start(client, queue, "hello")
-        deadline = time.monotonic() + 10
-        while handle.id not in DISCOVERIES:
-            assert time.monotonic() < deadline, "the tool discovery never started"
-            await asyncio.sleep(0.1)
+        await until(lambda: handle.id in DISCOVERIES, 10, "the tool discovery's start")
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), timeout=30)

@@ -33,6 +33,7 @@ from tests.helpers import (
     start,
     tool_call,
     unique,
+    until,
 )
 
 
@@ -103,18 +104,15 @@ def markers(history) -> list[str]:
             and e.marker_recorded_event_attributes.marker_name == "core_patch"]
 
 
+async def timer_fired(handle) -> bool:
+    return any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+               for e in (await handle.fetch_history()).events)
+
+
 def used_flags(history) -> set[int]:
     return {flag for e in history.events
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
             for flag in e.workflow_task_completed_event_attributes.sdk_metadata.lang_used_flags}
-
-
-async def timer_fired(handle, timeout_s: float = 10) -> None:
-    """Until the conversation's history shows a timer fired."""
-    async with asyncio.timeout(timeout_s):
-        while not any(e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
-                      for e in (await handle.fetch_history()).events):
-            await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("single_batch", [False, True], ids=["legacy-order", "single-batch"])
@@ -148,7 +146,7 @@ async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
             # While no worker runs, awaiting the result lets the server skip past the idle timer.
             awaiting = asyncio.ensure_future(handle.result())
             try:
-                await timer_fired(handle)
+                await until(lambda: timer_fired(handle), 10, "the idle timer fired")
             finally:
                 awaiting.cancel()
             await handle.signal(ConversationWorkflow.say, SayRequest(text="still there?", request_id="late"))

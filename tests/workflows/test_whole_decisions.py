@@ -48,6 +48,7 @@ from tests.helpers import (
     start,
     tool_call,
     unique,
+    until,
 )
 
 WRITER = AgentProfile(description="Writes notes", system_prompt="You write notes.",
@@ -335,8 +336,9 @@ async def test_a_waiting_request_is_answered_once_nothing_more_is_on_its_way(
 
 
 async def running(handle, activity: str) -> None:
-    deadline = time.monotonic() + 30
-    while not any(a.activity_type.name == activity
-                  for a in (await handle.describe()).raw_description.pending_activities):
-        assert time.monotonic() < deadline, f"{activity} never ran"
-        await asyncio.sleep(0.05)
+    async def pending() -> bool:
+        described = await handle.describe()
+        return any(a.activity_type.name == activity
+                   for a in described.raw_description.pending_activities)
+
+    await until(pending, what=f"{activity} running")
