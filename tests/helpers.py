@@ -199,7 +199,7 @@ async def settled(handle: WorkflowHandle, turn: int = 1, timeout_s: float = 30) 
 async def until(condition: Callable[[], bool | Awaitable[bool]], timeout_s: float = 30,
                 what: str = "the condition") -> None:
     """Wait for `condition` to hold, looking every 50 ms: something the test sees (a counter, a
-    file, a receiver's deliveries) or asks (`async` : a history, a description)."""
+    file, a receiver's deliveries) or asks (a coroutine function: a history, a description)."""
     deadline = time.monotonic() + timeout_s
     while True:
         held = condition()

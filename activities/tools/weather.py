@@ -79,4 +79,3 @@ async def _get_json(http: httpx.AsyncClient, url: str, params: dict) -> dict:
                         f"{response.text[:200]}")
     response.raise_for_status()  # 5xx: raised, so Temporal retries this idempotent tool
     return response.json()
-
