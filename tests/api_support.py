@@ -166,7 +166,7 @@ async def status_of(http: httpx.AsyncClient, cid: str) -> dict:
 
 
 async def until_status(http: httpx.AsyncClient, cid: str, *statuses: str, turn: int = 1,
-                timeout_s: float = 30) -> dict:
+                       timeout_s: float = 30) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
         current = await status_of(http, cid)

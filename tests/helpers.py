@@ -197,9 +197,10 @@ async def settled(handle: WorkflowHandle, turn: int = 1, timeout_s: float = 30) 
 
 
 async def until(condition: Callable[[], bool | Awaitable[bool]], timeout_s: float = 30,
-                what: str = "the condition") -> None:
+                what: str | Callable[[], str] = "the condition") -> None:
     """Wait for `condition` to hold, looking every 50 ms: something the test sees (a counter, a
-    file, a receiver's deliveries) or asks (a coroutine function: a history, a description)."""
+    file, a receiver's deliveries) or asks (a coroutine function: a history, a description).
+    `what` names it in the failure; a function gives what is worth seeing then (a log, say)."""
     deadline = time.monotonic() + timeout_s
     while True:
         held = condition()
@@ -207,7 +208,9 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], timeout_s: floa
             held = await held
         if held:
             return
-        assert time.monotonic() < deadline, f"{what} never held in {timeout_s}s"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what() if callable(what) else what} never held in "
+                                 f"{timeout_s}s")
         await asyncio.sleep(0.05)
 
 

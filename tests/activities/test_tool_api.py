@@ -508,7 +508,8 @@ async def test_a_users_tools_module_works_end_to_end_across_a_worker_crash(
         await handle.signal(ConversationWorkflow.confirm,
                             ConfirmRequest(call_ids=[pending.call_id], approver="ann"))
         # sent; the call holds before it reports
-        await until(lambda: any(outbox.glob("*.json")), 60, "the SMS sent")
+        await until(lambda: any(outbox.glob("*.json")), 60,
+                    lambda: f"the SMS sent: {worker.log(1)}")
         worker.kill()
         (outbox / "hold").unlink()
         worker.start()

@@ -278,7 +278,7 @@ async def test_max_concurrency_one_serves_two_conversations_one_at_a_time(
         try:
             for handle in handles:
                 await llm_call_started(handle)
-            await until(lambda: bool(arrived()))
+            await until(lambda: bool(arrived()), 15)
             other = next(t for t in triggers if t != arrived()[0])
             # The other call runs too, in the same worker: had it a slot, it would be out by now.
             # It waits past its heartbeat timeout, heartbeating: no retry sends it a second time.

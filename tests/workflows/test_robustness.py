@@ -163,7 +163,8 @@ async def test_huge_observations_are_truncated_with_a_marker(
 async def counted(key: str, before: dict[str, int], timeout_s: float = 10) -> None:
     """Wait until the test tools have counted `key` once more than `before`; fail after
     `timeout_s`."""
-    await until(lambda: ATTEMPTS[key] > before[key], timeout_s, f"a count of {key!r}")
+    await until(lambda: ATTEMPTS[key] > before[key], timeout_s,
+                lambda: f"a count of {key!r} (still {ATTEMPTS[key]})")
 
 
 async def test_cancelling_stops_the_in_flight_tool_promptly(
