@@ -180,14 +180,14 @@ async def test_a_question_and_a_failed_turn_are_delivered(
 async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_delivery(
         client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
     slow = Receiver(hold_s=6)  # longer than the worker lives after the delivery starts
+    hooks = tmp_path / "hooks.json"
+    hooks.write_text(json.dumps({"webhooks": [{
+        "url": slow.url, "secret_env": "TEST_HOOK_SECRET", "events": ["turn_finished"]}]}))
+    queue = unique("hook-kill")
+    env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                     AGENT_WEBHOOKS=str(hooks), TEST_HOOK_SECRET=SECRET)
+    worker = WorkerProcess(env, tmp_path)
     try:
-        hooks = tmp_path / "hooks.json"
-        hooks.write_text(json.dumps({"webhooks": [{
-            "url": slow.url, "secret_env": "TEST_HOOK_SECRET", "events": ["turn_finished"]}]}))
-        queue = unique("hook-kill")
-        env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
-                         AGENT_WEBHOOKS=str(hooks), TEST_HOOK_SECRET=SECRET)
-        worker = WorkerProcess(env, tmp_path)
         worker.start()
         trigger = script(model, unique("hook-kill"), ScriptedReply(content="done"),
                          ScriptedReply(content="done again"))
@@ -202,8 +202,8 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
         await handle.signal(ConversationWorkflow.say, SayRequest(text="more", request_id="m2"))
         await settled(handle, turn=2, timeout_s=60)
         later = await slow.until("turn_finished", count=3, timeout_s=60)
-        worker.stop()
     finally:
+        worker.stop()
         slow.close()
     first_turn = [d for d in deliveries if d["json"]["turn"] == 1]
     assert len(first_turn) >= 2  # attempts of one delivery...
