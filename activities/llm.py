@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 from ..contract import (
     LLM_STEP_ACTIVITY,
     PENDING_PROMPT_QUERY,
+    REVIEW_CALL_ACTIVITY,
     SUMMARIZE_ACTIVITY,
     LLMReply,
     LLMStepRequest,
@@ -28,7 +29,9 @@ from ..contract import (
 )
 from ..contract.bounds import TOKEN_ITEM_CHARS
 from ..contract.names import TOKENS_TOPIC
+from ..contract.policy import ReviewReply, ReviewRequest
 from ..rules import delta
+from ..rules.review import read_verdict, review_messages
 from .context_cache import ContextCache
 from .endpoints import Endpoint, Endpoints
 from .heartbeat import heartbeating
@@ -46,6 +49,7 @@ from .windows import ServerTokens
 
 log = structlog.get_logger()
 
+REVIEW_MAX_TOKENS = 300  # a verdict and a sentence
 TOKEN_BATCH = timedelta(milliseconds=200)  # how often token deltas reach the workflow, at most
 # Each batch that reaches the workflow is a signal and a workflow task: at a local model's
 # 7 tokens/s, one every 200 ms made three steps 244 signals and 1,033 history events. So a batch
@@ -151,6 +155,7 @@ class LLMActivities:
         # Models whose endpoint refused `response_format`: typed results are then only checked.
         self._unstructured: set[str] = set()
         self._tokens = ServerTokens()  # user messages' tokens, as the model's server counts them
+        self._reviewer = settings.reviewer  # the entry that reviews calls (AGENT_REVIEWER)
 
     @activity.defn(name=LLM_STEP_ACTIVITY)
     async def llm_step(self, request: LLMStepRequest) -> LLMReply:
@@ -309,6 +314,27 @@ class LLMActivities:
             return reply
         return await stream_completion(client, model, messages, tools, tool_choice, on_text,
                                        params=params)
+
+    @activity.defn(name=REVIEW_CALL_ACTIVITY)
+    async def review_call(self, request: ReviewRequest) -> ReviewReply:
+        """A `review` rule's call before the reviewer model (`AGENT_REVIEWER`): it allows the
+        call or passes it to a person, with its reason. Not streamed. An answer that is not a
+        well-formed allow passes it to a person."""
+        endpoint = self._endpoints.get(None, self._reviewer)
+        model = endpoint.spec.model
+        with endpoint.traced({"agent.purpose": "review", "gen_ai.tool.name": request.call.tool}
+                             ) as call:
+            completion = await classified(heartbeating(endpoint.in_slot(
+                endpoint.client.chat.completions.create(
+                    model=model, messages=[], max_tokens=REVIEW_MAX_TOKENS,
+                    extra_body={**endpoint.spec.params,
+                                "messages": review_messages(request)}))))
+            text = (completion.choices[0].message.content or "") if completion.choices else ""
+            usage = endpoint.prices.priced(model, counted(completion.usage))
+            call.answered(usage, content={"agent.review": text})
+        allow, reason = read_verdict(text)
+        log.info("call reviewed", model=model, tool=request.call.tool, allow=allow)
+        return ReviewReply(allow=allow, reason=reason, usage=usage)
 
     @activity.defn(name=SUMMARIZE_ACTIVITY)
     async def summarize(self, request: SummaryRequest) -> SummaryReply:

@@ -11,6 +11,7 @@ from ..contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL, MAX_RECALLE
 from .context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
 from .memory import check_url, default_url
 from .models import ModelEntry, Models
+from .policy import Policy, load_policy
 from .pricing import Prices
 from .profiles import Profiles
 from .webhooks import DEFAULT_LINK_TTL_S, Webhooks
@@ -34,6 +35,13 @@ class ActivitySettings:
     # AGENT_AUTO_APPROVE: the non-safe tools a conversation's policy may let run without a human
     # (comma-separated names; `*`: any). By default none: every non-safe call needs a person.
     auto_approvable: frozenset[str] | None = frozenset()
+    # AGENT_POLICY: the operator's rules over calls and their arguments (`activities.policy`).
+    # Its `allow` rules are the operator's own, as AGENT_AUTO_APPROVE is: they may let run the
+    # non-safe tools AGENT_AUTO_APPROVE lists when it is set, any when it is not.
+    policy: Policy | None = None
+    auto_approve_set: bool = False
+    # AGENT_REVIEWER: the model entry that reviews the calls of the policy's `review` rules
+    reviewer: str | None = None
     # AGENT_CONTEXT_CACHE_MB: what the worker may hold of conversations' last prompts and tool
     # lists, so that model calls carry deltas (a miss refetches the prompt; nothing is lost).
     context_cache_bytes: int = DEFAULT_CONTEXT_CACHE_BYTES
@@ -78,6 +86,8 @@ class ActivitySettings:
             data_dir=Path(env.get("AGENT_DATA_DIR") or ".agent-data"),
             mcp_config=Path(env["AGENT_MCP_CONFIG"]) if env.get("AGENT_MCP_CONFIG") else None,
             auto_approvable=auto_approvable(env.get("AGENT_AUTO_APPROVE", "")),
+            auto_approve_set=bool(env.get("AGENT_AUTO_APPROVE", "").strip()),
+            policy=load_policy(Path(env["AGENT_POLICY"])) if env.get("AGENT_POLICY") else None,
             context_cache_bytes=megabytes("AGENT_CONTEXT_CACHE_MB",
                                           env.get("AGENT_CONTEXT_CACHE_MB", ""),
                                           cls.context_cache_bytes),
@@ -104,12 +114,26 @@ class ActivitySettings:
             memory_max=count(env, "AGENT_MEMORY_MAX", DEFAULT_MAX_PER_OWNER, low=1,
                              high=1_000_000),
             memory_embeddings=env.get("AGENT_MEMORY_EMBEDDINGS", "").strip() or None,
+            reviewer=env.get("AGENT_REVIEWER", "").strip() or None,
         )
         entries = settings.model_entries().entries
         if settings.memory_embeddings is not None and settings.memory_embeddings not in entries:
             raise ValueError(f"AGENT_MEMORY_EMBEDDINGS names {settings.memory_embeddings!r}, "
                              f"which is no model entry (the entries: {', '.join(entries)})")
+        reviewing = settings.policy.reviewing() if settings.policy else []
+        if reviewing and settings.reviewer is None:
+            raise ValueError(f"AGENT_POLICY: rule {reviewing[0]!r} hands calls to a reviewer "
+                             "model, and AGENT_REVIEWER names none (a model entry)")
+        if settings.reviewer is not None and settings.reviewer not in entries:
+            raise ValueError(f"AGENT_REVIEWER names {settings.reviewer!r}, which is no model "
+                             f"entry (the entries: {', '.join(entries)})")
         return settings
+
+    @property
+    def policy_floor(self) -> frozenset[str] | None:
+        """The non-safe tools the policy's `allow` rules may let run without a person: those
+        AGENT_AUTO_APPROVE lists, if it is set; else any (None)."""
+        return self.auto_approvable if self.auto_approve_set else None
 
     @property
     def memory_store_url(self) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import httpx
@@ -13,6 +15,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from ..contract import (
+    JUDGE_CALLS_ACTIVITY,
+    KEEP_GRANTS_ACTIVITY,
     LIST_TOOLS_ACTIVITY,
     MCP_LISTING_ACTIVITY,
     McpListing,
@@ -30,11 +34,21 @@ from ..contract.memory import (
     Recalled,
     RecallRequest,
 )
-from ..rules.gate import execution_refusal
+from ..contract.policy import (
+    KeepGrants,
+    PolicyCall,
+    PolicyFacts,
+    PolicyRequest,
+    PolicyVerdicts,
+    Verdict,
+)
+from ..rules.gate import POLICY, execution_refusal, may_decide, policy_reason
+from ..rules.grants import ungrantable
 from ..rules.memory import within_bytes
 from . import telemetry
 from .endpoints import Endpoints
 from .heartbeat import heartbeating
+from .memory import MemoryUnavailable, open_store
 from .memory.search import search
 from .models import model_routes
 from .settings import ActivitySettings
@@ -99,6 +113,9 @@ class ToolActivities:
         floor = None if allowed is None else sorted(allowed)
         rules = {"auto_approvable": floor, "four_eyes": list(self._settings.four_eyes),
                  "memory": self._memory,
+                 "policy_revision": self._settings.policy.revision if self._settings.policy
+                 else None,
+                 "owner_grants": self._settings.memory,
                  "activity_queues": self._activity_queues,
                  "webhooks": self._settings.webhooks.refs() if self._settings.webhooks else [],
                  "webhook_retry_s": self._settings.webhook_retry_s,
@@ -120,6 +137,46 @@ class ToolActivities:
             return WorkerHandshake(tools=tools, errors=errors, **rules)
         return WorkerHandshake(tools=profiles.allowed(request.profile, tools), errors=errors, **rules,
                            system_prompt=profiles.agents[request.profile].system_prompt)
+
+    @activity.defn(name=JUDGE_CALLS_ACTIVITY)
+    async def judge_calls(self, request: PolicyRequest) -> PolicyVerdicts:
+        """A round's calls under the worker's policy (`AGENT_POLICY`), as it is now; and for
+        each that a person would decide, the owner's grant that lets it run instead, if one
+        does (its use counted once under the call's key)."""
+        policy, settings = self._settings.policy, self._settings
+        judged = policy.judge(request, settings.policy_floor) if policy is not None else \
+            PolicyVerdicts(revision=None,
+                           verdicts=[Verdict(call_id=c.call_id) for c in request.calls])
+        owner = request.facts.owner
+        if settings.memory and owner:
+            store = open_store(settings.memory_store_url)
+            for call, verdict in zip(request.calls, judged.verdicts, strict=True):
+                if call.use_key is None or verdict.effect not in ("ask", None) or \
+                        (verdict.effect is None and not call.needs_person) or \
+                        ungrantable(call.tool, call.risk, verdict.grantable, settings.four_eyes,
+                                    True, verdict.quorum) is not None:
+                    continue
+                try:
+                    verdict.grant = await asyncio.to_thread(
+                        store.use_owner_grant, owner, call.tool, request.facts.at, call.use_key,
+                        lambda g, v=verdict: may_decide(v.approvers, g.roles))
+                except MemoryUnavailable as err:  # a person decides, as with no grant
+                    log.warning("owner grants unavailable", error=str(err))
+                    break
+        log.info("calls judged", revision=(judged.revision or "none")[:12],
+                 verdicts={v.call_id: v.effect for v in judged.verdicts if v.effect},
+                 granted={v.call_id: v.grant.id for v in judged.verdicts if v.grant})
+        return judged
+
+    @activity.defn(name=KEEP_GRANTS_ACTIVITY)
+    async def keep_grants(self, request: KeepGrants) -> None:
+        """Owner grants a conversation made, into the store the workers share (keyed: a retry
+        stores nothing twice)."""
+        store = open_store(self._settings.memory_store_url)
+        await asyncio.to_thread(store.keep_grants, request.owner, request.grants, request.uses,
+                                request.conversation_id,
+                                datetime.now(timezone.utc).isoformat())
+        log.info("owner grants kept", grants=[g.id for g in request.grants])
 
     @activity.defn(name=MCP_LISTING_ACTIVITY)
     async def mcp_listing(self) -> McpListing:
@@ -157,7 +214,11 @@ class ToolActivities:
         known = spec.risk if spec is not None else await self._mcp.current_risk(name)
         # No server lists it right now (one may be flapping): it could be anything, so the worst.
         risk: Risk = known or "destructive"
-        refusal = execution_refusal(name, risk, invocation, self._settings.auto_approvable)
+        denied = self._denied(name, risk, invocation)
+        if denied is not None:
+            log.warning("tool refused at execution by the policy", reason=denied)
+            return ToolOutcome(status="error", observation=f"Error: not run: {denied}")
+        refusal = execution_refusal(name, risk, invocation, self._floor(name, risk, invocation))
         if refusal is not None:  # the gate, checked again where the call would run
             if known is None:
                 refusal = f"no server lists {name} now, so it counts as destructive: {refusal}"
@@ -197,6 +258,35 @@ class ToolActivities:
         log.info("tool done", observation_bytes=len(observation.encode()))
         return bounded(ToolOutcome(status="ok", observation=observation),
                        invocation.max_observation_bytes)
+
+    def _facts(self, invocation: ToolInvocation) -> PolicyFacts:
+        return PolicyFacts(owner=invocation.owner, turn=invocation.turn,
+                           at=datetime.now(timezone.utc))
+
+    def _denied(self, name: str, risk: Risk, invocation: ToolInvocation) -> str | None:
+        """Why the worker's policy refuses this call, as it is now (a deny no approval lifts:
+        arguments a person edited, a conversation judged before the rule came)."""
+        policy = self._settings.policy
+        if policy is None:
+            return None
+        verdict = policy.refusal(name, risk, invocation.arguments, self._facts(invocation))
+        return None if verdict is None else policy_reason(False, verdict.rule, verdict.note)
+
+    def _floor(self, name: str, risk: Risk, invocation: ToolInvocation
+               ) -> frozenset[str] | None:
+        """What a policy's approval may let run here: a rule's `allow` counts if the worker's
+        policy allows the call still (within `policy_floor`); the conversation's own policy,
+        the tools of AGENT_AUTO_APPROVE."""
+        approval, policy = invocation.approval, self._settings.policy
+        if approval is None or approval.approver != POLICY or approval.rule is None:
+            return self._settings.auto_approvable
+        if policy is None:
+            return frozenset()
+        request = PolicyRequest(calls=[PolicyCall(call_id=invocation.call_id, tool=name,
+                                                  risk=risk, args=invocation.arguments)],
+                                facts=self._facts(invocation))
+        verdict = policy.judge(request, self._settings.policy_floor).verdicts[0]
+        return None if verdict.effect in ("allow", "review") else frozenset()
 
     async def _run_mcp(self, name: str, invocation: ToolInvocation, reporter: CallReporter
                        ) -> ToolOutcome:

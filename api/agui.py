@@ -12,25 +12,24 @@ different API processes.
 - When the conversation waits for a human, the run announces every call it waits on and ends with
   `RUN_FINISHED` whose outcome is an interrupt: one per pending confirmation, or one for the
   pending question, each with a `responseSchema`. The next run's `resume` entries become confirm,
-  reject or answer, through the workflow's Update twins (`plan_resume`: checked as a whole first).
+  reject or answer, through the workflow's Update twins (`api.interrupts`: checked as a whole
+  first).
+  An approval's payload may ask for it to be remembered (`remember`, `for_s`, `uses`), as the
+  REST confirm may; the confirm carries the principal's roles.
 - Every run ends with RUN_FINISHED or RUN_ERROR, whatever fails below it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from ag_ui.core import (
     PROTOCOL_VERSION,
     BaseEvent,
-    Interrupt,
-    ResumeEntry,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
@@ -58,21 +57,14 @@ from ..client.session import Session
 from ..contract import (
     CLOSED_STATUSES,
     WAITING_STATUSES,
-    AnswerRequest,
-    ConfirmRequest,
     ConversationInput,
     ConversationStatus,
-    DecideRequest,
-    HumanRequest,
-    PendingConfirmation,
-    PendingQuestion,
-    RejectRequest,
     SayRequest,
     StreamEvent,
     names,
 )
-from ..rules.gate import Refusal, check_answer
 from .access import Principal, Verdict
+from .interrupts import digest, interrupt_id, interrupts, plan_resume
 
 log = structlog.get_logger("api")
 ERROR_CODES = {Refused: "refused", UsageError: "bad_request", NotFound: "not_found",
@@ -98,180 +90,7 @@ def last_user_text(inp: RunAgentInput) -> tuple[str, str] | None:
 
 def message_request_id(message_id: str) -> str:
     """The request id of a user message, by its AG-UI id: a retried run never sends it twice."""
-    return f"agui-message:{_digest(message_id)}"
-
-
-def _digest(*parts: str) -> str:
-    """A bounded, plain id from a client's ids, whatever they hold."""
-    joined = "\0".join(parts).encode(errors="surrogatepass")
-    return hashlib.sha256(joined).hexdigest()[:32]
-
-
-# ----- interrupts: what the conversation waits for, and how an answer maps back -----
-
-def confirmation_schema(parameters: dict[str, Any] | None) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean", "description": "run the call (true) or not (false)"},
-            "reason": {"type": "string", "description": "why not; the model reads it"},
-            "args": {**(parameters or {"type": "object"}),
-                     "description": "edited arguments to run instead (optional)"},
-        },
-        "required": ["approved"],
-        "additionalProperties": False,
-    }
-
-
-def question_schema(q: PendingQuestion) -> dict[str, Any]:
-    answer: dict[str, Any]
-    match q.kind:
-        case "choice":
-            answer = {"type": "string", "enum": q.options}
-        case "multi_choice":
-            answer = {"type": "array", "items": {"type": "string", "enum": q.options},
-                      "uniqueItems": True}
-        case "confirm":
-            answer = {"type": "boolean"}
-        case "elicitation":  # an MCP server's request: its own schema
-            answer = q.answer_schema or {"type": "object"}
-        case _:
-            answer = {"type": "string", "minLength": 1}
-    return {"type": "object", "properties": {"answer": answer}, "required": ["answer"],
-            "additionalProperties": False}
-
-
-def interrupt_id(pending: PendingConfirmation | PendingQuestion) -> str:
-    """What an interrupt is named by: the ref, so that a subagent's never shares an id."""
-    return pending.ref or pending.call_id
-
-
-def open_interrupt_ids(status: ConversationStatus) -> list[str]:
-    q = status.pending_question
-    return [*map(interrupt_id, status.pending_confirmations), *([interrupt_id(q)] if q else [])]
-
-
-def interrupts(status: ConversationStatus, schemas: dict[str, dict[str, Any]]) -> list[Interrupt]:
-    found = [
-        Interrupt(
-            id=interrupt_id(p), reason="tool_approval", tool_call_id=interrupt_id(p),
-            message=f"{p.tool}({json.dumps(p.args, ensure_ascii=False)}) is {p.risk} and waits "
-                    "for approval",
-            response_schema=confirmation_schema(schemas.get(interrupt_id(p))),
-            metadata={"tool": p.tool, "args": p.args, "risk": p.risk,
-                      "conversation_id": p.conversation_id or status.workflow_id},
-        )
-        for p in status.pending_confirmations
-    ]
-    q = status.pending_question
-    if q is not None:
-        found.append(Interrupt(
-            id=interrupt_id(q), reason="input_required", message=q.message,
-            response_schema=question_schema(q),
-            metadata={"kind": q.kind, "options": q.options,
-                      "conversation_id": q.conversation_id or status.workflow_id},
-        ))
-    return found
-
-
-@dataclass
-class ResumePlan:
-    """What a run's `resume` entries do: the requests to send, and the entries ignored."""
-
-    requests: dict[str, HumanRequest] = field(default_factory=dict)  # by interrupt id
-    ignored: list[dict[str, str]] = field(default_factory=list)  # {interruptId, reason}
-
-    def request(self, run: str) -> HumanRequest | DecideRequest:
-        """What the resume sends: its one request, or all of them as one (`DecideRequest`),
-        under a request id of the run and the interrupts it answers."""
-        parts = list(self.requests.values())
-        if len(parts) == 1:
-            return parts[0]
-        return DecideRequest(
-            request_id=resume_request_id(run, " ".join(sorted(self.requests))),
-            confirm=[p for p in parts if isinstance(p, ConfirmRequest)],
-            reject=[p for p in parts if isinstance(p, RejectRequest)],
-            answer=[p for p in parts if isinstance(p, AnswerRequest)])
-
-
-def plan_resume(entries: list[ResumeEntry], status: ConversationStatus, principal: str,
-                run: str) -> ResumePlan:
-    """The requests a run's resume entries stand for, checked as a whole before any is sent, so
-    which of them apply never depends on their order. An entry naming no open interrupt (one
-    already answered, say by this same resume sent again, or one never raised) is ignored, as
-    AG-UI says; the open interrupts must all be answered, unless no entry names any: then the
-    run just reports what the conversation waits for now. Raises UsageError (nothing sent)."""
-    open_ids = open_interrupt_ids(status)
-    plan, seen = ResumePlan(), set()
-    for entry in entries:
-        if entry.interrupt_id in seen:
-            raise UsageError(f"interrupt {entry.interrupt_id} is answered twice")
-        seen.add(entry.interrupt_id)
-        if entry.interrupt_id not in open_ids:
-            plan.ignored.append({"interruptId": entry.interrupt_id,
-                                 "reason": "no open interrupt has this id (answered already, "
-                                           "or never raised)"})
-            continue
-        request_id = resume_request_id(run, entry.interrupt_id)
-        plan.requests[entry.interrupt_id] = resume_request(entry, status, principal, request_id)
-    missing = [i for i in open_ids if i not in plan.requests]
-    if plan.requests and missing:
-        raise UsageError("a resume answers every open interrupt; not answered: "
-                         f"{', '.join(missing)}")
-    return plan
-
-
-def resume_request_id(run: str, interrupt_id: str) -> str:
-    """The request id of a run's answer to one interrupt: the same resume sent again (the same
-    run id) is the same request, which the conversation takes once."""
-    return f"agui:{_digest(run, interrupt_id)}"
-
-
-def resume_request(entry: ResumeEntry, status: ConversationStatus, principal: str,
-                   request_id: str) -> HumanRequest:
-    """The confirm, reject or answer an entry for an open interrupt stands for; UsageError for a
-    payload that does not fit the interrupt's `responseSchema`, or an answer the question
-    would refuse."""
-    q = status.pending_question
-    if q is not None and entry.interrupt_id == interrupt_id(q):
-        if entry.status == "cancelled":  # the question is withdrawn: the model reads so
-            return AnswerRequest(request_id=request_id, values=[], call_id=q.call_id,
-                                 declined=True, cancelled=q.kind == "elicitation",
-                                 sender=principal)
-        payload = entry.payload
-        value = payload.get("answer") if isinstance(payload, dict) else payload
-        if q.kind == "elicitation" and isinstance(value, dict):  # the server's form, filled
-            values = [json.dumps(value)]
-        elif isinstance(value, bool):
-            values = ["yes" if value else "no"]
-        elif isinstance(value, str):
-            values = [value]
-        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-            values = value
-        else:
-            raise UsageError("the answer to a question is {\"answer\": ...}: a string, a list "
-                             "of strings, a boolean, or (an MCP server's) an object")
-        checked = check_answer(q.question(), values)
-        if isinstance(checked, Refusal):
-            raise UsageError(f"the answer to {entry.interrupt_id} is refused: {checked.reason}")
-        return AnswerRequest(request_id=request_id, values=values, call_id=q.call_id,
-                             sender=principal)
-    ids = [entry.interrupt_id]
-    if entry.status == "cancelled":
-        return RejectRequest(request_id=request_id, call_ids=ids, reason="cancelled",
-                             approver=principal)
-    payload = entry.payload
-    if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
-        raise UsageError("a tool approval is resumed with {\"approved\": true|false, "
-                         "\"reason\"?: str, \"args\"?: {...}}")
-    if not payload["approved"]:
-        reason = payload.get("reason")
-        return RejectRequest(request_id=request_id, call_ids=ids,
-                             reason=reason if isinstance(reason, str) else "", approver=principal)
-    args = payload.get("args")
-    if args is not None and not isinstance(args, dict):
-        raise UsageError("edited args must be a JSON object")
-    return ConfirmRequest(request_id=request_id, call_ids=ids, args=args, approver=principal)
+    return f"agui-message:{digest(message_id)}"
 
 
 # ----- the stream, in AG-UI's events -----
@@ -369,7 +188,7 @@ async def _run(session: Session, inp: RunAgentInput, who: Principal,
     if inp.resume:
         if status is None:
             raise NotFound(f"no such conversation: {thread}")
-        plan = plan_resume(inp.resume, status, principal, run)
+        plan = plan_resume(inp.resume, status, principal, run, roles=sorted(who.roles))
         if plan.ignored:
             log.warning("agui_resume_ignored", thread=thread, run=run[:200],
                         interrupts=[i["interruptId"][:200] for i in plan.ignored])

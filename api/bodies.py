@@ -29,6 +29,8 @@ from ..contract.bounds import (
     MAX_CONTEXT_BUDGET_TOKENS,
     json_size,
 )
+from ..contract.policy import REMEMBER_SCOPES, Remember
+from ..rules.grants import MAX_GRANT_S, MAX_GRANT_USES
 
 # Blank is what Python's str.strip() removes (the conversation strips) and what ECMAScript's \s
 # matches (JSON Schema validators), so that both agree a text is not blank.
@@ -128,19 +130,53 @@ class Targets(Body):
         return self
 
 
+# `for_s` and `uses` bound a remembered approval: given, `remember` must say what to remember.
+REMEMBERED = [scope for scope in REMEMBER_SCOPES if scope != "call"]
+BOUNDS_A_GRANT = {
+    "if": {"anyOf": [{"required": ["for_s"], "properties": {"for_s": {"type": "number"}}},
+                     {"required": ["uses"], "properties": {"uses": {"type": "integer"}}}]},
+    "then": {"required": ["remember"], "properties": {"remember": {"enum": REMEMBERED}}},
+}
+
+
 class ConfirmBody(Targets):
-    model_config = ConfigDict(json_schema_extra=_one_of(
+    model_config = ConfigDict(json_schema_extra={**_one_of(
         {**NAMED, "properties": {**NAMED["properties"], "args": {"type": "null"}}},
         {"required": ["call_ids", "args"],
          "properties": {"call_ids": {"minItems": 1, "maxItems": 1}, "all": {"const": False},
                         "args": {"type": "object"}}},
         {**ALL, "properties": {**ALL["properties"], "args": {"type": "null"}}},
-    ))
+    ), **copy.deepcopy(BOUNDS_A_GRANT)})
 
     args: dict[str, Any] | None = Field(
         default=None, description=f"edited arguments, for exactly one call named in `call_ids`: "
         f"at most {MAX_CALL_ARGS_BYTES // 1024} KiB of JSON, nested at most {MAX_JSON_DEPTH} "
         "levels; the tool's schema (GET .../schemas) is checked by the conversation")
+
+    remember: Remember | None = Field(
+        default=None, description="remember the approval, so that later calls run without "
+        "asking: `args` (the same tool with the same arguments, in this conversation), "
+        "`conversation` (the tool, in this conversation), `owner` (the tool, in every "
+        "conversation of this one's owner); `call` or unset: this call only. The conversation "
+        "refuses the whole decision (409) when the approval may not be remembered: a "
+        "destructive call (unless a policy rule says it may be), a call under four eyes "
+        "(AGENT_FOUR_EYES), or a conversation that holds its most grants already")
+    for_s: float | None = Field(
+        default=None, gt=0, le=MAX_GRANT_S,
+        description="how many seconds the remembered approval lasts (default: no time limit); "
+                    "only with `remember` args, conversation or owner")
+    uses: Annotated[int, Field(ge=1, le=MAX_GRANT_USES),
+                    BeforeValidator(_whole)] | None = Field(
+        default=None,
+        description="how many calls the remembered approval lets run (default: no limit); "
+                    "only with `remember` args, conversation or owner")
+
+    @model_validator(mode="after")
+    def _bounds_what_it_remembers(self) -> ConfirmBody:
+        if (self.for_s is not None or self.uses is not None) and self.remember in (None, "call"):
+            raise ValueError("for_s and uses apply to a remembered approval: set remember to "
+                             f"{', '.join(REMEMBERED)}")
+        return self
 
     @model_validator(mode="after")
     def _edits_one_call(self) -> ConfirmBody:

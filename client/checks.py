@@ -106,6 +106,23 @@ def budget_of(context_tokens: int | None) -> dict[str, int]:
     return {"context_budget_tokens": context_tokens}
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `10m`, `2h`, `1d` or a sum of them (`1h30m`) as seconds; UsageError otherwise."""
+    given = text.strip().lower()
+    parts = _DURATION.findall(given)
+    if not given or "".join(n + u for n, u in parts) != given:
+        raise UsageError(f"a duration is a number and a unit (s, m, h or d), as in 90s, 10m, 2h "
+                         f"or 1h30m; not {text[:40]!r}")
+    seconds = sum(float(n) * DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise UsageError(f"a duration must be more than 0 s, not {text[:40]!r}")
+    return seconds
+
+
 def new_conversation_id() -> str:
     return f"conv-{uuid.uuid4().hex[:12]}"
 

@@ -41,6 +41,7 @@ from .checks import (
 )
 from .connection import TemporalSettings, connect
 from .evals import add_eval_command
+from .grants import add_grant_commands, add_remember_options, remembered
 from .memories import cmd_forget, cmd_memories
 from .render import render_history, render_status
 from .session import STATUSES, Session
@@ -146,7 +147,7 @@ async def cmd_confirm(s: Session, a: argparse.Namespace) -> int:
         if not isinstance(args, dict):
             raise UsageError("--args must be a JSON object")
     request = ConfirmRequest(request_id=uuid.uuid4().hex, call_ids=call_ids, all=all_, args=args,
-                             approver=a.who)
+                             approver=a.who, roles=list(CLI_ROLES), **remembered(a))
     return await send_and_report(s, a, request)
 
 
@@ -255,6 +256,9 @@ def _refused(outcome: SignalOutcome, as_json: bool) -> int:
 
 
 ID_HELP = "the conversation's id (its workflow id)"
+# The CLI talks to Temporal with its own access, as an operator: a policy rule's `approvers`
+# (roles) are met by what it decides.
+CLI_ROLES = ("admin",)
 JSON_HELP = "print JSON instead of text"
 
 
@@ -326,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_as(p, "who decides")
         if name == "confirm":
             p.add_argument("--args", help="edited arguments (JSON object) for a single call")
+            add_remember_options(p)
         else:
             p.add_argument("--reason", default="", help="why; the model reads it")
         _add_wait(p)
@@ -344,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "another question is open by then")
     _add_as(p, "who answers")
     _add_wait(p)
+
+    add_grant_commands(command, _add_as, JSON_HELP)
 
     p = command("watch", cmd_watch, "follow a conversation live")
     p.add_argument("--from-offset", type=int, default=0, help="resume from this stream offset")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..contract import AuditRecord, ConversationStatus
+from ..contract.policy import Grant
 from ..rules.commands import REASON, TEXT, client_command
 from ..rules.stopping import dollars
 
@@ -88,7 +89,8 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"  answer: {client_command('answer', wid, '--call-id', q.ref or q.call_id, *hint)}")
     for d in s.decisions:
         verdict = "approved" if d.approved else f"rejected ({shown(d.reason)})"
-        lines.append(f"decision: {d.tool} call {d.call_id} {verdict} by {shown(d.approver)} at "
+        by = f"{shown(d.approver)}'s grant {shown(d.grant)}" if d.grant else shown(d.approver)
+        lines.append(f"decision: {d.tool} call {d.call_id} {verdict} by {by} at "
                      f"{d.at.isoformat(timespec='seconds')}")
     if s.status == "idle":
         lines.append(f"next: {client_command('say', wid, then=TEXT)}   or   "
@@ -96,8 +98,30 @@ def render_status(s: ConversationStatus) -> str:
     return "\n".join(lines)
 
 
+# how far a grant reaches
+REACH = {"args": "with these arguments", "conversation": "in this conversation",
+         "owner": "in every conversation of the owner"}
+
+
+def render_grant(g: Grant) -> str:
+    """One line: id, tool, reach, who granted it and when, and what bounds it."""
+    reach = REACH.get(g.scope, g.scope)
+    if g.scope == "args" and g.args_hash:
+        reach += f" ({g.args_hash[:19]}…)"
+    bounds = [f"until {g.expires_at:%Y-%m-%d %H:%M:%S} UTC" if g.expires_at else "no expiry",
+              f"{g.uses_left} use(s) left" if g.uses_left is not None else "uses unbounded",
+              f"used {g.used} time(s)"]
+    return (f"{g.id}  {shown(g.tool)}  {reach}  by {shown(g.by)} at "
+            f"{g.at:%Y-%m-%d %H:%M:%S} UTC  ({', '.join(bounds)})")
+
+
+def render_grants(grants: list[Grant]) -> str:
+    return "\n".join(map(render_grant, grants)) if grants else "no grants"
+
+
 # a person's input records
-INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended"}
+INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended",
+          "grant": "approval remembered", "revoke": "grant revoked"}
 
 
 def render_history(records: list[AuditRecord]) -> str:
@@ -134,7 +158,8 @@ def render_history(records: list[AuditRecord]) -> str:
             lines.append(f"  action:  {shown(a.tool)}({shown(given)}) call {a.call_id}")
             if a.decision is not None:
                 d = a.decision
-                verdict = "approved" if d.approved else f"rejected ({shown(d.reason)})"
+                verdict = "approved" if d.approved else "rejected"
+                verdict += f" ({shown(d.reason)})" if d.reason else ""
                 lines.append(f"  decision: {verdict} by {shown(d.approver)} at "
                              f"{d.at.isoformat(timespec='seconds')}, args {d.args_hash[:19]}…")
             size = f"{a.observation_bytes} bytes" + (f" of {a.full_bytes}" if a.full_bytes else "")

@@ -65,6 +65,7 @@ from ..contract.bounds import (
     check_message,
 )
 from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
+from ..contract.policy import Grant, RevokeRequest
 from ..rules.output import output_schema_problem
 from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
 from .checks import (
@@ -230,6 +231,10 @@ class Session:
     async def history(self, workflow_id: str) -> list[AuditRecord]:
         return await self.query(workflow_id, names.HISTORY)
 
+    async def grants(self, workflow_id: str) -> list[Grant]:
+        """The approvals people remembered in this conversation that are still in force."""
+        return await self.query(workflow_id, names.GRANTS)
+
     async def pending_schemas(self, workflow_id: str, status: ConversationStatus | None = None
                               ) -> dict[str, dict[str, Any]]:
         """The argument schema of each call waiting for a decision, by its ref (its subagents'
@@ -316,8 +321,13 @@ class Session:
 
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
+    async def revoke(self, workflow_id: str, grant_id: str, by: str) -> SignalOutcome:
+        """Take a grant back, by Update: `Refused` (no such grant in force) changes nothing."""
+        return await self.update(workflow_id, RevokeRequest(grant_id=grant_id, by=by))
+
     async def update(self, workflow_id: str,
-                     request: SayRequest | HumanRequest | DecideRequest) -> SignalOutcome:
+                     request: SayRequest | HumanRequest | DecideRequest | RevokeRequest
+                     ) -> SignalOutcome:
         """Send a message, a decision or an answer through its Update twin. Raises `Refused` with
         the conversation's reason, `NotFound`, or `NoWorker` past the session's timeout."""
         update = _UPDATES[type(request)]
@@ -423,4 +433,5 @@ _UPDATES: dict[type, names.Asked] = {
     RejectRequest: names.DECIDE_REJECT,
     AnswerRequest: names.GIVE_ANSWER,
     DecideRequest: names.DECIDE,
+    RevokeRequest: names.REVOKE_GRANT,
 }

@@ -38,6 +38,15 @@ class ConfirmRequest(BaseModel):
     # has the id but another ticket (the id used again) is refused
     tickets: dict[str, str] = {}
     trace_parent: str | None = None  # the span of the request that carried it (W3C traceparent)
+    # Remember the approval (`contract.policy.REMEMBER_SCOPES`): for the same tool with these
+    # arguments ("args") or for the tool ("conversation"), for `for_s` seconds and `uses` uses
+    # ("owner": for the tool in every conversation of this conversation's owner)
+    remember: str | None = None
+    for_s: float | None = None
+    uses: int | None = None
+    # the roles of who decides (the API's token's; the CLI, run with Temporal's own access,
+    # says admin): a policy rule's `approvers` names the roles that may decide its calls
+    roles: list[str] = []
 
 
 class RejectRequest(BaseModel):

@@ -26,9 +26,12 @@ SUMMARIZE_ACTIVITY = "summarize"
 LIST_TOOLS_ACTIVITY = "list_tools"
 MCP_LISTING_ACTIVITY = "mcp_listing"  # before a turn: whether an MCP server's tools changed
 NOTIFY_ACTIVITY = "notify"
+JUDGE_CALLS_ACTIVITY = "judge_calls"  # a round's calls under the worker's policy (AGENT_POLICY)
+KEEP_GRANTS_ACTIVITY = "keep_grants"  # owner grants, into the store the workers share
+REVIEW_CALL_ACTIVITY = "review_call"  # a `review` rule's call, before the reviewer model
 RUNTIME_ACTIVITIES = frozenset({  # the runtime's own
     LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY, LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY,
-    MCP_LISTING_ACTIVITY})
+    MCP_LISTING_ACTIVITY, JUDGE_CALLS_ACTIVITY, KEEP_GRANTS_ACTIVITY, REVIEW_CALL_ACTIVITY})
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -228,6 +231,11 @@ class WorkerHandshake(BaseModel):
     system_prompt: str | None = None  # a subagent's, from its profile
     # Memory across conversations is on (AGENT_MEMORY): each turn recalls the owner's memories
     memory: bool = False
+    # AGENT_POLICY: the revision (digest) of the worker's approval policy; None: it has none,
+    # and the conversation's rounds are not judged by one
+    policy_revision: str | None = None
+    # the worker keeps owner grants (its memory store): a round a person would decide asks it
+    owner_grants: bool = False
 
 
 class WebhookRef(BaseModel):
@@ -420,6 +428,10 @@ class Decision(BaseModel):
     at: datetime
     args_hash: str  # sha256 of the canonical JSON of the arguments that run
     reason: str | None = None
+    # what decided it besides a person: a policy's rule ("rule 'drafts are free' of policy
+    # 3f2a…"), or a person's grant used (its id; `approver` is who granted it)
+    rule: str | None = None
+    grant: str | None = None
 
 
 class ToolOutcome(BaseModel):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .inputs import SignalOutcome
+from .policy import Grant
 from .status import AuditRecord, ConversationStatus
 
 WORKFLOW_TYPE = "ConversationWorkflow"
@@ -25,6 +26,7 @@ CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 # a part of a decision, from an ancestor to the subagent that owns it, and what became of it
 ROUTED_DECISION_SIGNAL = "routed_decision"
 DECISION_REPLY_SIGNAL = "decision_reply"
+POLICY_CHANGED_SIGNAL = "policy_changed"  # a worker's policy: waiting calls are judged again
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ DECIDE_CONFIRM = Asked("decide_confirm", SignalOutcome)
 DECIDE_REJECT = Asked("decide_reject", SignalOutcome)
 GIVE_ANSWER = Asked("give_answer", SignalOutcome)
 DECIDE = Asked("decide", SignalOutcome)  # several decisions and answers, taken whole
+GRANTS = Asked("grants", list[Grant])  # the approvals remembered and in force
+REVOKE_GRANT = Asked("revoke_grant", SignalOutcome)
 
 
 def relative_id(conversation_id: str, ancestor_id: str) -> str:

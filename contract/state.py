@@ -24,6 +24,7 @@ from .models import (
     Usage,
     WebhookRef,
 )
+from .policy import Grant
 from .status import AuditRecord, ChildReport, TurnSummary
 
 
@@ -180,6 +181,14 @@ class ConversationState(BaseModel):
     turns: list[TurnSummary] = []  # the latest finished turns
     seen_call_ids: list[str] = []
     past_calls: list[tuple[str, str]] = []  # call id → why a decision about it is stale
+    # the worker's approval policy as the latest round was judged by (None: none)
+    policy_revision: str | None = None
+    grants: list[Grant] = []  # people's approvals, remembered (`rules.grants`)
+    grants_made: int = 0  # each grant's number
+    owner_grants: bool = False  # the worker keeps owner grants (the handshake said so)
+    # owner grants made here and not yet kept in the workers' store, and their uses so far
+    grants_to_keep: list[Grant] = []
+    kept_uses: list[tuple[str, str]] = []
     outcomes: list[SignalOutcome] = []  # the latest signals' outcomes, for clients to read
     end_requested: bool = False
     runs: int = 1

@@ -37,6 +37,16 @@ class PendingConfirmation(BaseModel):
     # under four eyes (AGENT_FOUR_EYES): someone other than the conversation's owner decides it
     four_eyes: bool = False
     ticket: str | None = None  # no other call has it (`rules.links.call_ticket`)
+    # the policy's rule that asks a person, the roles it lets decide (empty: any approver),
+    # how many distinct people must approve, and who has so far
+    rule: str | None = None
+    approvers: list[str] = []
+    quorum: int = 1
+    approved_by: list[str] = []
+    grantable: bool = True  # a person's approval of it may be remembered (`confirm --remember`)
+    # why the policy asks a person, where it says: the reviewer model's reason (AGENT_REVIEWER),
+    # a condition it could not read
+    note: str | None = None
 
 
 class PendingQuestion(BaseModel):
@@ -108,7 +118,7 @@ class AuditRecord(BaseModel):
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
     kind: Literal["step", "summary", "start", "message", "answer", "end", "notify",
-                  "recall", "sampling"] = "step"
+                  "recall", "sampling", "grant", "revoke", "review"] = "step"
     entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)

@@ -166,6 +166,12 @@ def current_turn_start(messages: list[ChatMessage]) -> int:
     return 0
 
 
+def last_request(ctx: ContextState) -> str | None:
+    """The latest message of the conversation's person, if the context holds one."""
+    users = [m for m in ctx.messages if m.role == "user"]
+    return users[-1].content if users else None
+
+
 def turn_starts(messages: list[ChatMessage]) -> list[int]:
     return [i for i, m in enumerate(messages) if m.role == "user"]
 

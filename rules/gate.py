@@ -36,6 +36,12 @@ class PendingCall:
     decision: Decision | None = None
     asked_at: datetime | None = None  # when it came to wait (its approval span's start)
     ticket: str | None = None  # no other call has it (`rules.links.call_ticket`)
+    rule: str | None = None  # the policy's rule that asks a person, if one does
+    grantable: bool | None = None  # that rule says whether its approval may be remembered
+    approvers: list[str] = field(default_factory=list)  # its roles that may decide (empty: any)
+    quorum: int = 1  # how many distinct people must approve
+    votes: list[str] = field(default_factory=list)  # who has approved so far
+    note: str | None = None  # why the reviewer model passed it to a person, if one did
 
 
 @dataclass
@@ -90,6 +96,11 @@ def policy_approval(tool: ToolDefinition, args: dict[str, Any], now: datetime) -
     """The approval a call carries when the policy lets it run without a human."""
     return Decision(call_id="", tool=tool.name, approved=True, approver=POLICY, at=now,
                     args_hash=args_hash(args))
+
+
+def policy_reason(approved: bool, rule: str | None, note: str | None = None) -> str:
+    """What a decision a policy's rule took says: the model reads a denial's."""
+    return f"{'allowed' if approved else 'denied'} by {rule}" + (f"; {note}" if note else "")
 
 
 def execution_refusal(
@@ -179,6 +190,33 @@ def four_eyes_refusal(targets: list[str], pending: dict[str, PendingCall], appro
         tool = pending[call_id].tool
         if tool.risk in four_eyes:
             return Refusal(four_eyes_reason(call_id, tool.name, tool.risk, owner, approver))
+    return None
+
+
+def may_decide(approvers: Collection[str], roles: Collection[str]) -> bool:
+    """Whether a person with `roles` may decide a call whose rule names `approvers` (an admin
+    may decide any)."""
+    return not approvers or bool(set(roles) & {*approvers, "admin"})
+
+
+def rule_refusal(targets: list[str], pending: dict[str, PendingCall], approver: str,
+                 roles: Collection[str], approving: bool) -> Refusal | None:
+    """Why `approver` may not decide these calls as their policy rule asks: the rule names
+    roles they do not have; or it asks several people, and they approved it already, or name
+    nobody."""
+    for call_id in targets:
+        p = pending[call_id]
+        if not may_decide(p.approvers, roles):
+            has = "+".join(sorted(roles)) or "no role"
+            return Refusal(f"call {call_id} ({p.tool.name}): {p.rule} asks "
+                           f"{' or '.join(p.approvers)} to decide it, and {approver} has {has}")
+        if approving and p.quorum > 1:
+            if approver.strip() in NOBODY:
+                return Refusal(f"call {call_id} ({p.tool.name}): {p.rule} asks {p.quorum} "
+                               "different people to approve it, and this decision names none")
+            if approver in p.votes:
+                return Refusal(f"call {call_id} ({p.tool.name}): {approver} approved it "
+                               f"already; {p.rule} asks {p.quorum} different people")
     return None
 
 

@@ -146,10 +146,12 @@ def tool_call(name: str, arguments: dict | str) -> ScriptedToolCall:
     return ScriptedToolCall(name=name, arguments=arguments)
 
 
-def script(model: ScriptedModelServer, trigger: str, *replies: ScriptedReply) -> str:
-    """Script one scenario, keeping the others, and return its trigger."""
+def script(model: ScriptedModelServer, trigger: str, *replies: ScriptedReply, **scenario) -> str:
+    """Script one scenario (`scenario`: its other fields, as `review`), keeping the others, and
+    return its trigger."""
     kept = [s for s in model.script.scenarios if s.trigger != trigger]
-    model.set_script(Script(scenarios=[*kept, Scenario(trigger=trigger, replies=list(replies))]))
+    model.set_script(Script(scenarios=[*kept, Scenario(trigger=trigger, replies=list(replies),
+                                                       **scenario)]))
     return trigger
 
 

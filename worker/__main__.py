@@ -39,6 +39,7 @@ from .deployment import (
 )
 from .epochs import earlier_epoch
 from .logging import configure_logging
+from .policy import announce_policy
 from .telemetry import Tracing, metrics_runtime
 
 log = structlog.get_logger()
@@ -131,7 +132,10 @@ async def main(role: str = "all", deployment: str | None = None,
                 metrics=os.environ.get("AGENT_METRICS_ADDRESS") or "off",
                 model_entries=list(settings.model_entries().entries),
                 version=version_label(version) or "unversioned",
+                policy=settings.policy.revision[:12] if settings.policy else "none",
             )
+            if settings.policy is not None and role in ("all", "workflows"):
+                await announce_policy(client, temporal.task_queue, settings.policy.revision)
             await stop.wait()
             log.info("worker stopping")
     if mcp is not None:

@@ -116,9 +116,11 @@ def build_worker(
 
 def local_activities(tools: ToolActivities) -> list[Any]:
     """What a conversation's workflow task may run itself, as local activities: the handshake,
-    the quick safe reads its handshake marked local, a turn's recall of memories, and its look
-    at whether an MCP server's tools changed."""
-    return [tools.list_tools, tools.run_tool, tools.recall_memories, tools.mcp_listing]
+    the quick safe reads its handshake marked local, a turn's recall of memories, its look
+    at whether an MCP server's tools changed, a round's calls judged by the policy, and the
+    owner grants it keeps."""
+    return [tools.list_tools, tools.run_tool, tools.recall_memories, tools.mcp_listing,
+            tools.judge_calls, tools.keep_grants]
 
 
 def interceptors(tracing: Tracing | None) -> list[Interceptor]:
@@ -129,7 +131,7 @@ def interceptors(tracing: Tracing | None) -> list[Interceptor]:
 
 def model_activities(llm: LLMActivities) -> list[Any]:
     """The activities that call a model endpoint."""
-    return [llm.llm_step, llm.summarize]
+    return [llm.llm_step, llm.summarize, llm.review_call]
 
 
 def role_workers(client: Client, task_queue: str, role: str, settings: ActivitySettings,

@@ -36,8 +36,14 @@ from ..contract import (
     names,
 )
 from ..contract.bounds import Limits
-from ..contract.names import CHILD_STATUS_SIGNAL, DECISION_REPLY_SIGNAL, ROUTED_DECISION_SIGNAL
-from ..rules import context, loop
+from ..contract.names import (
+    CHILD_STATUS_SIGNAL,
+    DECISION_REPLY_SIGNAL,
+    POLICY_CHANGED_SIGNAL,
+    ROUTED_DECISION_SIGNAL,
+)
+from ..contract.policy import Grant, PolicyChanged, RevokeRequest
+from ..rules import context, grants, loop
 from ..rules.gate import Refusal
 from ..rules.start_input import first_state, settled_input
 from .approvals import Approvals
@@ -45,6 +51,7 @@ from .decisions import DECISIONS, Decisions, Received, decision_signal, decision
 from .handover import carried, next_input
 from .handshake import shake_hands, tools_changed
 from .inbox import Inbox
+from .judge import Judge
 from .model_step import ModelStep
 from .question import OpenQuestion
 from .reporting import Reporter
@@ -247,6 +254,35 @@ class ConversationWorkflow:
             raise ValueError("decide names no decision and no answer")
         self._decisions.check(request.parts(), request.request_id)
 
+    @workflow.query(name=names.GRANTS.name)
+    def grants(self) -> list[Grant]:
+        """The approvals people remembered that are still in force (`rules.grants`)."""
+        state = self._state
+        return grants.live([*state.grants, *state.grants_to_keep], workflow.now())
+
+    @workflow.update(name=names.REVOKE_GRANT.name)
+    def revoke_grant(self, request: RevokeRequest) -> SignalOutcome:
+        """Take a grant back: from now on it lets nothing run."""
+        revoked = self._decisions.approvals.revoke(request.grant_id)
+        if isinstance(revoked, Refusal):
+            return SignalOutcome(request_id="", accepted=False, reason=revoked.reason)
+        self._reporter.record_input("revoke", None, request.by, grants.describe(revoked))
+        return SignalOutcome(request_id="", accepted=True)
+
+    @revoke_grant.validator
+    def _check_revoke(self, request: RevokeRequest) -> None:
+        found = self._decisions.approvals.find_grant(request.grant_id)
+        if isinstance(found, Refusal):
+            raise ValueError(found.reason)
+
+    @workflow.signal(name=POLICY_CHANGED_SIGNAL)
+    async def policy_changed(self, changed: PolicyChanged | None = None) -> None:
+        """A worker's policy (`worker.policy`): the calls waiting for a person, judged again."""
+        if sent(changed, POLICY_CHANGED_SIGNAL):
+            judge = Judge(self._input, self._state, self._decisions, self._reporter)
+            if await judge.rejudge(changed.revision):
+                self._view.sync()
+
     @workflow.signal(name=ROUTED_DECISION_SIGNAL)
     async def routed_decision(self, routed: RoutedDecision | None = None) -> None:
         """A part of a decision an ancestor took, for this subagent's own call or question."""
@@ -270,6 +306,8 @@ class ConversationWorkflow:
                 self._reporter.record_input("answer", None, received.request.sender, result)
         elif isinstance(result, (list, Refusal)):
             self._reporter.announce(result)
+        for grant in self._decisions.approvals.made():
+            self._reporter.record_input("grant", None, grant.by, grants.describe(grant))
         self._view.sync()
 
     @workflow.query

@@ -32,6 +32,7 @@ from ..contract import (
     ToolOutcome,
 )
 from ..contract.bounds import MAX_TOOLS_USED, keep_last, truncate_observation
+from ..contract.policy import Verdict
 from ..contract.state import ConversationState
 from ..rules import gate, loop, sampling, tracing
 from ..rules.links import call_ticket
@@ -41,6 +42,7 @@ from ..rules.stopping import CallRecord, call_record
 from . import telemetry
 from .decisions import Decisions
 from .failures import ACTIVITY_FAILURES, cause_of, failure_reason, raise_if_cancelled
+from .judge import Judge
 from .reporting import Reporter
 from .subagents import Subagents
 
@@ -82,6 +84,8 @@ class ToolRound:
         self._subagents: Subagents | None = None  # the round's, once it knows its calls
         self._to_sample: set[str] = set()  # its calls that may sample and have not started
         self._granted: dict[str, SamplingGrant] = {}  # the grants of its calls in flight
+        self._rules: dict[str, Verdict] = {}  # the policy's `ask` of the calls it holds
+        self._judge = Judge(inp, state, decisions, reporter)
 
     async def run(
         self, calls: list[ToolCall], cut_off: bool, share: int,
@@ -96,16 +100,43 @@ class ToolRound:
         ]
         outcomes: dict[int, ToolOutcome] = {}
         safe, gated, asks = [], [], []
+        verdicts = await self._judge.judge([c for c in checked
+                                            if isinstance(c, loop.ReadyCall) and c.tool.asks is None])
+        verdicts.update(await self._judge.reviews([
+            (c, verdicts[c.call.id]) for c in checked if isinstance(c, loop.ReadyCall)
+            and c.call.id in verdicts and verdicts[c.call.id].effect == "review"
+            and c.tool.risk not in self._state.four_eyes]))
+        judged: dict[str, Decision] = {}  # calls the policy or a grant decided, without asking
         for i, item in enumerate(checked):
+            verdict = verdicts.get(item.call.id) or Verdict(call_id=item.call.id)
             if isinstance(item, loop.InvalidCall):
                 hint = TRUNCATED_HINT if cut_off and "not valid JSON" in item.observation else ""
                 outcomes[i] = ToolOutcome(status="error", observation=item.observation + hint)
                 self._approvals.remember_call(item.call.id, "it was invalid and never ran")
             elif item.tool.asks is not None:
                 asks.append(i)
-            elif gate.needs_approval(item.tool, self._input.approval,
-                                         self._state.four_eyes):
-                gated.append(i)
+            elif verdict.effect == "deny":
+                judged[item.call.id] = self._judge.by_policy(item, verdict, approved=False)
+                outcomes[i] = _rejected(judged[item.call.id])
+                self._approvals.remember_call(item.call.id, f"it was {judged[item.call.id].reason}")
+            elif verdict.effect == "allow" and item.tool.risk not in self._state.four_eyes:
+                if item.tool.risk != "safe":
+                    judged[item.call.id] = self._judge.by_policy(item, verdict, approved=True)
+                safe.append(i)
+                self._approvals.remember_call(item.call.id, "a policy rule let it run")
+            elif verdict.effect in ("ask", "review") or gate.needs_approval(
+                    item.tool, self._input.approval, self._state.four_eyes):
+                grant = verdict.grant or self._approvals.grant_for(
+                    item.call.id, item.tool, item.arguments, verdict, workflow.now())
+                if grant is None:
+                    gated.append(i)
+                    self._rules[item.call.id] = verdict
+                    continue
+                judged[item.call.id] = self._approvals.granted(
+                    grant, item.call.id, item.tool.name, item.arguments, workflow.now())
+                self._reporter.announce([judged[item.call.id]])
+                safe.append(i)
+                self._approvals.remember_call(item.call.id, f"it was {judged[item.call.id].reason}")
             else:
                 safe.append(i)
                 self._approvals.remember_call(item.call.id, "it needed no approval")
@@ -117,7 +148,8 @@ class ToolRound:
                                         if checked[i].tool.agent is not None))
 
         ran = await asyncio.gather(*(
-            self._execute(checked[i], checked[i].arguments, keys[i], self._policy(checked[i]))
+            self._execute(checked[i], checked[i].arguments, keys[i],
+                          judged.get(checked[i].call.id) or self._policy(checked[i]))
             for i in safe
         ))
         outcomes.update(zip(safe, ran))
@@ -151,7 +183,8 @@ class ToolRound:
                 ToolOutcome(observation=answer) if answer is not None
                 else ToolOutcome(status="error", observation=self._no_answer())
             )
-        decisions_by_call = {c: p.decision for c, p in self._approvals.pending.items()}
+        decisions_by_call = {**judged,
+                             **{c: p.decision for c, p in self._approvals.pending.items()}}
         args_run = {c: p.args for c, p in self._approvals.pending.items()}
         self._approvals.close_round()
         result = RoundResult([], [])
@@ -190,6 +223,7 @@ class ToolRound:
             if not decision.approved:
                 return _rejected(decision)
             args = self._approvals.pending[item.call.id].args
+            await self._judge.keep_grants()
             outcome = await self._execute(item, args, key, decision)
             if outcome.status != "needs_approval":
                 return outcome
@@ -218,7 +252,8 @@ class ToolRound:
         """Put a call before the human; its ticket, drawn from its idempotency key, tells it
         from any later call that has its id (a one-time link names it)."""
         ticket = call_ticket(key)
-        self._approvals.hold(item.call.id, item.tool, args, workflow.now(), ticket)
+        self._approvals.hold(item.call.id, item.tool, args, workflow.now(), ticket,
+                             self._rules.get(item.call.id))
         telemetry.approval_requested(item.tool.name)
         self._reporter.emit("approval_requested", call_id=item.call.id, tool=item.tool.name,
                             args=args, risk=item.tool.risk)
@@ -405,6 +440,8 @@ async def _timed_wait(done: Callable[[], bool], timeout_s: float) -> None:
 
 
 def _rejected(decision: Decision) -> ToolOutcome:
+    if decision.approver == gate.POLICY:
+        return ToolOutcome(status="rejected", observation=f"rejected: {decision.reason}")
     if decision.approver == "system":
         status = "timed_out" if decision.reason == "approval timed out" else "rejected"
         return ToolOutcome(status=status, observation=f"rejected: {decision.reason}")

@@ -1,5 +1,6 @@
 """The API's routes, a module per resource: `conversations`, `inputs` (a person's input),
-`streams`, `memories` and `console`; `api.links` holds the one-time links' pages."""
+`grants` (approvals remembered), `streams`, `memories` and `console`; `api.links` holds the
+one-time links' pages."""
 
 from __future__ import annotations
 

@@ -46,11 +46,15 @@ async def confirm(cid: Cid, body: ConfirmBody, s: Conversations, who: Who,
                   _: Annotated[None, allowed("decide")], rid: RequestId,
                   request: Request) -> Any:
     """Approve pending call(s), optionally one with edited args. The approver recorded is
-    the token's name. Under four eyes (AGENT_FOUR_EYES), a call of those risks is refused
-    (409) to the conversation's owner."""
+    the token's name, with the token's roles. Under four eyes (AGENT_FOUR_EYES), a call of
+    those risks is refused (409) to the conversation's owner. With `remember`, the approval
+    is remembered as a grant (GET .../grants lists them), or the whole decision is refused
+    (409) with why it may not be."""
     return await s.decide(cid, ConfirmRequest(request_id=rid, call_ids=body.call_ids,
                                               all=body.all, args=body.args,
-                                              approver=who.name, seen=body.seen,
+                                              approver=who.name, roles=sorted(who.roles),
+                                              seen=body.seen, remember=body.remember,
+                                              for_s=body.for_s, uses=body.uses,
                                               trace_parent=caller_trace(request)),
                           by_update=True)
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ..rules.prompts import SUMMARIZER_PROMPT
+from ..rules.review import REVIEWER_MARK
 from .intents import is_runtime_recall, read_intent
 from .replies import ScriptedReply, ScriptedToolCall, message_text
 
@@ -26,6 +27,9 @@ class Scenario(BaseModel):
     replies: list[ScriptedReply]
     summary_errors: list[int] = []  # statuses of its first summary requests, in order
     summary_hold: bool = False  # summary replies wait for `release()`
+    # what the reviewer model (`AGENT_REVIEWER`) answers of this scenario's calls (None: it
+    # passes them to a person)
+    review: str | None = None
 
 
 class Script(BaseModel):
@@ -38,7 +42,7 @@ class Selection(BaseModel):
     trigger: str | None
     step: int
     reply: ScriptedReply
-    kind: Literal["chat", "summary"] = "chat"
+    kind: Literal["chat", "summary", "review"] = "chat"
 
 
 def load_script(path: str | Path) -> Script:
@@ -85,6 +89,21 @@ def is_summary_request(messages: list[dict[str, Any]]) -> bool:
     return bool(messages) and message_text(messages[0]).startswith(SUMMARIZER_MARK)
 
 
+NO_REVIEW = '{"verdict": "ask", "reason": "no review was scripted"}'
+
+
+def select_review(script: Script, messages: list[dict[str, Any]]) -> Selection | None:
+    """The reviewer's answer, for a review request: its scenario's (found in the request the
+    call is reviewed against), else a pass to a person."""
+    if not messages or not message_text(messages[0]).startswith(REVIEWER_MARK):
+        return None
+    shown = _text_of(messages, "user", last=True)
+    scenario = next((s for s in script.scenarios if s.trigger in shown), None)
+    answer = scenario.review if scenario is not None and scenario.review is not None else NO_REVIEW
+    return Selection(trigger=scenario.trigger if scenario else None, step=-1,
+                     reply=ScriptedReply(content=answer), kind="review")
+
+
 def select_summary(script: Script, messages: list[dict[str, Any]]) -> Selection:
     """A deterministic summary: the first request (kept from summary to summary, so the scenario
     stays known) and the latest one."""
@@ -110,6 +129,9 @@ def select_reply(script: Script, messages: list[dict[str, Any]], tools_offered: 
     scenario, the intent reader answers what the latest user message asks."""
     if is_summary_request(messages):
         return select_summary(script, messages)
+    review = select_review(script, messages)
+    if review is not None:
+        return review
     selection = _select_step(script, messages, tools_offered)
     without = selection.reply.content_without_tools
     if tools_offered or without is None:

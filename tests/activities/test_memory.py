@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,7 @@ from durable_react_agent.activities.tools import BUILTIN_TOOLS, ToolContext, Too
 from durable_react_agent.activities.tools.memory import MEMORY_TOOLS, forget, recall, remember
 from durable_react_agent.contract import ConfirmRequest, RejectRequest
 from durable_react_agent.contract.memory import MAX_MEMORY_BYTES, Memory
+from durable_react_agent.rules.grants import new_grant, used
 from durable_react_agent.rules.memory import (
     RECALLED_HEADER,
     memory_text_problem,
@@ -516,3 +518,32 @@ async def test_a_worker_with_embeddings_recalls_by_meaning(
     assert "sushi" not in unfound.final_answer
     # with embeddings: the first turn's recall, the remembered text, the second turn's recall
     assert model.embedding_calls - calls == 3
+
+
+def test_owner_grants_are_kept_used_once_per_key_and_revoked_everywhere(store: MemoryStore):
+    """The store behind owner grants (`activities.memory.grants`): keyed writes, so a retried
+    keep stores one grant and a retried use counts one use."""
+    olive, now = unique("olive"), datetime.now(timezone.utc)
+    grant = new_grant(1, "create_note", "owner", "h", "alice", now, 600.0, 2, ["approver"],
+                      conversation_id=unique("conv"))
+    for _ in range(2):  # a retried keep, with the use its conversation made of it already
+        store.keep_grants(olive, [used(grant)], [(grant.id, "k0")], "conv", now.isoformat())
+    [kept] = store.owner_grants(olive, now)
+    assert (kept.id, kept.used, kept.uses_left, kept.roles) == (grant.id, 1, 1, ["approver"])
+    assert store.owner_grants(unique("mallory"), now) == []
+    assert store.use_owner_grant(olive, "delete_note", now, "k1", lambda g: True) is None
+    assert store.use_owner_grant(olive, "create_note", now, "k1", lambda g: False) is None
+    assert store.use_owner_grant(olive, "create_note", now, "k0", lambda g: True).id == grant.id
+    assert store.use_owner_grant(olive, "create_note", now, "k1", lambda g: True).id == grant.id
+    assert store.use_owner_grant(olive, "create_note", now, "k1", lambda g: True).id == grant.id
+    assert store.owner_grants(olive, now) == []  # its two uses are spent: k0 and k1
+    assert store.use_owner_grant(olive, "create_note", now, "k2", lambda g: True) is None
+
+    other = new_grant(2, "create_note", "owner", "h", "alice", now, None, None,
+                      conversation_id="conv")
+    store.keep_grants(olive, [other], [], "conv", now.isoformat())
+    assert store.owner_grants(olive, now + timedelta(days=365)) == [other]
+    assert store.revoke_owner_grant(other.id, unique("mallory"), "bob", now.isoformat()) is None
+    assert store.revoke_owner_grant(other.id, olive, "bob", now.isoformat()).id == other.id
+    assert store.use_owner_grant(olive, "create_note", now, "k3", lambda g: True) is None
+    assert store.revoke_owner_grant(other.id, None, "root", now.isoformat()) is None

@@ -16,6 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
 from durable_react_agent.activities.mcp import McpToolbox, load_mcp_config
+from durable_react_agent.activities.policy import parse_policy
 from durable_react_agent.activities.settings import ActivitySettings, auto_approvable
 from durable_react_agent.activities.tool_runner import ToolActivities
 from durable_react_agent.activities.tools import ToolRegistry
@@ -83,6 +84,48 @@ async def test_the_tool_activity_refuses_what_the_gate_did_not_approve(tmp_path)
         assert note_rows(tmp_path, args["title"]) == []
         done = await run(invocation(args, approval=approval(args), risk="sensitive"))
         assert done.status == "ok" and len(note_rows(tmp_path, args["title"])) == 1
+
+
+
+async def test_the_tool_activity_holds_the_policys_deny_and_checks_its_allow_again(tmp_path):
+    """Where the call would run, the worker's policy (AGENT_POLICY) is judged again: a deny
+    holds over a person's approval (arguments edited into a denied call, a conversation judged
+    before the rule came), and a rule's approval counts only if the rule allows the call now."""
+    policy = parse_policy({"rules": [
+        {"name": "keep the index", "tools": ["delete_note"], "when": "args.note_id == 1",
+         "effect": "deny"},
+        {"name": "drafts", "tools": ["create_note"], "when": "args.title.startsWith('draft')",
+         "effect": "allow"}]})
+    rule = f"rule 'drafts' of policy {policy.revision[:12]}"
+    async with httpx.AsyncClient() as http:
+        for settings, draft_runs in ((ActivitySettings(data_dir=tmp_path, policy=policy), True),
+                                     (ActivitySettings(data_dir=tmp_path), False)):
+            tools = ToolActivities(ToolRegistry(NOTES_TOOLS), settings, http)
+            env = ActivityEnvironment()
+            env.payload_converter = pydantic_data_converter.payload_converter
+
+            async def run(name: str, inv: ToolInvocation, env=env, tools=tools) -> ToolOutcome:
+                env.info = dataclasses.replace(env.info, activity_type=name)
+                payload = env.payload_converter.to_payloads([inv])[0]
+                return await env.run(tools.run_tool, [RawValue(payload)])
+
+            index = {"note_id": 1}
+            denied = await run("delete_note", invocation(index, approval=approval(index),
+                                                         risk="destructive"))
+            if settings.policy is not None:
+                assert denied.status == "error"
+                assert denied.observation == ("Error: not run: denied by rule 'keep the index' "
+                                              f"of policy {policy.revision[:12]}")
+            draft = {"title": "draft " + unique("d"), "body": "b"}
+            by_rule = approval(draft, approver=POLICY).model_copy(update={"rule": rule})
+            outcome = await run("create_note", invocation(draft, approval=by_rule,
+                                                          risk="sensitive"))
+            assert (outcome.status == "ok") is draft_runs, outcome
+            final = {"title": unique("final"), "body": "b"}  # no rule allows it
+            by_rule = approval(final, approver=POLICY).model_copy(update={"rule": rule})
+            outcome = await run("create_note", invocation(final, approval=by_rule,
+                                                          risk="sensitive"))
+            assert outcome.status == "needs_approval" and note_rows(tmp_path, final["title"]) == []
 
 
 async def test_an_mcp_tool_no_server_lists_now_runs_only_as_destructive(tmp_path: Path):

@@ -9,7 +9,8 @@ import pytest
 from ag_ui.core import EventType, ResumeEntry, RunAgentInput, UserMessage
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_react_agent.api.agui import plan_resume, question_schema, resume_request_id, run_agui
+from durable_react_agent.api.agui import run_agui
+from durable_react_agent.api.interrupts import plan_resume, question_schema, resume_request_id
 from durable_react_agent.client.checks import UsageError
 from durable_react_agent.contract import (
     AnswerRequest,

@@ -15,9 +15,10 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from durable_react_agent.api import errors
-from durable_react_agent.api.agui import Translator, question_schema, resume_request
+from durable_react_agent.api.agui import Translator
 from durable_react_agent.api.app import create_app
 from durable_react_agent.api.bodies import NOT_BLANK, MessageBody
+from durable_react_agent.api.interrupts import question_schema, resume_request
 from durable_react_agent.api.routes import every_route
 from durable_react_agent.api.settings import (
     ApiSettings,

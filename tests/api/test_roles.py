@@ -128,7 +128,11 @@ async def test_every_route_against_every_role(as_: dict[str, httpx.AsyncClient],
     reads = {"alice": ok, "bob": hidden, "carol": ok, "vic": ok, "root": ok}
     expected: dict[tuple[str, str, str], dict[str, int]] = {
         **{("GET", f"/conversations/{cid}{tail}", ""): reads
-           for tail in ("", "/history", "/schemas", "/events")},
+           for tail in ("", "/history", "/schemas", "/events", "/grants")},
+        # revoking a grant is deciding: naming none in force, the conversation's 409
+        ("DELETE", f"/conversations/{cid}/grants/g9", ""):
+            {"alice": refused, "bob": hidden, "carol": refused, "vic": forbidden,
+             "root": refused},
         ("POST", f"/conversations/{cid}/messages", "message"):
             {"alice": ok, "bob": hidden, "carol": forbidden, "vic": forbidden, "root": ok},
         **{("POST", f"/conversations/{cid}/{verb}", verb):

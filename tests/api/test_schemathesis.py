@@ -50,6 +50,9 @@ NOT_CHECKED = [
     # completed conversation is a documented 404 (no such running conversation): one created a
     # moment ago may rightly take no more input. Reading it (status, history) stays checked.
     {"include-tag": "input", "checks": {"ensure_resource_availability": {"enabled": False}}},
+    # Revoking a grant is input too (an Update): to a completed conversation, the same 404.
+    {"include-operation-id": "revoke",
+     "checks": {"ensure_resource_availability": {"enabled": False}}},
 ]
 
 

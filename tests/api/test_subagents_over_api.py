@@ -9,7 +9,7 @@ import asyncio
 import httpx
 from temporalio.client import Client
 
-from durable_react_agent.api.agui import interrupts
+from durable_react_agent.api.interrupts import interrupts
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiServer

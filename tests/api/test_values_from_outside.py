@@ -42,7 +42,7 @@ from durable_react_agent.contract import ChatMessage, LLMStepRequest, SummaryReq
 from durable_react_agent.rules import delta
 from durable_react_agent.rules.tracing import parse_traceparent, tool_label
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from durable_react_agent.worker.app import build_worker, model_activities
+from durable_react_agent.worker.app import build_worker, local_activities, model_activities
 from tests.api_support import concrete
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import script, settled, start, tool_call, unique
@@ -298,9 +298,11 @@ def test_no_tool_may_take_the_name_of_an_activity_the_runtime_registers(
     """A tool runs as an activity of its own name: one named like the runtime's own (`notify`,
     `llm_step`...) would shadow it."""
     tools = ToolActivities(registry_with_test_tools(), activity_settings, None)  # type: ignore[arg-type]
-    runtime = [*model_activities(LLMActivities(activity_settings)), tools.list_tools,
+    runtime = [*model_activities(LLMActivities(activity_settings)), *local_activities(tools),
                WebhookActivities(None, None).notify]  # type: ignore[arg-type]
-    names = {activity._Definition.must_from_callable(fn).name for fn in runtime}
-    assert names == {"llm_step", "summarize", "list_tools", "notify"}
+    names = {activity._Definition.must_from_callable(fn).name for fn in runtime
+             if fn != tools.run_tool}  # the dynamic one: each tool under its own name
+    assert names == {"llm_step", "summarize", "review_call", "list_tools", "recall_memories",
+                     "mcp_listing", "judge_calls", "keep_grants", "notify"}
     assert names <= RESERVED_NAMES
     assert all(name_problem(name) for name in names)

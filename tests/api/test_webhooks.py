@@ -35,7 +35,8 @@ from durable_react_agent.activities.webhooks import (
     WebhooksError,
     slack_text,
 )
-from durable_react_agent.contract import AnswerRequest, NotifyRequest, SayRequest
+from durable_react_agent.api.links import decision as link_decision
+from durable_react_agent.contract import AnswerRequest, ConfirmRequest, NotifyRequest, SayRequest
 from durable_react_agent.rules.links import LinkClaims, read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
@@ -152,6 +153,44 @@ async def test_a_signed_delivery_comes_within_seconds_and_its_links_decide_once(
     await handle.signal(ConversationWorkflow.end, None)
     await handle.result()
     await replay(handle, "webhook_approval_by_link")
+
+
+async def test_a_link_approves_its_one_call_and_remembers_nothing(
+        client: Client, model: ScriptedModelServer, receiver: Receiver, hooked,
+        activity_settings: ActivitySettings):
+    """A link decides one call: its approval is never a grant (whatever its token is made to
+    say), so the conversation's next call of the same tool waits for a person again."""
+    queue, _ = hooked
+    first, second = unique("linked"), unique("after-link")
+    trigger = script(model, unique("hooked-once"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": first,
+                                                                         "body": "b"})]),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": second,
+                                                                         "body": "b"})]),
+                     ScriptedReply(content="{last_tool}"))
+    handle = await start(client, queue, trigger)
+    await reaches(handle, "waiting_for_confirmation")
+    delivery, = await receiver.until("approval_requested")
+    token = delivery["json"]["approve_url"].rsplit("/", 1)[1]
+    # a link signed with more than a link says: what it decides is the same, one call
+    claims = read_link(LINKS, token, time.time())
+    padded = {**claims.model_dump(), "remember": "conversation", "for_s": 600, "uses": 9}
+    assert read_link(LINKS, sign_link(LINKS, padded), time.time()) == claims
+    request = link_decision(claims)
+    assert isinstance(request, ConfirmRequest) and request.call_ids == [claims.k]
+    assert (request.remember, request.for_s, request.uses) == (None, None, None)
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        approved = await http.post(delivery["json"]["approve_url"])
+    assert approved.status_code == 200, approved.text
+    await receiver.until("approval_requested", count=2)  # the second note asks
+    waiting = await reaches(handle, "waiting_for_confirmation")
+    assert [p.args["title"] for p in waiting.pending_confirmations] == [second]
+    assert [(d.approver, d.grant) for d in waiting.decisions] == [("link", None)]
+    assert await handle.query(ConversationWorkflow.grants) == []
+    assert len(note_rows(activity_settings.data_dir, first)) == 1
+    assert note_rows(activity_settings.data_dir, second) == []
+    await handle.signal(ConversationWorkflow.end, None)
 
 
 async def notify_notes(handle) -> list[str]:

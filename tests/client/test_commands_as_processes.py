@@ -15,7 +15,7 @@ from tests.cli_support import EVALS, eval_env
 from tests.helpers import script, tool_call, unique
 
 RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
-       "export", "fork", "eval", "end", "cancel", "memories", "forget"}
+       "export", "fork", "eval", "end", "cancel", "memories", "forget", "grants", "revoke"}
 
 
 def test_this_module_runs_every_command():
@@ -44,8 +44,11 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
     started = json.loads(await ok("start", "--id", conv, "--wait", "--json", trigger))
     create, delete = (c["call_id"] for c in started["pending_confirmations"])
     assert (await ok("reject", conv, delete, "--reason", "keep it")).strip() == "taken"
-    confirmed = json.loads(await ok("confirm", conv, create, "--wait", "--json"))
+    confirmed = json.loads(await ok("confirm", conv, create, "--remember", "args", "--as", "ann",
+                                    "--wait", "--json"))
     assert confirmed["pending_question"]["options"] == ["red", "blue"]
+    assert (await ok("grants", conv)).startswith("g1  create_note  with these arguments")
+    assert (await ok("revoke", conv, "g1")).strip() == "taken: grant g1 is revoked"
     assert "answer: You chose blue." in await ok("answer", conv, "blue", "--wait")
     assert "answer: heard: again" in await ok("say", conv, "again", "--wait")
 

@@ -137,6 +137,52 @@ async def test_console_streams_edits_validates_and_approves(
     assert console.errors == []
 
 
+async def test_console_allows_a_tool_for_the_rest_of_the_conversation(
+        api: ApiServer, model: ScriptedModelServer, activity_settings, console: Console):
+    """"Allow for this conversation" approves the call and remembers it (a grant): the next
+    note runs without a card. A destructive call's approval is not offered to be remembered."""
+    first, second = unique("Allowed"), unique("ByGrant")
+    trigger = script(model, unique("console-grant"),
+                     ScriptedReply(tool_calls=[tool_call("create_note",
+                                                         {"title": first, "body": "1"})]),
+                     ScriptedReply(tool_calls=[tool_call("create_note",
+                                                         {"title": second, "body": "2"})]),
+                     ScriptedReply(content="Two notes saved."))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Keep two notes ({trigger}).")
+    card = page.get_by_test_id("approval-card")
+    allow = card.get_by_test_id("approve-remember")
+    await expect(allow).to_have_text("Allow for this conversation")
+    call_id = await card.get_attribute("data-call-id")
+    await allow.click()
+
+    chat = page.get_by_test_id("chat")
+    await expect(chat.get_by_test_id("final-answer")).to_have_text("Two notes saved.")
+    await expect(page.get_by_test_id("approval-card")).to_have_count(0)
+    [posted] = console.posted(cid, "confirm")  # one decision, for the first note only
+    assert (posted["call_ids"], posted["remember"]) == ([call_id], "conversation")
+    assert len(note_rows(activity_settings.data_dir, first)) == 1
+    assert len(note_rows(activity_settings.data_dir, second)) == 1
+    [grant] = (await call("GET", f"{api.url}/conversations/{quote(cid)}/grants")).json()
+    assert (grant["tool"], grant["scope"], grant["by"], grant["used"]) == (
+        "create_note", "conversation", "anonymous", 1)
+    done = await status_of(api.url, cid)
+    assert [(d["approver"], d["grant"]) for d in done["decisions"]] == [
+        ("anonymous", None), ("anonymous", grant["id"])]
+
+    # destructive: approved once, never remembered, so not offered
+    trigger = script(model, unique("console-no-grant"),
+                     ScriptedReply(tool_calls=[tool_call("delete_note", {"note_id": 31337})]),
+                     ScriptedReply(content="gone"))
+    await page.get_by_test_id("home").click()
+    await console.start(f"Delete it ({trigger}).")
+    card = page.get_by_test_id("approval-card")
+    await expect(card.get_by_test_id("approve")).to_be_visible()
+    await expect(card.get_by_test_id("approve-remember")).to_have_count(0)
+    assert console.errors == []
+
+
 async def test_console_stream_resumes_after_the_api_restarts(
         api: ApiServer, temporal_address: str, task_queue: str, model: ScriptedModelServer,
         console: Console):

@@ -9,7 +9,7 @@ its addressee, the console shows what it shows.
 Channels: the CLI (a signal), an Update, REST, an AG-UI resume, a one-time link, the console in
 chromium. Rules: four eyes; the arguments seen; look-alike ids across parent, child and
 grandchild; a request acting once; stale decisions; a decision over several conversations
-whole or not at all; roles."""
+whole or not at all; roles; an approval remembered (a grant: a link decides one call only)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from durable_react_agent.activities.profiles import AgentProfile, Profiles
 from durable_react_agent.activities.settings import ActivitySettings
-from durable_react_agent.contract import ConfirmRequest, ConversationStatus, RejectRequest
+from durable_react_agent.contract import (
+    ConfirmRequest,
+    ConversationStatus,
+    RejectRequest,
+    SayRequest,
+)
+from durable_react_agent.contract.policy import RevokeRequest
 from durable_react_agent.rules.links import read_link, sign_link
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
@@ -186,13 +192,13 @@ async def decided(desk: Desk, call: Call, expected: list[tuple[bool, str]]) -> N
 
 class Channel:
     name = ""
-    can: frozenset[str] = frozenset()  # "seen", "many", "repeat", "roles"
+    can: frozenset[str] = frozenset()  # "seen", "many", "repeat", "roles", "remember"
     people: frozenset[str | None] = frozenset({"alice", "bob", "carol", "vic", None})
 
     async def decide(self, desk: Desk, targets: list[Call], approve: bool, as_: str | None,
-                     seen: str | None = None) -> bool:
-        """Decide the calls as `as_` (`seen`: the hash the person saw, when not the call's);
-        whether the decision was taken."""
+                     seen: str | None = None, remember: str | None = None) -> bool:
+        """Decide the calls as `as_` (`seen`: the hash the person saw, when not the call's;
+        `remember`: what to remember of an approval); whether the decision was taken."""
         raise NotImplementedError
 
     async def repeat(self, desk: Desk) -> None:
@@ -201,12 +207,13 @@ class Channel:
 
 
 class Cli(Channel):
-    name, can = "cli", frozenset({"many"})
+    name, can = "cli", frozenset({"many", "remember"})
     people = frozenset({"alice", "carol"})
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
         argv = [sys.executable, "-m", "durable_react_agent.client", "confirm" if approve else "reject",
-                targets[0].top, *(c.ref for c in targets), "--as", as_ or "", "--timeout", "30"]
+                targets[0].top, *(c.ref for c in targets), "--as", as_ or "", "--timeout", "30",
+                *(["--remember", remember] if remember else [])]
         done = await asyncio.to_thread(
             subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=90,
             env={**os.environ, "TEMPORAL_ADDRESS": desk.temporal, "AGENT_TASK_QUEUE": desk.queue})
@@ -214,9 +221,9 @@ class Cli(Channel):
 
 
 class Update(Channel):
-    name, can = "update", frozenset({"seen", "repeat"})
+    name, can = "update", frozenset({"seen", "repeat", "remember"})
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
         [call] = targets
         status = await desk.client.get_workflow_handle(call.owner).query(
             ConversationWorkflow.status)
@@ -225,7 +232,8 @@ class Update(Channel):
         kind = ConfirmRequest if approve else RejectRequest
         self.last = call, kind(request_id=unique("u"), call_ids=[call.call_id],
                                approver=as_ or "unknown",
-                               seen={call.call_id: h} if (h := seen or shown) else {})
+                               seen={call.call_id: h} if (h := seen or shown) else {},
+                               **({"remember": remember} if remember else {}))
         return await self._send(desk, *self.last)
 
     async def _send(self, desk, call, request) -> bool:
@@ -243,14 +251,15 @@ class Update(Channel):
 
 
 class Rest(Channel):
-    name, can = "rest", frozenset({"seen", "many", "roles"})
+    name, can = "rest", frozenset({"seen", "many", "roles", "remember"})
     people = frozenset(TOKENS)
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
         status = (await self._get(desk, targets[0].top, "alice")).json()
         hashes = {p["ref"]: p["args_hash"] for p in status["pending_confirmations"]}
         body = {"call_ids": [c.ref for c in targets],
-                "seen": {c.ref: seen or hashes.get(c.ref, "") for c in targets}}
+                "seen": {c.ref: seen or hashes.get(c.ref, "") for c in targets},
+                **({"remember": remember} if remember else {})}
         async with self._http(desk, as_) as http:
             answer = await http.post(f"/conversations/{quote(targets[0].top)}/"
                                      f"{'confirm' if approve else 'reject'}", json=body)
@@ -267,13 +276,13 @@ class Rest(Channel):
 
 
 class Agui(Channel):
-    name, can = "agui", frozenset({"many", "roles", "repeat"})
+    name, can = "agui", frozenset({"many", "roles", "repeat", "remember"})
     people = frozenset({"alice", "bob", "carol", "vic"})
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
+        payload = {"approved": approve, **({"remember": remember} if remember else {})}
         self.last = as_, targets[0].top, unique("run"), [
-            {"interruptId": c.ref, "status": "resolved", "payload": {"approved": approve}}
-            for c in targets]
+            {"interruptId": c.ref, "status": "resolved", "payload": payload} for c in targets]
         return await self._send(desk)
 
     async def _send(self, desk) -> bool:
@@ -297,7 +306,7 @@ class Link(Channel):
     name, can = "link", frozenset({"seen", "repeat", "roles"})
     people = frozenset(ADDRESSEES)
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
         [call] = targets
         url = (await links_of(desk.receiver, call))[as_]["approve" if approve else "reject"]
         if seen is not None:  # a link for other arguments: as if they changed since
@@ -332,10 +341,10 @@ class Console(Channel):
     """The console in chromium, signed in with the person's token: the approval card of the
     call, by its ref; not offered (no button, or no conversation) is not taken."""
 
-    name, can = "console", frozenset({"roles"})
+    name, can = "console", frozenset({"roles", "remember"})
     people = frozenset({"alice", "bob", "carol", "vic"})
 
-    async def decide(self, desk, targets, approve, as_, seen=None):
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
         [call] = targets
         assert desk.browser is not None
         context = await desk.browser.new_context(viewport={"width": 1280, "height": 800})
@@ -346,7 +355,10 @@ class Console(Channel):
             await page.get_by_test_id("token-save").click()
             await page.goto(f"{desk.api.url}/#/c/{quote(call.top)}")
             card = page.locator(f'[data-testid="approval-card"][data-call-id="{call.ref}"]')
-            button = card.get_by_test_id("approve" if approve else "reject")
+            # the console remembers an approval for the conversation, or not at all
+            assert remember in (None, "conversation")
+            button = card.get_by_test_id(
+                "reject" if not approve else "approve-remember" if remember else "approve")
             # the conversation shown (its status read), or why not (another user's: a 404)
             status = page.locator('[data-testid="status"][data-status]')
             error = page.locator('[data-testid="conversation-error"]:not([hidden])')
@@ -443,6 +455,32 @@ async def roles(ch: Channel, desk: Desk) -> None:
     await decided(desk, call, [(True, "carol")])
 
 
+async def remembered(ch: Channel, desk: Desk) -> None:
+    """An approval remembered for the conversation lets its next note run without asking,
+    approved by the grant of whoever approved; revoked, it lets nothing run."""
+    first, second, third = (unique(t) for t in ("granted", "by-grant", "after-revoke"))
+    trigger = script(desk.model, unique("grant"), calls("create_note", first, "c1"),
+                     calls("create_note", second, "c2"), ScriptedReply(content="done"),
+                     calls("create_note", third, "c3"), ScriptedReply(content="again"))
+    handle = await start(desk.client, desk.queue, trigger, owner="alice")
+    await waiting(desk, handle.id, "c1")
+    call = Call(handle.id, handle.id, "c1", "c1", first)
+    assert await ch.decide(desk, [call], True, "carol", remember="conversation")
+    await decided(desk, Call(handle.id, handle.id, "c2", "c2", second), [(True, "carol")])
+    await until(lambda: len(note_rows(desk.data_dir, second)) == 1)
+    [grant] = await handle.query(ConversationWorkflow.grants)
+    assert (grant.tool, grant.scope, grant.by, grant.used) == (
+        "create_note", "conversation", "carol", 1)
+    status = await handle.query(ConversationWorkflow.status)
+    assert [d.grant for d in status.decisions if d.call_id == "c2"] == [grant.id]
+    await handle.execute_update(ConversationWorkflow.revoke_grant,
+                                RevokeRequest(grant_id=grant.id, by="alice"))
+    assert await handle.query(ConversationWorkflow.grants) == []
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="one more"))
+    await waiting(desk, handle.id, "c3")
+    assert note_rows(desk.data_dir, third) == []
+
+
 @dataclass(frozen=True)
 class Rule:
     check: Callable[[Channel, Desk], Awaitable[None]]
@@ -452,7 +490,8 @@ class Rule:
 RULES = {"four-eyes": Rule(four_eyes), "arguments-seen": Rule(arguments_seen, frozenset({"seen"})),
          "look-alike-ids": Rule(look_alike_ids), "acts-once": Rule(acts_once, frozenset({"repeat"})),
          "stale": Rule(stale), "whole": Rule(whole_or_nothing, frozenset({"many"})),
-         "roles": Rule(roles, frozenset({"roles"}))}
+         "roles": Rule(roles, frozenset({"roles"})),
+         "remembered": Rule(remembered, frozenset({"remember"}))}
 CELLS = [pytest.param(rule, channel, id=f"{name}-{channel.name}")
          for name, rule in RULES.items() for channel in CHANNELS if rule.needs <= channel.can]
 

@@ -7,13 +7,14 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
+from durable_react_agent.activities.memory import open_store
 from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest
 from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
@@ -227,3 +228,39 @@ async def test_worker_killed_while_a_child_waits_writes_the_note_once(
         assert [s for s in signals if not s.startswith("__temporal")] == [ROUTED_DECISION_SIGNAL]
     finally:
         worker.stop()
+
+
+async def test_worker_killed_after_a_grant_let_a_note_run_uses_it_once_and_writes_once(
+    client: Client, model: ScriptedModelServer, worker_process: tuple[WorkerProcess, str],
+    tmp_path: Path,
+):
+    """An owner's grant (kept in the workers' store) lets a second conversation's note run; the
+    worker dies before the next reply. The new worker replays the grant's use and the note from
+    the history: one use counted, one note written."""
+    worker, queue = worker_process
+    first, second = unique("granted"), unique("by-grant")
+    asks = script(model, unique("grant-asks"),
+                  ScriptedReply(tool_calls=[tool_call("create_note", {"title": first, "body": "b"})]),
+                  ScriptedReply(content="{last_tool}"))
+    granted = script(model, unique("grant-used"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": second, "body": "b"})]),
+                     ScriptedReply(content="{last_tool}", hold=True))
+    worker.start()
+    handle = await start(client, queue, asks, owner="olive")
+    [pending] = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)).pending_confirmations
+    assert (await handle.execute_update(ConversationWorkflow.decide_confirm, ConfirmRequest(
+        call_ids=[pending.call_id], approver="alice", remember="owner", uses=3))).accepted
+    await settled(handle, timeout_s=60)
+
+    other = await start(client, queue, granted, owner="olive")
+    assert await asyncio.to_thread(model.wait_for_request, granted, 1, 60.0)
+    worker.kill()
+    worker.start()
+    model.release()
+    status = await settled(other, timeout_s=90)
+    assert status.final_answer.startswith("Created note #"), status
+    assert len(note_rows(tmp_path / "data", second)) == 1
+    [grant] = open_store(f"sqlite:///{(tmp_path / 'data' / 'memory.sqlite3').absolute()}") \
+        .owner_grants("olive", datetime.now(timezone.utc))
+    assert (grant.used, grant.uses_left) == (1, 2)
+    assert status.decisions[-1].grant == grant.id

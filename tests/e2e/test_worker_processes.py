@@ -104,9 +104,13 @@ async def test_worker_processes_share_the_queue_and_a_dead_one_is_replaced(
 
 
 def test_bad_worker_settings_stop_it_with_a_clear_error(temporal_address: str, tmp_path: Path):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"rules": [{"name": "drafts are free", "tools": ["create_note"],
+                                             "when": "args.title.startsWith(", "effect": "allow"}]}))
     for name, value, message in (
         ("AGENT_WORKFLOW_SANDBOX", "maybe", "AGENT_WORKFLOW_SANDBOX must be on or off, not 'maybe'"),
         ("AGENT_CONTEXT_CACHE_MB", "lots", "AGENT_CONTEXT_CACHE_MB must be a number of MiB, not 'lots'"),
+        ("AGENT_POLICY", str(policy), "AGENT_POLICY: rule 1 ('drafts are free'): \\\"when\\\" is not CEL"),
     ):
         env = {**os.environ, "TEMPORAL_ADDRESS": temporal_address, name: value}
         done = subprocess.run([sys.executable, "-m", "durable_react_agent.worker"], cwd=ROOT, env=env,

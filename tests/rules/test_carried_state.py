@@ -31,6 +31,7 @@ from durable_react_agent.contract import (
     Usage,
     WebhookRef,
 )
+from durable_react_agent.contract.policy import Grant
 from durable_react_agent.contract.state import (
     CarriedState,
     ContextState,
@@ -138,6 +139,8 @@ NOT_IN_THE_OLD_SHAPE = {
     # from before the real models' shapes: no call ran this turn, no question asked in a row,
     # no message counted by the model's server
     "current.ran", "current.questions_in_a_row", "context.counted",
+    # from before policies and grants: none, nothing granted, nothing to keep
+    "policy_revision", "grants", "grants_made", "owner_grants", "grants_to_keep", "kept_uses",
 }
 
 
@@ -209,6 +212,13 @@ def full_state() -> ConversationState:
     state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",
                                   key="k" * 32, payload={"turn": 1})]
+    state.policy_revision = "3f2a" * 16
+    state.grants = [Grant(id="g1", tool="create_note", scope="conversation", by="alice", at=NOW,
+                          expires_at=NOW, uses_left=2, used=1)]
+    state.grants_made, state.owner_grants = 2, True
+    state.grants_to_keep = [Grant(id="o-0123456789ab", tool="create_note", scope="owner",
+                                  by="alice", at=NOW, used=1)]
+    state.kept_uses = [("o-0123456789ab", "conv:1:1:call_0")]
     return state
 
 

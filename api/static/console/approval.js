@@ -1,5 +1,5 @@
-// An approval card: approve, reject with a reason, or edit the args (checked against the
-// tool's schema in the page before they are sent).
+// An approval card: approve (once, or for the rest of the conversation: a grant), reject with a
+// reason, or edit the args (checked against the tool's schema in the page before they are sent).
 import { api, conversationPath, refusalKind, refusalText } from './api.js';
 import { fill, h, message, pretty, show } from './dom.js';
 import { refreshList } from './inbox.js';
@@ -10,6 +10,13 @@ import { state } from './state.js';
 /** What names a pending call from this conversation: its ref (a subagent's `call_0/call_0`). */
 export function refOf(p) {
   return p.ref || p.call_id;
+}
+
+/** Whether an approval of this call may be remembered: never under four eyes (a grant is no
+ *  second person), nor a destructive call unless the conversation says it may be (a policy
+ *  rule's `grantable`); the conversation decides, and refuses what may not be. */
+function grantable(p) {
+  return !p.four_eyes && (p.grantable === true || (p.grantable !== false && p.risk !== 'destructive'));
 }
 
 export class ApprovalCard {
@@ -25,6 +32,11 @@ export class ApprovalCard {
     this.schemaNote = h('div', { class: 'hint' });
     this.editBox = h('div', { class: 'edit-box', hidden: true }, h('label', null, 'Arguments (JSON)'), this.editor, this.argsError, this.schemaNote);
     this.approveButton = h('button', { type: 'button', class: 'primary', testid: 'approve', onclick: () => this.approve() }, 'Approve');
+    // a grant: later calls of this tool in this conversation run without asking (until revoked)
+    this.allowButton = grantable(pending) ? h('button', {
+      type: 'button', class: 'allow', testid: 'approve-remember', onclick: () => this.approve('conversation'),
+      title: `Approve, and let later ${pending.tool} calls of this conversation run without asking (a grant, which can be revoked)`,
+    }, 'Allow for this conversation') : null;
     this.editButton = h('button', { type: 'button', testid: 'edit-args', onclick: () => this.toggleEdit() }, 'Edit args');
     this.reason = h('input', { type: 'text', class: 'reason', testid: 'reject-reason', placeholder: 'Reason for rejecting (the model reads it)' });
     this.rejectButton = h('button', { type: 'button', class: 'danger', testid: 'reject', onclick: () => this.reject() }, 'Reject');
@@ -45,7 +57,7 @@ export class ApprovalCard {
         h('span', { class: 'muted call-id' }, this.callId), this.dismiss),
       this.args, this.editBox,
       this.denied ? h('div', { class: 'inline-note denied', testid: 'decide-denied' }, this.denied)
-        : h('div', { class: 'card-actions' }, this.approveButton, this.editButton,
+        : h('div', { class: 'card-actions' }, this.approveButton, this.allowButton, this.editButton,
           h('span', { class: 'spacer' }), this.reason, this.rejectButton),
       this.refusal, this.outcome);
     this.update(pending, schema);
@@ -60,7 +72,9 @@ export class ApprovalCard {
   }
 
   buttons(enabled) {
-    for (const b of [this.approveButton, this.editButton, this.rejectButton, this.reason, this.editor]) b.disabled = !enabled;
+    for (const b of [this.approveButton, this.allowButton, this.editButton, this.rejectButton, this.reason, this.editor]) {
+      if (b) b.disabled = !enabled;
+    }
   }
 
   toggleEdit() {
@@ -103,14 +117,18 @@ export class ApprovalCard {
     return body;
   }
 
-  async approve() {
+  /** Approve; with `remember` ('conversation'), remembered as a grant the conversation keeps. */
+  async approve(remember) {
     const body = this.target();
     if (this.editing) {
       const args = this.checkEdit();
       if (args === null) return; // shown inline; nothing is sent
       body.args = args;
     }
-    await this.send('/confirm', body, body.args ? 'Approved with edited arguments.' : 'Approved.');
+    if (remember) body.remember = remember;
+    const done = body.args ? 'Approved with edited arguments.' : 'Approved.';
+    await this.send('/confirm', body, remember
+      ? `${done} Later ${this.pending.tool} calls of this conversation run without asking.` : done);
   }
 
   async reject() {
