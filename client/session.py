@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 from uuid import uuid4
 
@@ -43,6 +44,7 @@ from temporalio.contrib.workflow_streams import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..activities.memory import MemoryStore, open_store, url_from_env
 from ..contract import (
     SETTLED_STATUSES,
     AnswerRequest,
@@ -66,6 +68,7 @@ from ..contract.bounds import (
 )
 from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC, relative_id
 from ..contract.policy import Grant, RevokeRequest
+from ..rules.grants import OWNER_GRANT_PREFIX
 from ..rules.output import output_schema_problem
 from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS, WORKER_VERSION, owned_by
 from .checks import (
@@ -232,8 +235,15 @@ class Session:
         return await self.query(workflow_id, names.HISTORY)
 
     async def grants(self, workflow_id: str) -> list[Grant]:
-        """The approvals people remembered in this conversation that are still in force."""
-        return await self.query(workflow_id, names.GRANTS)
+        """The approvals people remembered in this conversation that are still in force, and
+        its owner's (`--remember owner`, in the store the workers share)."""
+        grants = list(await self.query(workflow_id, names.GRANTS))
+        store = owner_grant_store()
+        owner = (await self.status(workflow_id)).owner if store is not None else None
+        if store is not None and owner:
+            grants += await asyncio.to_thread(store.owner_grants, owner,
+                                              datetime.now(timezone.utc))
+        return grants
 
     async def pending_schemas(self, workflow_id: str, status: ConversationStatus | None = None
                               ) -> dict[str, dict[str, Any]]:
@@ -322,8 +332,19 @@ class Session:
     # ----- a human's input: by Update, refused before anything reaches the history -----
 
     async def revoke(self, workflow_id: str, grant_id: str, by: str) -> SignalOutcome:
-        """Take a grant back, by Update: `Refused` (no such grant in force) changes nothing."""
-        return await self.update(workflow_id, RevokeRequest(grant_id=grant_id, by=by))
+        """Take a grant back, by Update: `Refused` (no such grant in force) changes nothing. An
+        owner grant (`o-...`) is revoked in the store the workers share: in every conversation
+        of its owner at once."""
+        if not grant_id.startswith(OWNER_GRANT_PREFIX):
+            return await self.update(workflow_id, RevokeRequest(grant_id=grant_id, by=by))
+        store = owner_grant_store()
+        owner = (await self.status(workflow_id)).owner
+        revoked = None if store is None or not owner else await asyncio.to_thread(
+            store.revoke_owner_grant, grant_id, owner, by,
+            datetime.now(timezone.utc).isoformat())
+        if revoked is None:
+            raise Refused(f"no owner grant {grant_id!r} of this conversation's owner is in force")
+        return SignalOutcome(request_id="", accepted=True)
 
     async def update(self, workflow_id: str,
                      request: SayRequest | HumanRequest | DecideRequest | RevokeRequest
@@ -435,3 +456,9 @@ _UPDATES: dict[type, names.Asked] = {
     DecideRequest: names.DECIDE,
     RevokeRequest: names.REVOKE_GRANT,
 }
+
+
+def owner_grant_store() -> MemoryStore | None:
+    """The store of owner grants, as the workers name it (None: AGENT_MEMORY=off)."""
+    url = url_from_env(os.environ)
+    return None if url is None else open_store(url)

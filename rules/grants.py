@@ -76,9 +76,12 @@ def new_grant(number: int, tool: str, scope: str, args_hash: str, by: str, now: 
                  uses_left=uses, roles=sorted(roles))
 
 
+OWNER_GRANT_PREFIX = "o-"
+
+
 def owner_grant_id(conversation_id: str, number: int) -> str:
     """An owner grant's id: the same however often the conversation's worker stores it."""
-    return "o-" + hashlib.sha256(f"{conversation_id}\x00{number}".encode()).hexdigest()[:12]
+    return OWNER_GRANT_PREFIX + hashlib.sha256(f"{conversation_id}\x00{number}".encode()).hexdigest()[:12]
 
 
 def use_key(conversation_id: str, turn: int, step: int, call_id: str) -> str:

@@ -130,3 +130,35 @@ def test_a_bad_duration_is_a_usage_error(text: str):
     with pytest.raises(UsageError, match="duration"):
         parse_duration(text)
 
+
+
+async def test_an_owner_grant_is_listed_with_the_conversations_and_revoked_everywhere(
+        cli, model: ScriptedModelServer, activity_settings):
+    """`--remember owner`: kept in the store the workers share, which `grants` reads and
+    `revoke` writes (the CLI names the store as the workers do: AGENT_DATA_DIR here)."""
+    titles = [unique(t) for t in ("first", "second", "third")]
+    triggers = [script(model, unique("owner-cli"), note(t), ScriptedReply(content="{last_tool}"))
+                for t in titles]
+    store = {"AGENT_DATA_DIR": str(activity_settings.data_dir)}
+    convs = [unique("owner-cli-conv") for _ in titles]
+    started = await cli("start", "--id", convs[0], "--as", "olive", "--wait", "--json",
+                        triggers[0], extra_env=store)
+    [call] = json.loads(started.stdout)["pending_confirmations"]
+    confirmed = await cli("confirm", convs[0], call["call_id"], "--remember", "owner", "--as",
+                          "carol", "--wait", extra_env=store)
+    assert confirmed.returncode == 0, confirmed.stderr
+    second = await cli("start", "--id", convs[1], "--as", "olive", "--wait", "--json",
+                       triggers[1], extra_env=store)
+    assert json.loads(second.stdout)["final_answer"].startswith("Created note #")
+    [grant] = json.loads((await cli("grants", convs[1], "--json", extra_env=store)).stdout)
+    assert (grant["scope"], grant["by"], grant["used"]) == ("owner", "carol", 1)
+    assert grant["id"].startswith("o-")
+
+    revoked = await cli("revoke", convs[1], grant["id"], "--as", "bob", extra_env=store)
+    assert revoked.returncode == 0, revoked.stdout
+    again = await cli("revoke", convs[1], grant["id"], extra_env=store)
+    assert again.returncode == 1 and "no owner grant" in again.stdout
+    third = await cli("start", "--id", convs[2], "--as", "olive", "--wait", "--json",
+                      triggers[2], extra_env=store)
+    assert json.loads(third.stdout)["status"] == "waiting_for_confirmation"
+    assert json.loads((await cli("grants", convs[2], "--json", extra_env=store)).stdout) == []
