@@ -107,13 +107,16 @@ def budget_of(context_tokens: int | None) -> dict[str, int]:
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+# bounded repeats: each place it is tried at costs a few steps, whatever the text (no backtracking
+# over a long run of digits: tests/e2e/test_hostile_patterns.py)
+_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhd])")
+MAX_DURATION_CHARS = 40
 
 
 def parse_duration(text: str) -> float:
     """`90s`, `10m`, `2h`, `1d` or a sum of them (`1h30m`) as seconds; UsageError otherwise."""
     given = text.strip().lower()
-    parts = _DURATION.findall(given)
+    parts = _DURATION.findall(given) if len(given) <= MAX_DURATION_CHARS else []
     if not given or "".join(n + u for n, u in parts) != given:
         raise UsageError(f"a duration is a number and a unit (s, m, h or d), as in 90s, 10m, 2h "
                          f"or 1h30m; not {text[:40]!r}")
