@@ -296,8 +296,7 @@ def table(outcomes: list[Outcome]) -> str:
             if key not in m:
                 return "-"
             rec, now = m[key].recorded, m[key].now
-            fmt = (lambda v: "?" if v is None else f"{v:.{digits}f}")
-            return f"{fmt(now)}/{fmt(rec)}"
+            return f"{shown_number(now, digits)}/{shown_number(rec, digits)}"
 
         rows.append((o.case.name, mark("tool calls"), mark("final answer"), pair("steps"),
                      pair("tokens"), pair("cost_usd", 4),
@@ -413,3 +412,14 @@ def add_eval_command(command: Any) -> None:
     p.add_argument("--live-safe", action="store_true",
                    help="run a safe tool live when the case has no result for the call "
                         "(default: the model is told it was not run)")
+
+
+def shown_number(value: float | None, digits: int) -> str:
+    """A metric in the eval table: "?" when unknown; a number a float cannot hold (a case
+    file's) as it is."""
+    if value is None:
+        return "?"
+    try:
+        return f"{value:.{digits}f}"
+    except OverflowError:
+        return str(value)
