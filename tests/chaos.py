@@ -1,5 +1,5 @@
-"""Chaos: N conversations with approvals while the worker is SIGKILLed every few seconds and the
-Temporal dev server is restarted once on the same SQLite file.
+"""Chaos: N conversations with approvals while the worker is SIGKILLed every few seconds of its
+serving and the Temporal dev server is restarted once on the same SQLite file.
 
     python -m tests.chaos --conversations 100 [--cpu-load 2]
 
@@ -20,6 +20,7 @@ import os
 import random
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,7 @@ class ChaosReport:
     worker_kills: int
     server_restarts: int
     seconds: float
+    worker_start_s: float | None = None  # the median, from its process to "worker started"
     cpu_load: int = 0  # busy-loop processes running beside it
     query_errors: dict[str, int] = field(default_factory=dict)  # failed_queries by error type
     kept_failed: str | None = None  # where the runs that do not replay were written
@@ -89,11 +91,12 @@ class ChaosReport:
         return (
             "| conversations | completed | duplicate notes | unapproved executions | lost signals "
             "| histories not replaying | unanswered checks | failed queries | worker kills "
-            "| server restarts | cpu load | seconds |\n" + "|---" * 12 + "|\n"
+            "| server restarts | cpu load | seconds | worker start (s) |\n" + "|---" * 13 + "|\n"
             f"| {self.conversations} | {self.completed}/{self.conversations} | "
             f"{self.duplicate_notes} | {self.unapproved_executions} | {self.lost_signals} | "
             f"{self.histories_not_replaying} | {self.unanswered_checks} | {self.failed_queries} | "
-            f"{self.worker_kills} | {self.server_restarts} | {self.cpu_load} | {self.seconds:.0f} |"
+            f"{self.worker_kills} | {self.server_restarts} | {self.cpu_load} | {self.seconds:.0f} | "
+            f"{self.worker_start_s} |"
         )
 
 
@@ -105,9 +108,17 @@ class Process:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
+        self.began = time.monotonic()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def said(self, text: str) -> bool:
+        """Whether this run of the process has logged `text` (read from where its log began)."""
+        with open(self.log, "rb") as log:
+            log.seek(self.offset)
+            return text.encode() in log.read()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
@@ -359,7 +370,11 @@ async def run_chaos(
         ]
         approver = Approver()
         done: set[str] = set()
-        next_kill = time.monotonic() + rng.uniform(*kill_every)
+        # A worker is killed 2–5 s (`kill_every`) after it started serving, not after its
+        # process began: where a start takes as long as that (seconds, on a loaded machine),
+        # most workers died before they served a task, and a run measured the start.
+        next_kill: float | None = None
+        starts: list[float] = []
         restart_at = started + 6
         while (len(done | approver.given_up()) < conversations
                and time.monotonic() - started < timeout_s):
@@ -371,11 +386,13 @@ async def run_chaos(
                 handles = [client.get_workflow_handle(
                     h.id, first_execution_run_id=h.first_execution_run_id) for h in handles]
                 restarts, restart_at = restarts + 1, 0
-            if now >= next_kill:
+            if next_kill is None and worker.said("worker started"):
+                starts.append(now - worker.began)
+                next_kill = now + rng.uniform(*kill_every)
+            if next_kill is not None and now >= next_kill:
                 worker.kill()
                 worker.start()
-                kills += 1
-                next_kill = now + rng.uniform(*kill_every)
+                kills, next_kill = kills + 1, None
             open_handles = [h for h in handles if h.id not in done]
             looks = await asyncio.gather(*(approver.tend(h) for h in open_handles))
             done.update(h.id for h, finished in zip(open_handles, looks) if finished)
@@ -395,6 +412,7 @@ async def run_chaos(
             histories_not_replaying=not_replaying, unanswered_checks=failed.unanswered,
             failed_queries=sum(failed.by_type.values()), worker_kills=kills,
             server_restarts=restarts, seconds=time.monotonic() - started, cpu_load=cpu_load,
+            worker_start_s=round(statistics.median(starts), 2) if starts else None,
             query_errors=dict(failed.by_type),
             kept_failed=str(keep_failed) if not_replaying else None,
         )
@@ -449,7 +467,8 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=1.5,
                         help="seconds of model latency per step (default 1.5)")
     parser.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 5.0),
-                        metavar=("MIN", "MAX"), help="seconds between worker kills (default 2 5)")
+                        metavar=("MIN", "MAX"),
+                        help="seconds a worker serves before it is killed (default 2 5)")
     parser.add_argument("--cpu-load", type=int, default=0, metavar="N",
                         help="busy-loop processes to run beside it, for a loaded machine")
     parser.add_argument("--keep-failed", type=Path, metavar="DIR",

@@ -58,6 +58,13 @@ PURE_LAYERS = (contract.__name__, rules.__name__)
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)  # what activities in flight get when a worker stops
+# An activity's heartbeats reach the server at most this far apart (by default 0.8 of its
+# heartbeat timeout: 4 s of a tool's 5, which a loaded machine's late send overran, and a
+# call that may not run twice was lost as "timed out (heartbeat)").
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+# Every worker's, whatever it serves.
+WORKER_OPTIONS: dict[str, Any] = {"graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
+                                  "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE}
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
@@ -109,8 +116,7 @@ def build_worker(
         workflow_runner=workflow_runner(sandboxed),
         activities=served,
         interceptors=interceptors(tracing),
-        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        **{"sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
+        **{**WORKER_OPTIONS, "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT, **options},
     )
 
 
@@ -148,8 +154,7 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
     `deployment` (`worker.deployment`), every one of them is that Worker Deployment Version, so
     a pinned conversation's model calls and tool runs go to workers of its own version."""
     llm = llm or LLMActivities(settings, temporal=client)
-    common: dict[str, Any] = {"interceptors": interceptors(tracing),
-                              "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
+    common: dict[str, Any] = {**WORKER_OPTIONS, "interceptors": interceptors(tracing),
                               "deployment_config": deployment}
     queues = role_queues(task_queue)
     if role == "all":
@@ -194,8 +199,8 @@ def model_workers(client: Client, task_queue: str, settings: ActivitySettings,
         return []
     return [Worker(client, task_queue=model_queue(task_queue, name),
                    activities=model_activities(llm), max_task_queue_activities_per_second=rate,
-                   interceptors=interceptors(tracing), graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-                   deployment_config=deployment)
+                   interceptors=interceptors(tracing), deployment_config=deployment,
+                   **WORKER_OPTIONS)
             for name, rate in settings.models.limited().items()]
 
 

@@ -170,7 +170,7 @@ async def test_crashed_or_hung_server_is_replaced_on_the_next_call(
 
         started = time.monotonic()
         hung = await toolbox.call("unruly__hang", {})
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 15  # its 1 s, not forever (a loaded CI machine is slow)
         assert hung.observation == 'Error: MCP server "unruly": tool hang did not answer within 1 s'
         third = (await toolbox.call("unruly__pid", {})).observation
 
@@ -210,7 +210,7 @@ async def test_servers_that_cannot_start_cost_only_their_own_tools(tmp_path: Pat
     async with McpToolbox(load_mcp_config(write_config(tmp_path, servers), {})) as toolbox:
         started = time.monotonic()
         discovery = await toolbox.discover()
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 15  # the stuck one's 1 s, not its 60 (on a loaded CI)
         unknown = await toolbox.call("broken__anything", {})
     assert discovery.errors == [
         'MCP config: server "github": environment variable GITHUB_TOKEN is not set',

@@ -43,12 +43,13 @@ def test_a_history_that_does_not_replay_fails_the_run():
 
 
 def test_the_report_shows_replays_and_failed_queries():
-    failing = report(histories_not_replaying=2, failed_queries=9, kept_failed="/tmp/kept")
+    failing = report(histories_not_replaying=2, failed_queries=9, kept_failed="/tmp/kept",
+                     worker_start_s=4.1)
     header, _, row = failing.markdown().splitlines()
     cells = dict(zip(header.strip("|").split("|"), row.strip("|").split("|")))
     cells = {name.strip(): value.strip() for name, value in cells.items()}
     assert cells["histories not replaying"] == "2" and cells["failed queries"] == "9"
-    assert cells["cpu load"] == "2"
+    assert cells["cpu load"] == "2" and cells["worker start (s)"] == "4.1"
     line = json.loads(json.dumps(asdict(failing)))
     assert line["histories_not_replaying"] == 2 and line["failed_queries"] == 9
     assert line["cpu_load"] == 2 and line["kept_failed"] == "/tmp/kept"

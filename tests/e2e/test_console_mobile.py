@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import pytest_asyncio
 from playwright.async_api import Browser, Locator, Page, expect
+from playwright.async_api import Error as PlaywrightError
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiServer
@@ -56,10 +57,21 @@ async def fits_sideways(page: Page) -> None:
 async def on_screen(page: Page, control: Locator) -> None:
     """The control is brought into view, lies wholly within the screen, is not covered by
     anything at its centre (a tap there reaches it), and is big enough for a finger."""
-    for _ in range(20):  # a view that re-renders (the audit trail, on a stream event) may
-        await expect(control).to_be_visible()  # replace the element between two looks at it
-        await control.scroll_into_view_if_needed()
-        box = await control.bounding_box()
+    for _ in range(20):  # a view that re-renders (the audit trail, on a stream event, the inbox
+        await expect(control).to_be_visible()  # on a poll) may replace the element between two
+        try:  # looks at it: it is looked at again, as a person's eye would
+            await control.scroll_into_view_if_needed()
+            box = await control.bounding_box()
+            hit = await control.evaluate("""(el) => {
+                const r = el.getBoundingClientRect();
+                const at = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                const labels = el.labels ? [...el.labels] : [];
+                return at === el || el.contains(at) || labels.some((label) => label.contains(at));
+            }""")
+        except PlaywrightError as err:
+            if "not attached" not in str(err):
+                raise
+            box = None
         if box is not None:
             break
         await asyncio.sleep(0.1)
@@ -67,12 +79,6 @@ async def on_screen(page: Page, control: Locator) -> None:
     size = page.viewport_size
     assert box["x"] >= 0 and box["x"] + box["width"] <= size["width"] + 0.5, box
     assert box["y"] >= 0 and box["y"] + box["height"] <= size["height"] + 0.5, box
-    hit = await control.evaluate("""(el) => {
-        const r = el.getBoundingClientRect();
-        const at = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-        const labels = el.labels ? [...el.labels] : [];
-        return at === el || el.contains(at) || labels.some((label) => label.contains(at));
-    }""")
     assert hit, f"{control} is covered where a tap would land"
     assert box["height"] >= 20 and box["width"] >= 20, box
 

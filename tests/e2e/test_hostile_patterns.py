@@ -77,9 +77,9 @@ for name, pattern in sorted(patterns().items()):
                          unit * max(1, size // len(unit))):
                 for how in (pattern.search, pattern.match):
                     print(json.dumps([name, fragment, filler]), flush=True)
-                    started = time.monotonic()
+                    started = time.process_time()  # its own CPU: a busy machine's load is not counted
                     how(text)
-                    took = time.monotonic() - started
+                    took = time.process_time() - started
                     if took > 1.0:
                         print(json.dumps(["SLOW", name, fragment, filler, round(took, 2)]))
 print("DONE", flush=True)
@@ -113,10 +113,11 @@ def worker_apart(temporal_address: str, model: ScriptedModelServer,
 
 def test_no_pattern_of_the_product_backtracks_over_outside_text():
     """Each pattern, against texts of 50,000 characters built from its own literals and the
-    characters that make matchers backtrack, answers within a second: linear, or used only on
-    text cut to a bound first (`BOUNDED_USE`). Run apart: a match holds the GIL, and only
+    characters that make matchers backtrack, answers within a second of CPU: linear, or used only
+    on text cut to a bound first (`BOUNDED_USE`). Run apart: a match holds the GIL, and only
     killing the process stops it. The probe names each match before it starts, so a match
-    that does not end is named, and killed, after a second and a half."""
+    that does not end is named, and killed, after ten seconds (its import may take a minute on
+    a loaded machine)."""
     probe = subprocess.Popen([sys.executable, "-c", PROBE], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -127,16 +128,17 @@ def test_no_pattern_of_the_product_backtracks_over_outside_text():
         lines.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    slow, last = [], "(nothing yet)"
+    slow, last, wait_s = [], "(nothing yet)", 60.0
     try:
-        while (line := lines.get(timeout=20 if last == "(nothing yet)" else 1.5)) is not None:
+        while (line := lines.get(timeout=wait_s)) is not None:
+            wait_s = 10.0
             if line.startswith('["SLOW"'):
                 slow.append(json.loads(line))
             last = line.strip()
             if last == "DONE":  # every match ended; the interpreter's exit is not timed
                 break
     except queue.Empty:
-        pytest.fail(f"a pattern is still matching after 1.5 s: {last}")
+        pytest.fail(f"a pattern is still matching after {wait_s:g} s: {last}")
     finally:
         probe.kill()
         probe.wait()

@@ -94,7 +94,7 @@ async def test_an_mcp_question_waits_across_a_worker_kill_is_asked_once_and_reac
         await handle.result()
     finally:
         worker.stop()
-    assert status.final_answer == "booked 3 nights in Lyon"
+    assert status.final_answer == "booked 3 nights in Lyon", worker.log(2)[-6000:]
     accepted = [r for r in told(log) if r.get("action")]
     assert accepted == [{"city": "Lyon", "action": "accept",
                          "data": {"nights": 3, "breakfast": True}}]

@@ -397,12 +397,19 @@ def call_then(kind: str, size: int) -> str:
 
 
 def fastest(read_text: Callable[[], object], runs: int = 3) -> float:
+    """The least CPU time of `runs` reads: the other processes of a loaded machine are not
+    counted (its wall time was 1.4 s where the CPU's was well under one)."""
     best = float("inf")
     for _ in range(runs):
-        start = time.perf_counter()
+        start = time.process_time()
         read_text()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
+
+
+# What a read of N characters may take, at most, on the slowest CI machine seen (a quadratic
+# reader takes minutes): this holds that nothing freezes, the ratios that the time is linear.
+NO_FREEZE_S = 3.0
 
 
 HOSTILE = ["braces", "brackets", "nested", "tool_call_tags", "function_tags", "function_opening",
@@ -414,7 +421,7 @@ HOSTILE = ["braces", "brackets", "nested", "tool_call_tags", "function_tags", "f
 @pytest.mark.parametrize("kind", HOSTILE)
 def test_hostile_text_is_read_fast_and_in_linear_time(kind: str):
     big = fastest(lambda: read(hostile(kind, N)), runs=1)
-    assert big < 1.0, f"{kind}: {big:.3f} s for {N} characters"
+    assert big < NO_FREEZE_S, f"{kind}: {big:.3f} s for {N} characters"
     small = fastest(lambda: read(hostile(kind, N // 4)))
     big = fastest(lambda: read(hostile(kind, N)))
     assert big < 16 * max(small, 0.002), f"{kind}: {small:.4f} s, then {big:.4f} s at 4x"
@@ -427,15 +434,15 @@ def test_the_words_after_a_call_are_built_fast_and_in_linear_time(kind: str):
     assert pairs(found) == [("get_weather", {"location": "Oslo"})]
     small = fastest(lambda: read(call_then(kind, N // 4)))
     big = fastest(lambda: read(call_then(kind, N)))
-    assert big < 1.0 and big < 16 * max(small, 0.002), f"{kind}: {small:.4f} s, {big:.4f} s"
+    assert big < NO_FREEZE_S and big < 16 * max(small, 0.002), f"{kind}: {small:.4f} s, {big:.4f} s"
 
 
 def test_a_reply_of_nothing_but_calls_at_the_reply_bound_is_read_fast():
     one = '{"name": "list_notes", "arguments": {}}\n'
     text = one * (MAX_REPLY_TEXT_BYTES // len(one))
-    start = time.perf_counter()
+    start = time.process_time()
     found = read(text)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < NO_FREEZE_S
     assert len(found.calls) == MAX_REPLY_TEXT_BYTES // len(one) and found.words is None
 
 

@@ -307,6 +307,11 @@ async def test_a_worker_with_a_new_policy_judges_the_waiting_calls_again(
         async with build_worker(client, queue, policed, http):
             revision = policed.policy.revision
             await until(lambda: announce_policy(client, queue, revision), what="told")
+
+            async def judged_again() -> bool:  # (until then, it still waits: "settled")
+                return len((await handle.query(ConversationWorkflow.status)).decisions) == 2
+
+            await until(judged_again, what="both calls judged again")
             status = await settled(handle)
             denied, allowed = status.decisions
             assert (denied.tool, denied.approved, denied.approver) == ("delete_note", False, "policy")

@@ -18,11 +18,19 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
+from durable_react_agent.activities.models import WORKER_ROLES
 from durable_react_agent.activities.settings import ActivitySettings
-from durable_react_agent.contract import EndRequest, SayRequest
+from durable_react_agent.activities.tools import default_registry
+from durable_react_agent.contract import EndRequest, LLMOptions, SayRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from durable_react_agent.worker.app import build_worker, ensure_search_attributes
+from durable_react_agent.worker.app import (
+    HEARTBEAT_THROTTLE,
+    build_worker,
+    ensure_search_attributes,
+    role_workers,
+)
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.tool_round import TOOL_HEARTBEAT
 from tests.helpers import (
     REPLAYER,
     note_rows,
@@ -168,3 +176,17 @@ async def test_a_message_taken_with_the_idle_timeout_in_one_task_is_answered(
         await REPLAYER.replay_workflow(history)
     finally:
         await env.shutdown()
+
+
+async def test_every_worker_sends_heartbeats_well_within_the_shortest_heartbeat_timeout(
+        client: Client, activity_settings: ActivitySettings):
+    """A running activity's heartbeats leave its worker at most a second apart, whatever the
+    role: four of them fit in a tool's or a model call's heartbeat timeout, so a send a
+    loaded machine delays does not lose a call that may not run twice."""
+    shortest = min(TOOL_HEARTBEAT.total_seconds(), LLMOptions().heartbeat_timeout_s)
+    assert HEARTBEAT_THROTTLE.total_seconds() * 4 <= shortest
+    async with httpx.AsyncClient() as http:
+        for role in WORKER_ROLES:
+            for worker in role_workers(client, unique("throttle"), role, activity_settings, http,
+                                       default_registry(), sandboxed=False):
+                assert worker.config()["max_heartbeat_throttle_interval"] == HEARTBEAT_THROTTLE
