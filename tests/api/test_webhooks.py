@@ -218,7 +218,7 @@ async def test_a_question_and_a_failed_turn_are_delivered(
 
 async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_delivery(
         client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
-    slow = Receiver(hold_s=6)  # longer than the worker lives after the delivery starts
+    slow = Receiver(hold_s=60)  # longer than the worker lives after the delivery starts
     hooks = tmp_path / "hooks.json"
     hooks.write_text(json.dumps({"webhooks": [{
         "url": slow.url, "secret_env": "TEST_HOOK_SECRET", "events": ["turn_finished"]}]}))
@@ -226,6 +226,8 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
     env = worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
                      AGENT_WEBHOOKS=str(hooks), TEST_HOOK_SECRET=SECRET)
     worker = WorkerProcess(env, tmp_path)
+    (tmp_path / "other").mkdir()
+    other = WorkerProcess(env, tmp_path / "other")  # up before the kill: its start is not timed
     try:
         worker.start()
         trigger = script(model, unique("hook-kill"), ScriptedReply(content="done"),
@@ -233,9 +235,10 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
         handle = await start(client, queue, trigger)
         await settled(handle, timeout_s=60)
         await slow.until("turn_finished")  # the delivery is in flight, held by the receiver
+        other.start()
+        await asyncio.to_thread(other.wait_for_log, '"event": "worker started"')
         worker.kill()
         slow.hold_s = 0  # what comes after the kill is answered at once
-        worker.start()
         # retried once the delivery's heartbeat (5 s) lapses, well before its 15 s deadline
         deliveries = await slow.until("turn_finished", count=2, timeout_s=13)
         await handle.signal(ConversationWorkflow.say, SayRequest(text="more", request_id="m2"))
@@ -243,6 +246,7 @@ async def test_one_key_however_many_attempts_when_the_worker_is_killed_mid_deliv
         later = await slow.until("turn_finished", count=3, timeout_s=60)
     finally:
         worker.stop()
+        other.stop()
         slow.close()
     first_turn = [d for d in deliveries if d["json"]["turn"] == 1]
     assert len(first_turn) >= 2  # attempts of one delivery...

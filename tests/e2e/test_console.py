@@ -27,7 +27,7 @@ from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess, ApiServer, sse_events
 from tests.cassette_support import recorded
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
-from tests.helpers import note_rows, script, start, tool_call, unique
+from tests.helpers import note_rows, script, start, tool_call, unique, until
 from tests.subagent_support import delegating
 
 
@@ -183,6 +183,10 @@ async def test_console_allows_a_tool_for_the_rest_of_the_conversation(
     assert console.errors == []
 
 
+async def idle(api_url: str, cid: str) -> bool:
+    return (await status_of(api_url, cid))["status"] == "idle"
+
+
 async def test_console_stream_resumes_after_the_api_restarts(
         api: ApiServer, temporal_address: str, task_queue: str, model: ScriptedModelServer,
         console: Console):
@@ -217,12 +221,8 @@ async def test_console_stream_resumes_after_the_api_restarts(
         approved = await call("POST", f"{api.url}/conversations/{quote(cid)}/confirm",
                               json={"call_ids": [call_id]})
         assert approved.status_code == 200, approved.text
-        for _ in range(300):  # the turn finishes while the console is away
-            if (await status_of(api.url, cid))["status"] == "idle":
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the turn did not finish")
+        await until(lambda: idle(api.url, cid), timeout_s=90,  # while the console is away
+                    what="the turn finishing")
         await asyncio.to_thread(own.start)
         await expect(state).to_have_attribute("data-state", "live")
 
