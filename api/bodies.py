@@ -223,6 +223,10 @@ class EndBody(Body):
     pass
 
 
+class StopBody(Body):
+    pass
+
+
 # ----- reading a body as JSON -----
 
 def strict_json(body: bytes) -> Any:

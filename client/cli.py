@@ -179,6 +179,15 @@ async def cmd_end(s: Session, a: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_stop(s: Session, a: argparse.Namespace) -> int:
+    outcome = await s.stop(a.id, uuid.uuid4().hex, sender=a.who)
+    if outcome is None:
+        print(f"{a.id} finished before it took the stop")
+        return 0
+    print(f"taken: {a.id}: {outcome.reason}")  # what it did: a turn stopped, or nothing to stop
+    return 0
+
+
 async def cmd_cancel(s: Session, a: argparse.Namespace) -> int:
     """Cancel the conversation's workflow: what is in flight stops, stop_reason=cancelled."""
     try:
@@ -383,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("end", cmd_end, "end a conversation: work in flight is cancelled, "
                                 "stop_reason=ended")
     _add_as(p, "who ends it")
+    p = command("stop", cmd_stop, "stop the turn in flight now (its model call and tools are "
+                                  "cancelled, stop_reason=stopped); the conversation goes on")
+    _add_as(p, "who stops it")
     command("cancel", cmd_cancel, "cancel the conversation's workflow: stop_reason=cancelled")
 
     # What the agent remembers of a person: the workers' store, no Temporal needed

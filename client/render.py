@@ -121,6 +121,7 @@ def render_grants(grants: list[Grant]) -> str:
 
 # a person's input records
 INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "ended",
+          "stop": "turn stopped",
           "grant": "approval remembered", "revoke": "grant revoked"}
 
 

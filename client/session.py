@@ -59,6 +59,7 @@ from ..contract import (
     SayRequest,
     SignalOutcome,
     Status,
+    StopRequest,
     StreamEvent,
     names,
 )
@@ -314,6 +315,13 @@ class Session:
         """Ask the conversation to end: work in flight is cancelled. None if it closed first."""
         await self.signal(workflow_id, names.END_SIGNAL,
                           EndRequest(request_id=request_id, sender=sender))
+        return await self.outcome(workflow_id, request_id)
+
+    async def stop(self, workflow_id: str, request_id: str, sender: str | None = None
+                   ) -> SignalOutcome | None:
+        """Stop the turn in flight; the conversation goes on. None if it closed first."""
+        await self.signal(workflow_id, names.STOP_SIGNAL,
+                          StopRequest(request_id=request_id, sender=sender))
         return await self.outcome(workflow_id, request_id)
 
     # ----- a decision or an answer -----

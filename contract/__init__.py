@@ -27,6 +27,7 @@ from .inputs import (
     RoutedDecision,
     SayRequest,
     SignalOutcome,
+    StopRequest,
 )
 from .models import (
     CLOSED_STATUSES,
@@ -111,6 +112,7 @@ __all__ = [
     "ElicitAction",
     "ElicitAnswer",
     "EndRequest",
+    "StopRequest",
     "EntryLimits",
     "FunctionCall",
     "HumanRequest",

@@ -23,6 +23,14 @@ class EndRequest(BaseModel):
     sender: str | None = None  # who ended it, for the audit trail
 
 
+class StopRequest(BaseModel):
+    """Stop the turn in flight (`stop`): its model call and tools are cancelled, what waits for
+    a person closes, and the conversation takes the next message."""
+
+    request_id: str | None = None
+    sender: str | None = None  # who stopped it, for the audit trail
+
+
 class ConfirmRequest(BaseModel):
     """Approve pending calls, by call id or `all` (`confirm`, or the Update `decide_confirm`)."""
 

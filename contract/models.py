@@ -47,6 +47,7 @@ QuestionKind = Literal["input", "choice", "multi_choice", "confirm", "elicitatio
 ElicitAction = Literal["accept", "decline", "cancel"]
 StopReason = Literal[
     "answered",
+    "stopped",  # a person stopped the turn (`stop`): the conversation goes on
     "max_steps",
     "loop_detected",
     "budget_exceeded",

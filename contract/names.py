@@ -19,6 +19,7 @@ OFFSET_QUERY = "__temporal_workflow_stream_offset"  # registered by Temporal's W
 
 SAY_SIGNAL = "say"
 END_SIGNAL = "end"
+STOP_SIGNAL = "stop"  # the turn in flight ends now; the conversation goes on
 CONFIRM_SIGNAL = "confirm"
 REJECT_SIGNAL = "reject"
 ANSWER_SIGNAL = "answer"

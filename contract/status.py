@@ -118,7 +118,7 @@ class AuditRecord(BaseModel):
     tokens: Usage
     stop_reason: StopReason | None = None  # on the step that ended the turn
     kind: Literal["step", "summary", "start", "message", "answer", "end", "notify",
-                  "recall", "sampling", "grant", "revoke", "review"] = "step"
+                  "recall", "sampling", "grant", "revoke", "review", "stop"] = "step"
     entry: str | None = None  # the model entry that answered (`AGENT_MODELS`)
     actions_left_out: int = 0  # actions past the record's size bound (they ran all the same)
     by: str | None = None  # who gave the input (start, message, answer, end)

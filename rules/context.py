@@ -249,15 +249,18 @@ def folded(ctx: ContextState, cut: int, summary: str | None, drop_reason: str | 
     return ctx.model_copy(update=update)
 
 
-def answer_open_calls(messages: list[ChatMessage], observation: str) -> list[ChatMessage]:
+def answer_open_calls(messages: list[ChatMessage], observation: str,
+                      by_call: dict[str, str] | None = None) -> list[ChatMessage]:
     """The messages with a tool message for every call of the last round that has none (after
-    an interrupted round), so no call is left without its result."""
+    an interrupted round), so no call is left without its result: `by_call`'s for its calls
+    (those that were running), `observation` for the others."""
+    by_call = by_call or {}
     start = next((i for i in range(len(messages) - 1, -1, -1)
                   if messages[i].role == "assistant" and messages[i].tool_calls), None)
     if start is None:
         return messages
     answered = {m.tool_call_id for m in messages[start + 1:] if m.role == "tool"}
-    missing = [ChatMessage(role="tool", tool_call_id=c.id, content=observation)
+    missing = [ChatMessage(role="tool", tool_call_id=c.id, content=by_call.get(c.id, observation))
                for c in messages[start].tool_calls or [] if c.id not in answered]
     return [*messages, *missing]
 

@@ -1,4 +1,5 @@
-"""When a turn must stop on its own: loops and token budgets. Pure functions."""
+"""When a turn must stop on its own (loops, token budgets), and what a person's `stop` leaves of
+the turn it cut. Pure functions."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 import re
 from typing import Any
 
-from ..contract.models import Usage
+from ..contract.models import ToolDefinition, Usage
 from ..contract.state import CallRecord, call_record_of_key, digest
+from ..contract.status import StreamEvent
 
 _SPACES = re.compile(r"\s+")
 
@@ -75,3 +77,37 @@ def dollars(cost: float | None, note: str | None = None) -> str:
     if cost is None:
         return f"unknown ({note})" if note else "unknown"
     return f"${cost:.10f}".rstrip("0").rstrip(".") if cost else "$0"
+
+
+# ----- a person's stop -----
+
+STOPPED = "the turn was stopped"
+
+
+def said_so_far(events: list[StreamEvent], turn: int, step: int) -> str:
+    """What a model call of `turn`'s `step` had streamed when it was cut: its token events in
+    order, after the last reset (a later attempt, or a fallback, starts the text again)."""
+    text: list[str] = []
+    for event in events:
+        if event.turn != turn or event.step != step:
+            continue
+        if event.kind == "reset":
+            text.clear()
+        elif event.kind == "token" and event.text:
+            text.append(event.text)
+    return "".join(text)
+
+
+def interrupted_reply(said: str) -> str:
+    """The cut reply as the context keeps it: the next turn's model knows what was said, and
+    that it was cut."""
+    return f"{said}\n\n[interrupted: {STOPPED}]"
+
+
+def stopped_call(tool: ToolDefinition, key: str, why: str) -> str:
+    """What the model reads of a call that was running when the turn was stopped or ended. A
+    write that may run only once is not abandoned silently: it may have run, under its key."""
+    if tool.risk == "safe" or tool.retry_safe:
+        return f"interrupted: {why}"
+    return (f"stopped: {tool.name} may have run ({why} while it ran; idempotency key {key}): "
+            "check before calling it again")

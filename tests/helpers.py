@@ -296,6 +296,19 @@ async def stream_events(client: Client, workflow_id: str) -> list[StreamEvent]:
         [EVENTS_TOPIC, TOKENS_TOPIC], result_type=StreamEvent, poll_cooldown=_FAST)]
 
 
+async def first_token(client: Client, workflow_id: str, timeout_s: float = 60) -> StreamEvent:
+    """The first piece of a streamed reply, once the conversation holds it (a stop keeps it)."""
+    async def first() -> StreamEvent:
+        stream = WorkflowStreamClient.create(client, workflow_id)
+        async for item in stream.subscribe([TOKENS_TOPIC], result_type=StreamEvent,
+                                           poll_cooldown=_FAST):
+            if item.data.kind == "token":
+                return item.data
+        raise AssertionError("the stream ended without a token")
+
+    return await asyncio.wait_for(first(), timeout_s)
+
+
 async def approval_round(client: Client, task_queue: str, model: ScriptedModelServer):
     """A turn with a read, a write and a delete: a stale confirm, then the write confirmed by
     ann and the delete rejected by bo. Returns the handle and the two pending calls."""

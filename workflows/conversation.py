@@ -33,15 +33,10 @@ from ..contract import (
     RoutedDecision,
     SayRequest,
     SignalOutcome,
+    StopRequest,
     names,
 )
 from ..contract.bounds import Limits
-from ..contract.names import (
-    CHILD_STATUS_SIGNAL,
-    DECISION_REPLY_SIGNAL,
-    POLICY_CHANGED_SIGNAL,
-    ROUTED_DECISION_SIGNAL,
-)
 from ..contract.policy import Grant, PolicyChanged, RevokeRequest
 from ..rules import context, grants, loop
 from ..rules.gate import Refusal
@@ -221,11 +216,11 @@ class ConversationWorkflow:
         if reason is not None:
             raise ValueError(reason)
 
-    @workflow.signal(name=CHILD_STATUS_SIGNAL)
+    @workflow.signal(name=names.CHILD_STATUS_SIGNAL)
     def child_status(self, report: ChildReport | None = None) -> None:
         """A subagent's status and what it waits for (its own subagents' calls and questions
         included), so that this conversation shows them, each named by its path from here."""
-        if sent(report, CHILD_STATUS_SIGNAL):
+        if sent(report, names.CHILD_STATUS_SIGNAL):
             self._view.take_child_report(report)
 
     @workflow.signal
@@ -236,6 +231,12 @@ class ConversationWorkflow:
         self._state.end_requested = True
         self._memory.accept(request.request_id)
         self._turns.end()
+
+    @workflow.signal(name=names.STOP_SIGNAL)
+    def stop(self, request: StopRequest | None = None) -> None:
+        """The turn in flight ends, the conversation goes on; a stop sent again does nothing."""
+        if sent(request, names.STOP_SIGNAL) and self._memory.outcome(request.request_id) is None:
+            self._memory.accept(request.request_id, did=self._turns.stop(request))
 
     # A person's decisions (`workflows.decisions`): a signal and its Update twin each, and
     # `decide`, which takes several as one.
@@ -275,24 +276,24 @@ class ConversationWorkflow:
         if isinstance(found, Refusal):
             raise ValueError(found.reason)
 
-    @workflow.signal(name=POLICY_CHANGED_SIGNAL)
+    @workflow.signal(name=names.POLICY_CHANGED_SIGNAL)
     async def policy_changed(self, changed: PolicyChanged | None = None) -> None:
         """A worker's policy (`worker.policy`): the calls waiting for a person, judged again."""
-        if sent(changed, POLICY_CHANGED_SIGNAL):
+        if sent(changed, names.POLICY_CHANGED_SIGNAL):
             judge = Judge(self._input, self._state, self._decisions, self._reporter)
             if await judge.rejudge(changed.revision):
                 self._view.sync()
 
-    @workflow.signal(name=ROUTED_DECISION_SIGNAL)
+    @workflow.signal(name=names.ROUTED_DECISION_SIGNAL)
     async def routed_decision(self, routed: RoutedDecision | None = None) -> None:
         """A part of a decision an ancestor took, for this subagent's own call or question."""
-        if sent(routed, ROUTED_DECISION_SIGNAL):
+        if sent(routed, names.ROUTED_DECISION_SIGNAL):
             await self._decisions.from_ancestor(routed)
 
-    @workflow.signal(name=DECISION_REPLY_SIGNAL)
+    @workflow.signal(name=names.DECISION_REPLY_SIGNAL)
     def decision_reply(self, outcome: SignalOutcome | None = None) -> None:
         """What a subagent made of a part of a decision this conversation routed to it."""
-        if sent(outcome, DECISION_REPLY_SIGNAL):
+        if sent(outcome, names.DECISION_REPLY_SIGNAL):
             self._decisions.replied(outcome)
 
     def _announce(self, received: Received) -> None:

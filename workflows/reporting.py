@@ -8,12 +8,14 @@ clipped, the stream keeps its latest items, and what they carry to the next run 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.converter import value_to_type
 
@@ -40,6 +42,7 @@ from ..contract.bounds import (
 from ..contract.names import EVENTS_TOPIC, OFFSET_QUERY, TOKENS_TOPIC
 from ..contract.state import ConversationState, StreamSnapshot
 from ..rules.gate import Refusal
+from ..rules.stopping import said_so_far
 from .notifier import Notifier
 
 # Who started a conversation (a subagent: its parent's owner): a user's list filters on it.
@@ -83,6 +86,14 @@ class Reporter:
             self._tokens.publish(StreamEvent(kind="token", turn=self._state.current.number,
                                              step=step, attempt=1,
                                              text=text[i:i + TOKEN_ITEM_CHARS]))
+
+    def said(self, turn: int, step: int) -> str:
+        """What the model call of `turn`'s `step` had put on the token topic, read back from the
+        stream's log (the calls that streamed it are in the history): what a stop keeps."""
+        convert = workflow.payload_converter()
+        events = [convert.from_payload(Payload.FromString(base64.b64decode(item.data)), StreamEvent)
+                  for item in self.stream.get_state().log if item.topic == TOKENS_TOPIC]
+        return said_so_far(events, turn, step)
 
     def announce(self, result: list[Decision] | Refusal) -> None:
         """Put decisions (or a refused decision) on the live stream."""

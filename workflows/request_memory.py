@@ -28,8 +28,10 @@ class RequestMemory:
         return next((o for o in reversed(self._state.outcomes) if o.request_id == request_id),
                     None)
 
-    def accept(self, request_id: str | None, turn: int | None = None) -> SignalOutcome:
-        outcome = SignalOutcome(request_id=request_id or "", accepted=True, turn=turn)
+    def accept(self, request_id: str | None, turn: int | None = None,
+               did: str | None = None) -> SignalOutcome:
+        """Taken (`did`: what it did, where that is worth saying: a stop with no turn to stop)."""
+        outcome = SignalOutcome(request_id=request_id or "", accepted=True, turn=turn, reason=did)
         self._record(request_id, outcome)
         return outcome
 

@@ -28,6 +28,7 @@ from ..contract import (
     Question,
     SamplingGrant,
     ToolCall,
+    ToolDefinition,
     ToolInvocation,
     ToolOutcome,
 )
@@ -85,6 +86,8 @@ class ToolRound:
         self._to_sample: set[str] = set()  # its calls that may sample and have not started
         self._granted: dict[str, SamplingGrant] = {}  # the grants of its calls in flight
         self._rules: dict[str, Verdict] = {}  # the policy's `ask` of the calls it holds
+        # its calls running now, with their keys: what a stop or an end reports of them
+        self.running: dict[str, tuple[ToolDefinition, str]] = {}
         self._judge = Judge(inp, state, decisions, reporter)
 
     async def run(
@@ -290,7 +293,9 @@ class ToolRound:
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
             self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
+            self.running[item.call.id] = (item.tool, key)
             outcome = await self._run_activity(item, args, key, answer, approval, elicited)
+            del self.running[item.call.id]
             self._count_sampled(outcome)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})

@@ -19,12 +19,14 @@ from ..contract import (
     ChatMessage,
     ConversationInput,
     StopReason,
+    StopRequest,
     TurnSummary,
     Usage,
 )
 from ..contract.bounds import (
     MAX_ERROR_BYTES,
     MAX_MODEL_NAME_BYTES,
+    MAX_REPLY_TEXT_BYTES,
     MAX_TOOLS_LISTED,
     MAX_TURN_SUMMARIES,
     clip,
@@ -41,7 +43,13 @@ from ..contract.memory import (
 from ..contract.state import ConversationState, TurnState
 from ..rules import context, loop, output, tracing
 from ..rules.memory import recall_messages, within_bytes
-from ..rules.stopping import is_looping, over_budget
+from ..rules.stopping import (
+    STOPPED,
+    interrupted_reply,
+    is_looping,
+    over_budget,
+    stopped_call,
+)
 from . import telemetry
 from .decisions import Decisions
 from .failures import (
@@ -59,7 +67,7 @@ ERROR_STOPS = frozenset({"llm_error", "budget_exceeded", "invalid_output"})  # a
 
 
 class Turns:
-    """A conversation's turns, one at a time: each is a task that `end` cancels."""
+    """A conversation's turns, one at a time: each is a task that `end` and `stop` cancel."""
 
     def __init__(self, inp: ConversationInput, state: ConversationState, decisions: Decisions,
                  reporter: Reporter, model_step: ModelStep, view: StatusView, *,
@@ -79,6 +87,9 @@ class Turns:
         self.this_run = 0  # turns begun in this run
         self.task: asyncio.Future[None] | None = None
         self.ending = False  # `end` cancelled the turn's task (not the workflow's cancellation)
+        self.stopping = False  # `stop` did: the turn ends, the conversation goes on
+        self._thinking: int | None = None  # the step whose model call is in flight
+        self._round: ToolRound | None = None  # the tool round in flight
 
     def end(self) -> None:
         """`end`: cancel the running turn, with the model call or tools in flight and the waits
@@ -87,6 +98,20 @@ class Turns:
             self.ending = True
             self.task.cancel()
 
+    def stop(self, request: StopRequest) -> str:
+        """`stop`: cancel the running turn as `end` does, but the conversation goes on and takes
+        the next message. What it did (a stop with no turn to stop does nothing, and says so)."""
+        turn = self._state.current
+        if not turn.in_progress or self.ending:
+            return "no turn was running: nothing to stop"
+        if self.stopping:
+            return f"turn {turn.number} is stopping already"
+        self._reporter.record_input("stop", turn.number, request.sender, None)
+        self.stopping = True
+        if self.task is not None:  # (else it has not begun: `run` cancels it as it does)
+            self.task.cancel()
+        return f"turn {turn.number} stopped"
+
     async def run(self, text: str | None) -> None:
         """Run a turn to its end; `text` is None when resuming one carried over continue-as-new.
         The turn runs as a task that `end` cancels, with whatever it has in flight."""
@@ -94,14 +119,16 @@ class Turns:
             self._begin_turn(text)
             await self._recall(text)
         self.task = asyncio.ensure_future(self._think_and_act())
+        if self.stopping:  # stopped while it recalled its memories
+            self.task.cancel()
         try:
             await self.task
         except asyncio.CancelledError:
-            if not self.ending:  # the workflow itself is being cancelled
+            if not (self.ending or self.stopping):  # the workflow itself is being cancelled
                 raise
             self._interrupted()
         finally:
-            self.task = None
+            self.task, self.stopping, self._thinking, self._round = None, False, None, None
         turn = self._state.current
         turn.in_progress = False
         self.trace()
@@ -153,14 +180,23 @@ class Turns:
         return turn.trace if turn.in_progress else None
 
     def _interrupted(self) -> None:
-        """What `end` leaves of a turn it interrupted: pending calls rejected by the system, and
-        every call in the context answered, so the context stays valid."""
-        self._decisions.approvals.abandon_round("the conversation was ended", workflow.now())
+        """What `end` or `stop` leaves of a turn it interrupted: pending calls rejected by the
+        system, every call in the context answered (a write that was running said to have maybe
+        run, with its key), so the context stays valid; a stop keeps the text a cut reply had
+        streamed, marked as interrupted, for the person and the next turn's model."""
+        why, turn = "the conversation was ended" if self.ending else STOPPED, self._state.current
+        self._decisions.approvals.abandon_round(why, workflow.now())
         self._decisions.question.withdraw()  # nobody can answer it now
-        ctx = self._state.context
-        ctx.messages = context.answer_open_calls(ctx.messages, "interrupted: the conversation was ended")
-        self._state.current.stop_reason = "ended"
-        workflow.logger.info("turn %d interrupted by end", self._state.current.number)
+        ctx, running = self._state.context, self._round.running if self._round else {}
+        ctx.messages = context.answer_open_calls(ctx.messages, f"interrupted: {why}", {
+            call_id: stopped_call(tool, key, why) for call_id, (tool, key) in running.items()})
+        said = clip(self._reporter.said(turn.number, self._thinking), MAX_REPLY_TEXT_BYTES) \
+            if self._thinking is not None and not self.ending else None
+        if said:
+            ctx.messages.append(ChatMessage(role="assistant", content=interrupted_reply(said)))
+            turn.final_answer = said
+        turn.stop_reason = "ended" if self.ending else "stopped"
+        workflow.logger.info("turn %d interrupted: %s", turn.number, why)
 
     def _begin_turn(self, text: str) -> None:
         self.this_run += 1
@@ -216,6 +252,7 @@ class Turns:
                 await self._hand_over()
             step = turn.steps + 1
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
+            self._thinking = step  # (a stop keeps what it streamed)
             try:
                 with self._decisions.awaiting_results():
                     reply = await self._model_step.think(step, offered)
@@ -224,6 +261,7 @@ class Turns:
                 self._stop("llm_error", self._model_failure(err))
                 self._record_step(step, None, Usage())
                 return
+            self._thinking = None
             turn.steps = step
             taken = self._model_step.usable(reply.message, step, offered)
             message, unread = taken.message, taken.unread
@@ -247,10 +285,11 @@ class Turns:
                 return
             state.context.messages.append(message)
             share = self._model_step.observation_share(message)
-            tool_round = ToolRound(self._input, state, self._decisions, self._reporter,
-                                   self._view.sync)
-            done = await tool_round.run(move.calls, reply.finish_reason == "length", share,
-                                        taken.refused)
+            self._round = ToolRound(self._input, state, self._decisions, self._reporter,
+                                    self._view.sync)
+            done = await self._round.run(move.calls, reply.finish_reason == "length", share,
+                                         taken.refused)
+            self._round = None
             turn.call_records = keep_last([*turn.call_records, *done.records], 2)
             self._record_step(step, message.content, reply.usage, done.actions, reply.entry)
             if is_looping(turn.call_records):

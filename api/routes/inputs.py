@@ -1,5 +1,5 @@
 """A person's input to a conversation: the next message, decisions on its pending calls, an
-answer to its question, and its end. Each goes through the conversation's Update twins, so a
+answer to its question, a stop of its turn, and its end. Each goes through the conversation's Update twins, so a
 refusal is a 409 with the conversation's reason; the approver is the token's name."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..bodies import (
     EndBody,
     MessageBody,
     RejectBody,
+    StopBody,
     StrictJsonRoute,
 )
 from ..deps import Cid, Conversations, RequestId, Who, allowed, caller_trace
@@ -106,3 +107,15 @@ async def end(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("
         raise Refused(f"conversation {cid} finished before it took the end")
     return outcome
 
+
+
+@router.post("/conversations/{cid}/stop", response_model=SignalOutcome, responses=given)
+async def stop(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("message")],
+               rid: RequestId, body: StopBody | None = None) -> Any:
+    """Stop the turn in flight: its model call and tools are cancelled and what waits for a
+    person closes (stop_reason=stopped); the conversation goes on and takes the next message.
+    The outcome's `reason` says what it did (a stop with no turn running does nothing)."""
+    outcome = await s.stop(cid, rid, sender=who.name)
+    if outcome is None:
+        raise Refused(f"conversation {cid} finished before it took the stop")
+    return outcome

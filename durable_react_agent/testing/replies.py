@@ -45,6 +45,7 @@ class ScriptedReply(BaseModel):
     errors_per_step: bool = False
     hold: bool = False
     delay_s: float = 0.0
+    stream_pause_s: float = 0.0  # a streamed reply's pause after each of its pieces of text
     finish_reason: str | None = None
     content_without_tools: str | None = None  # the answer instead, when no tools are offered
     no_usage: bool = False  # answer without any usage, as some endpoints do

@@ -289,6 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
         delta({"role": "assistant"})
         for piece in _split(reply.content or "", 3):
             delta({"content": piece})
+            time.sleep(reply.stream_pause_s)  # (a long reply; a client that leaves ends it)
         for i, call in enumerate(tool_call_payloads(selection.step, reply)):
             head = {"name": call["function"]["name"], "arguments": ""}
             delta({"tool_calls": [{"index": i, "id": call["id"], "type": "function", "function": head}]})

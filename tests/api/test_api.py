@@ -12,6 +12,7 @@ import time
 
 import httpx
 import pytest
+from temporalio.client import Client
 
 from durable_react_agent.api.app import create_app
 from durable_react_agent.api.settings import ApiSettings, SettingsError
@@ -27,7 +28,15 @@ from tests.api_support import (
     until_status,
 )
 from tests.conftest import SECRET_KEY
-from tests.helpers import note_rows, recorded_events, script, start, tool_call, unique
+from tests.helpers import (
+    first_token,
+    note_rows,
+    recorded_events,
+    script,
+    start,
+    tool_call,
+    unique,
+)
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius"],
            "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}}}
@@ -117,6 +126,26 @@ async def test_approval_with_edited_args_records_the_principal(
     records = (await http.get(f"/conversations/{cid}/history")).json()
     decision = next(a["decision"] for r in records for a in r["actions"] if a["decision"])
     assert decision["approver"] == "anonymous" and decision["approved"] is True
+
+
+async def test_stop_ends_the_running_turn_and_says_what_it_did(
+        http: httpx.AsyncClient, model: ScriptedModelServer, client: Client):
+    trigger = script(model, unique("api-stop"),
+                     ScriptedReply(content="a long reply, said slowly", stream_pause_s=60),
+                     ScriptedReply(content="heard: {last_user}"))
+    cid = unique("api-stop")
+    await http.post("/conversations", json={"prompt": trigger, "id": cid})
+    await first_token(client, cid)  # it is saying something (which the next turn's model reads)
+    stopped = await http.post(f"/conversations/{cid}/stop", json={})
+    assert stopped.status_code == 200, stopped.text
+    assert (stopped.json()["accepted"], stopped.json()["reason"]) == (True, "turn 1 stopped")
+    assert (await until_status(http, cid, "idle"))["stop_reason"] == "stopped"
+    again = await http.post(f"/conversations/{cid}/stop")  # no body, as `end` takes none
+    assert again.json()["reason"] == "no turn was running: nothing to stop"
+    said = await http.post(f"/conversations/{cid}/messages", json={"text": "again"})
+    assert (await until_status(http, cid, "idle", turn=said.json()["turn"]))["final_answer"] \
+        == "heard: again"
+    assert (await http.post(f"/conversations/{cid}/end", json={})).status_code == 200
 
 
 async def test_reject_question_message_and_end(http: httpx.AsyncClient,
@@ -237,6 +266,7 @@ async def test_bodies_are_bounded_and_malformed_json_is_explained(http: httpx.As
     for path in ["/conversations", "/conversations/{cid}", "/conversations/{cid}/messages",
                  "/conversations/{cid}/confirm", "/conversations/{cid}/reject",
                  "/conversations/{cid}/answer", "/conversations/{cid}/end",
+                 "/conversations/{cid}/stop",
                  "/conversations/{cid}/history", "/conversations/{cid}/events", "/agui"]:
         assert path in docs["paths"], path
     for model_name in ["StartBody", "ConfirmBody", "RejectBody", "AnswerBody", "MessageBody",

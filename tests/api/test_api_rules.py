@@ -94,6 +94,7 @@ VALID_BODIES = {
     "/conversations/{cid}/answer": {"values": ["yes"]},
     "/conversations/{cid}/decline": {},
     "/conversations/{cid}/end": {},
+    "/conversations/{cid}/stop": {},
     "/conversations/{cid}/fork": {"at_step": 1},
 }
 

@@ -32,6 +32,7 @@ from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.generated import PRINTED
 from tests.helpers import (
     approval_round,
+    first_token,
     note_rows,
     reaches,
     replay,
@@ -103,6 +104,23 @@ async def test_start_wait_say_status_list_end(cli, model: ScriptedModelServer):
 
     late = await cli("say", conv, "anyone there?")
     assert late.returncode == 1 and "no such running conversation" in late.stderr
+
+
+async def test_stop_ends_the_turn_in_flight_and_the_conversation_goes_on(
+        cli, model: ScriptedModelServer, client: Client):
+    trigger = script(model, unique("cli-stop"),
+                     ScriptedReply(content="a long reply, said slowly", stream_pause_s=60),
+                     ScriptedReply(content="heard: {last_user}"))
+    conv = unique("cli-stop-conv")
+    assert (await cli("start", "--id", conv, trigger)).returncode == 0
+    await first_token(client, conv)  # it is saying something (which the next turn's model reads)
+    stopped = await cli("stop", conv, "--as", "ops-ann")
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f"taken: {conv}: turn 1 stopped"
+    assert "answer: heard: again" in (await cli("say", conv, "again", "--wait")).stdout
+    status = json.loads((await cli("status", conv, "--json")).stdout)
+    assert [t["stop_reason"] for t in status["turns"]] == ["stopped", "answered"]
+    assert "turn stopped by ops-ann" in (await cli("history", conv)).stdout
+    assert (await cli("end", conv)).returncode == 0
 
 
 async def test_start_without_wait_prints_the_id(cli, model: ScriptedModelServer):

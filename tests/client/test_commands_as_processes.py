@@ -15,7 +15,8 @@ from tests.cli_support import EVALS, eval_env
 from tests.helpers import script, tool_call, unique
 
 RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
-       "export", "fork", "eval", "end", "cancel", "memories", "forget", "grants", "revoke"}
+       "export", "fork", "eval", "end", "cancel", "memories", "forget", "grants", "revoke",
+       "stop"}
 
 
 def test_this_module_runs_every_command():
@@ -60,6 +61,7 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
     assert json.loads(case)["conversation_id"] == conv
     forked = (await ok("fork", conv, "--at-step", "1")).split()[-1]
     assert forked != conv and "cancelled" in await ok("cancel", forked)
+    assert (await ok("stop", conv)).strip() == f"taken: {conv}: no turn was running: nothing to stop"
     await ok("end", conv)
     assert "── turn 2 finished: answered" in await ok("watch", conv)
 

@@ -27,7 +27,7 @@ from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess, ApiServer, sse_events
 from tests.cassette_support import recorded
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
-from tests.helpers import note_rows, script, start, tool_call, unique, until
+from tests.helpers import first_token, note_rows, script, start, tool_call, unique, until
 from tests.subagent_support import delegating
 
 
@@ -134,6 +134,34 @@ async def test_console_streams_edits_validates_and_approves(
     await expect(action.get_by_test_id("audit-approver")).to_have_text("anonymous")
     await expect(action).to_contain_text(edited)
     await expect(action.get_by_test_id("audit-decision")).to_contain_text("approved by anonymous")
+    assert console.errors == []
+
+
+async def test_console_stops_a_turn_and_the_conversation_goes_on(
+        api: ApiServer, model: ScriptedModelServer, client: Client, console: Console):
+    """Stop, shown while a turn runs, ends it with one click: the text the reply had streamed
+    stays as its answer, the turn says `stopped`, and the next message is answered."""
+    trigger = script(model, unique("console-stop"),
+                     ScriptedReply(content="A long answer, coming slowly, piece by piece.",
+                                   stream_pause_s=60),
+                     ScriptedReply(content="Here, briefly."))
+    page = console.page
+    await page.goto(f"{api.url}/")
+    cid = await console.start(f"Tell me everything ({trigger}).")
+    said = (await first_token(client, cid)).text
+    stop = page.get_by_test_id("stop")
+    await expect(stop).to_be_visible()
+    await stop.click()
+    await expect(page.get_by_test_id("end-outcome")).to_have_text("Stop: turn 1 stopped.")
+    chat = page.get_by_test_id("chat")
+    await expect(chat.get_by_test_id("turn-end")).to_have_attribute("data-stop-reason", "stopped")
+    await expect(chat.get_by_test_id("final-answer")).to_contain_text(said)
+    await expect(stop).to_be_hidden()  # nothing runs now
+    await page.get_by_test_id("message-input").fill("Briefly, then?")
+    await page.get_by_test_id("send").click()
+    await expect(chat.get_by_test_id("final-answer").last).to_have_text("Here, briefly.")
+    assert console.posted(cid, "stop") == [{}]
+    await screenshot(page, "console-stopped.png")
     assert console.errors == []
 
 

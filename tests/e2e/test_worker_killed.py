@@ -15,13 +15,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from durable_react_agent.activities.memory import open_store
-from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest
+from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest, StopRequest
 from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.helpers import (
     USER_TOOLS,
+    first_token,
     local_runs,
     note_rows,
     outcome_of,
@@ -264,3 +265,32 @@ async def test_worker_killed_after_a_grant_let_a_note_run_uses_it_once_and_write
         .owner_grants("olive", datetime.now(timezone.utc))
     assert (grant.used, grant.uses_left) == (1, 2)
     assert status.decisions[-1].grant == grant.id
+
+
+async def test_a_stop_sent_while_no_worker_runs_stops_the_turn_on_the_next_one(
+    client: Client, model: ScriptedModelServer, worker_process: tuple[WorkerProcess, str],
+):
+    """The worker dies while the model streams; `stop` waits in the history, and the next
+    worker stops the turn there: the text streamed before the kill is kept, the next message is
+    answered once."""
+    worker, queue = worker_process
+    long = "Before the kill, a first part; " + "then more, " * 6 + "and never the end."
+    trigger = script(model, unique("kill-stop"),
+                     ScriptedReply(content=long, stream_pause_s=60),
+                     ScriptedReply(content="After the stop."))
+    worker.start()
+    handle = await start(client, queue, trigger)
+    said = (await first_token(client, handle.id)).text
+    worker.kill()
+    await handle.signal(ConversationWorkflow.stop, StopRequest(request_id="stopped-offline"))
+    worker.start()
+    status = await settled(handle, timeout_s=90)
+    assert (status.status, status.stop_reason) == ("idle", "stopped")
+    assert (await handle.query(ConversationWorkflow.signal_outcome, "stopped-offline")).reason \
+        == "turn 1 stopped"
+    assert long.startswith(status.final_answer) and status.final_answer.startswith(said)
+    await handle.signal(ConversationWorkflow.say, SayRequest(text="go on", request_id="after"))
+    status = await settled(handle, turn=2, timeout_s=60)
+    assert status.final_answer == "After the stop."
+    assert model.count(trigger, step=1) == 1  # the next turn's model call, once
+    await replay(handle, record_as="stop_sent_while_no_worker_ran")

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from durable_react_agent.contract import ChatMessage, FunctionCall, ToolCall, Usage
+from durable_react_agent.contract import (
+    ChatMessage,
+    FunctionCall,
+    StreamEvent,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
 from durable_react_agent.rules.compaction import ELIDED_PREFIX, compact, estimate_tokens
+from durable_react_agent.rules.context import answer_open_calls
 from durable_react_agent.rules.repair import recover_tool_calls, unique_call_ids
-from durable_react_agent.rules.stopping import call_record, is_looping, over_budget
+from durable_react_agent.rules.stopping import (
+    STOPPED,
+    call_record,
+    interrupted_reply,
+    is_looping,
+    over_budget,
+    said_so_far,
+    stopped_call,
+)
 
 KNOWN = {"get_weather", "create_note"}
 
@@ -98,3 +114,39 @@ def test_compaction_drops_whole_old_rounds_when_eliding_is_not_enough():
     assert compacted[-2:] == messages[-2:]
     calls = [c.id for m in compacted for c in (m.tool_calls or [])]
     assert calls == [m.tool_call_id for m in compacted if m.role == "tool"]  # every call has its result
+
+
+# ----- what a person's stop leaves of a turn -----
+
+def token(text: str, turn: int = 2, step: int = 3, kind: str = "token") -> StreamEvent:
+    return StreamEvent(kind=kind, turn=turn, step=step, text=text)
+
+
+def test_what_a_cut_reply_said_is_its_step_s_tokens_after_the_last_reset():
+    events = [token("old ", step=2), token("first "), token("try", turn=1), token(None, kind="reset"),
+              token("Hello, "), token("wor"), token("ld", step=4)]
+    assert said_so_far(events, turn=2, step=3) == "Hello, wor"
+    assert said_so_far(events, turn=2, step=5) == ""  # a call that streamed nothing yet
+    assert interrupted_reply("Hello, wor") == f"Hello, wor\n\n[interrupted: {STOPPED}]"
+
+
+def test_a_running_write_that_may_run_once_is_said_to_have_maybe_run_under_its_key():
+    def tool(**fields) -> ToolDefinition:
+        return ToolDefinition(name="pay", description="d", parameters={}, **fields)
+
+    assert stopped_call(tool(), "k1", STOPPED) == f"interrupted: {STOPPED}"  # a safe read
+    assert stopped_call(tool(risk="sensitive", keyed=True), "k1", STOPPED) == \
+        f"interrupted: {STOPPED}"  # a retry finds what it wrote: nothing is unknown
+    assert stopped_call(tool(risk="sensitive", idempotent=False), "k1", STOPPED) == (
+        f"stopped: pay may have run ({STOPPED} while it ran; idempotency key k1): check before "
+        "calling it again")
+
+
+def test_open_calls_are_answered_each_as_it_stood():
+    calls = [ToolCall(id=i, function=FunctionCall(name="pay", arguments="{}")) for i in "abc"]
+    messages = [ChatMessage(role="user", content="pay"),
+                ChatMessage(role="assistant", tool_calls=calls),
+                ChatMessage(role="tool", tool_call_id="a", content="paid")]
+    answered = answer_open_calls(messages, "interrupted", {"b": "may have run"})
+    assert [(m.tool_call_id, m.content) for m in answered[3:]] == [
+        ("b", "may have run"), ("c", "interrupted")]

@@ -2,7 +2,7 @@
 import { bytes, clip, clock, fill, h, number } from './dom.js';
 
 // A person's input: who started the conversation, sent it a message, or ended it.
-const PERSON_INPUT = { start: 'started by', message: 'message from', answer: 'answered by', end: 'ended by' };
+const PERSON_INPUT = { start: 'started by', message: 'message from', answer: 'answered by', end: 'ended by', stop: 'turn stopped by' };
 
 /** The trail as a table; `actions.fork(turn, step)` starts a fork from a step, and
  * `actions.exportCase()` downloads the conversation as a case (both through the API). */

@@ -11,6 +11,9 @@ import { rolesKnown, whyNot } from './roles.js';
 import { CLOSED, nextMessage, state, STATUS_EVERY_MS, statusBadge } from './state.js';
 import { EventStream } from './stream.js';
 
+// The statuses of a turn in flight, which Stop ends.
+const IN_A_TURN = new Set(['running', 'waiting_for_confirmation', 'waiting_for_input']);
+
 export class ConversationView {
   constructor(root, cid) {
     this.root = root;
@@ -52,6 +55,8 @@ export class ConversationView {
       facts: h('div', { class: 'facts', testid: 'facts' }),
       trace: h('span', { class: 'trace', testid: 'trace' }),
       error: h('div', { class: 'conv-error', testid: 'conversation-error', hidden: true }),
+      // Stop ends the turn in flight (one click: the conversation goes on); End ends it all.
+      stopButton: h('button', { type: 'button', testid: 'stop', hidden: true, onclick: () => this.stopTurn() }, 'Stop'),
       endButton: h('button', { type: 'button', class: 'danger-outline', testid: 'end', onclick: () => this.end() }, 'End conversation'),
       endNote: h('span', { class: 'inline-note', testid: 'end-outcome', hidden: true }),
       log: h('div', { class: 'log', testid: 'chat', 'aria-live': 'polite' }),
@@ -74,7 +79,7 @@ export class ConversationView {
           this.el.status, this.el.stream, this.el.activity),
         h('div', { class: 'conv-actions' },
           link && h('a', { href: link, target: '_blank', rel: 'noopener noreferrer', testid: 'temporal-link', class: 'button-link' }, 'Temporal UI ↗'),
-          this.el.endButton, this.el.endNote)),
+          this.el.stopButton, this.el.endButton, this.el.endNote)),
       h('div', { class: 'facts-row' }, this.el.facts, this.el.trace),
       this.el.error,
       h('nav', { class: 'tabs' }, this.el.tabChat, this.el.tabAudit),
@@ -220,6 +225,8 @@ export class ConversationView {
     const why = whyNot('write', s.owner); // message and end
     this.el.endButton.disabled = closed || Boolean(why);
     this.el.endButton.title = why;
+    this.el.stopButton.hidden = !IN_A_TURN.has(s.status) || Boolean(why);
+    if (this.el.stopButton.hidden) this.el.stopButton.disabled = false; // ready for the next turn
     if (closed) {
       this.el.endButton.textContent = 'Ended';
       message(this.el.endNote, '');
@@ -301,6 +308,19 @@ export class ConversationView {
       link.remove();
     } catch (err) {
       fill(this.el.audit, h('div', { class: 'refusal' }, `The case could not be exported: ${err.message}`));
+    }
+  }
+
+  async stopTurn() {
+    const button = this.el.stopButton;
+    button.disabled = true;
+    try {
+      const outcome = await api('POST', conversationPath(this.cid, '/stop'), {});
+      message(this.el.endNote, `Stop: ${outcome.reason || 'taken'}.`, 'ok');
+      this.soon();
+    } catch (err) {
+      message(this.el.endNote, refusalText(err), 'refused');
+      button.disabled = false;
     }
   }
 
