@@ -1,6 +1,7 @@
 """A person's input to a conversation: the next message, decisions on its pending calls, an
-answer to its question, a stop of its turn, and its end. Each goes through the conversation's Update twins, so a
-refusal is a 409 with the conversation's reason; the approver is the token's name."""
+answer to its question, a stop of its turn, and its end. Each goes through the conversation's
+Update twins, so a refusal is a 409 with the conversation's reason; the approver is the token's
+name."""
 
 from __future__ import annotations
 
@@ -106,7 +107,6 @@ async def end(cid: Cid, s: Conversations, who: Who, _: Annotated[None, allowed("
     if outcome is None:
         raise Refused(f"conversation {cid} finished before it took the end")
     return outcome
-
 
 
 @router.post("/conversations/{cid}/stop", response_model=SignalOutcome, responses=given)
