@@ -100,6 +100,10 @@ class StartBody(Body):
 
 class MessageBody(Body):
     text: Message = Field(description=f"the next user message: {TEXT_RULE}")
+    steer: bool = Field(default=False, description=(
+        "mid-turn: the model gets it at the turn's next step (after the tool round in flight), "
+        "not the next turn; the outcome's `reason` says so. A turn that ends first answers it "
+        "next; with no turn running it is a message as any other"))
 
 
 def _one_of(*branches: dict[str, Any]) -> dict[str, Any]:

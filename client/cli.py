@@ -106,15 +106,15 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
 
 
 async def cmd_say(s: Session, a: argparse.Namespace) -> int:
-    outcome = await s.send(a.id, names.SAY_SIGNAL,
-                           SayRequest(text=a.message, request_id=uuid.uuid4().hex, sender=a.who))
+    outcome = await s.send(a.id, names.SAY_SIGNAL, SayRequest(
+        text=a.message, request_id=uuid.uuid4().hex, sender=a.who, steer=a.steer))
     if not outcome.accepted:
         return _refused(outcome, a.json)
     if not a.wait:
         if a.json:
             print(outcome.model_dump_json())
-        else:
-            print(f"taken: the message will be turn {outcome.turn}")
+        else:  # (steered: said; a steer with no turn running is a message as any other)
+            print(f"taken: {outcome.reason or f'the message will be turn {outcome.turn}'}")
         return 0
     return print_status(await s.wait_settled(a.id, outcome.turn or 0, a.wait_timeout), a.json)
 
@@ -325,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("say", cmd_say, "send the next user message")
     p.add_argument("message", help="the message; - reads it from stdin")
+    p.add_argument("--steer", action="store_true",
+                   help="mid-turn: the model gets it at the turn's next step, not the next turn")
     _add_as(p, "who sends it")
     _add_wait(p)
 

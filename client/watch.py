@@ -83,6 +83,10 @@ class Renderer:
                         f"   answer: {client_command('answer', wid, '--call-id', ref, then=TEXT)}")
             case "answered":
                 return f"✓ answered: {e.text}"
+            case "steer_queued":
+                return f"↪ steered into turn {e.turn}, for its next step: {shown(e.text)}"
+            case "steered":
+                return f"[step {e.step}] the model gets the steered message: {shown(e.text)}"
             case "child_started":
                 return f"⇢ {e.tool} agent started: {e.text} (its events follow, marked [{e.tool}])"
             case "summary_started":

@@ -181,9 +181,10 @@ class Tail(Generic[T]):
         self._sizes: deque[int] = deque(size(i) for i in items)
         self.bytes = sum(self._sizes)
 
-    def fits(self, size: int) -> bool:
-        """Whether an item of `size` bytes can join without pushing another out."""
-        return len(self.items) < self.max_items and (
+    def fits(self, size: int, others: int = 0) -> bool:
+        """Whether an item of `size` bytes can join without pushing another out (with `others`
+        items kept beside the list, within its count, whose bytes `size` holds)."""
+        return len(self.items) + others < self.max_items and (
             self.max_bytes is None or self.bytes + size <= self.max_bytes
         )
 
@@ -205,6 +206,13 @@ class Tail(Generic[T]):
     def pop_first(self) -> T:
         self.bytes -= self._sizes.popleft()
         return self.items.pop(0)
+
+    def prepend(self, item: T) -> None:
+        """Put `item` first, pushing nothing out (its caller checked the budget when it took it)."""
+        size = self._size(item)
+        self.items.insert(0, item)
+        self._sizes.appendleft(size)
+        self.bytes += size
 
     def pop_last(self) -> T:
         self.bytes -= self._sizes.pop()

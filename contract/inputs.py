@@ -14,6 +14,9 @@ class SayRequest(BaseModel):
     text: str
     request_id: str | None = None
     sender: str | None = None  # who sent it, for the audit trail
+    # mid-turn: the turn's model gets it at its next step (after the tool round in flight), not
+    # the next turn; a turn that ends first answers it next
+    steer: bool = False
 
 
 class EndRequest(BaseModel):

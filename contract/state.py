@@ -160,6 +160,7 @@ class ConversationState(BaseModel):
     context: ContextState
     current: TurnState = Field(default_factory=TurnState)
     inbox: list[str] = []  # accepted messages waiting for their turn
+    steering: list[str] = []  # messages steered into the turn in flight, for its next step
     catalog: dict[str, ToolDefinition] = {}
     four_eyes: list[Risk] = []  # risks decided by someone other than the owner (the worker's)
     tool_queue: str | None = None  # where tool runs go, when workers split the roles

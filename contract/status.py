@@ -134,6 +134,7 @@ class StreamEvent(BaseModel):
         "turn_finished", "summary_started", "summary_finished", "child_started",
         "child_waiting",  # a subagent came to wait for a person (its calls, or a question)
         "tool_progress",  # published by a running tool (ctx.progress), on the tokens topic
+        "steer_queued", "steered",  # a message steered into the turn: taken, then shown its model
     ]
     turn: int = 0
     step: int = 0

@@ -72,7 +72,7 @@ class ConversationWorkflow:
         self._model_step = ModelStep(self._input, self._state, self._limits, self._reporter)
         self._memory = RequestMemory(self._state)
         self._inbox = Inbox(self._state, self._limits, self._memory,
-                            too_long=self._model_step.message_refusal)
+                            too_long=self._model_step.message_refusal, emit=self._reporter.emit)
         self._decisions = Decisions(
             self._state, Approvals(self._state, self._limits, owner=self._input.owner),
             OpenQuestion(self._state, self._limits), self._memory,
@@ -83,7 +83,7 @@ class ConversationWorkflow:
         self._turns = Turns(
             self._input, self._state, self._decisions, self._reporter, self._model_step,
             self._view, history_full=lambda: self._should_continue_as_new(at_turn_boundary=False),
-            hand_over=self._continue_as_new)
+            hand_over=self._continue_as_new, inbox=self._inbox)
         self._settler: asyncio.Future[None] | None = None  # `Decisions.settle_when_nothing_comes`
         self._listed = False  # the tools were listed since the last turn (`_relist_if_changed`)
 

@@ -58,6 +58,7 @@ from .failures import (
     is_context_too_long,
     raise_if_cancelled,
 )
+from .inbox import Inbox
 from .model_step import ModelStep
 from .reporting import Reporter
 from .status_view import StatusView
@@ -71,8 +72,8 @@ class Turns:
 
     def __init__(self, inp: ConversationInput, state: ConversationState, decisions: Decisions,
                  reporter: Reporter, model_step: ModelStep, view: StatusView, *,
-                 history_full: Callable[[], bool], hand_over: Callable[[], Awaitable[None]]
-                 ) -> None:
+                 history_full: Callable[[], bool], hand_over: Callable[[], Awaitable[None]],
+                 inbox: Inbox) -> None:
         self._input = inp
         self._state = state
         self._decisions = decisions
@@ -81,6 +82,7 @@ class Turns:
         self._view = view
         self._history_full = history_full  # mid-turn: the history is too large for this run
         self._hand_over = hand_over  # ...then the turn goes on in a fresh run (continue-as-new)
+        self._inbox = inbox  # what is steered into the turn comes from it
         self._output_problem = output.output_schema_problem(inp.output_schema)  # judged once
         self._trace_ids = workflow.new_random("agent-trace")  # span ids: `workflows.telemetry`
         self._text: str | None = None  # the current turn's message (for traced content)
@@ -131,6 +133,7 @@ class Turns:
             self.task, self.stopping, self._thinking, self._round = None, False, None, None
         turn = self._state.current
         turn.in_progress = False
+        self._inbox.unsteered()  # what its model never got is the next turn's
         self.trace()
         if self._input.profile is None:  # a subagent's turns are its parent's business
             failed = turn.stop_reason in ERROR_STOPS
@@ -251,6 +254,7 @@ class Turns:
             if self._history_full():
                 await self._hand_over()
             step = turn.steps + 1
+            self._steer(step)
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             self._thinking = step  # (a stop keeps what it streamed)
             try:
@@ -295,6 +299,15 @@ class Turns:
             if is_looping(turn.call_records):
                 workflow.logger.warning("loop detected in turn %d", turn.number)
                 turn.forced_reason = "loop_detected"
+
+    def _steer(self, step: int) -> None:
+        """The messages steered into the turn since its last step, for this step's model call:
+        after the tool round that was in flight, each a user message, each said on the stream."""
+        for text in self._inbox.steered():
+            self._state.context.messages.append(ChatMessage(role="user", content=text))
+            self._reporter.emit("steered", step=step, text=text)
+            workflow.logger.info("turn %d: a message steered into step %d",
+                                 self._state.current.number, step)
 
     def _remind(self, message: ChatMessage, unread: list[str], in_prose: bool = False) -> None:
         """Tell the model, once a turn, that a call it wrote in its text (`in_prose`: announced

@@ -39,7 +39,8 @@ given = errors(404, 409, 413, 502, 503)
 async def say(cid: Cid, body: MessageBody, s: Conversations, who: Who,
               _: Annotated[None, allowed("message")], rid: RequestId) -> Any:
     """The next user message; the outcome names the turn that will answer it."""
-    return await s.update(cid, SayRequest(text=body.text, request_id=rid, sender=who.name))
+    return await s.update(cid, SayRequest(text=body.text, request_id=rid, sender=who.name,
+                                          steer=body.steer))
 
 
 @router.post("/conversations/{cid}/confirm", response_model=SignalOutcome,

@@ -132,6 +132,7 @@ async def test_stop_ends_the_running_turn_and_says_what_it_did(
         http: httpx.AsyncClient, model: ScriptedModelServer, client: Client):
     trigger = script(model, unique("api-stop"),
                      ScriptedReply(content="a long reply, said slowly", stream_pause_s=60),
+                     ScriptedReply(content="heard: {last_user}"),
                      ScriptedReply(content="heard: {last_user}"))
     cid = unique("api-stop")
     await http.post("/conversations", json={"prompt": trigger, "id": cid})
@@ -140,6 +141,9 @@ async def test_stop_ends_the_running_turn_and_says_what_it_did(
     assert stopped.status_code == 200, stopped.text
     assert (stopped.json()["accepted"], stopped.json()["reason"]) == (True, "turn 1 stopped")
     assert (await until_status(http, cid, "idle"))["stop_reason"] == "stopped"
+    steered = await http.post(f"/conversations/{cid}/messages", json={"text": "x", "steer": True})
+    assert steered.json()["reason"] is None  # no turn running: a message as any other
+    await until_status(http, cid, "idle", turn=2)
     again = await http.post(f"/conversations/{cid}/stop")  # no body, as `end` takes none
     assert again.json()["reason"] == "no turn was running: nothing to stop"
     said = await http.post(f"/conversations/{cid}/messages", json={"text": "again"})

@@ -123,6 +123,26 @@ async def test_stop_ends_the_turn_in_flight_and_the_conversation_goes_on(
     assert (await cli("end", conv)).returncode == 0
 
 
+async def test_say_steer_reaches_the_turn_in_flight_or_is_a_message_as_any_other(
+        cli, model: ScriptedModelServer, client: Client):
+    trigger = script(model, unique("cli-steer"),
+                     ScriptedReply(content="a reply, said slowly", stream_pause_s=5),
+                     ScriptedReply(content="heard: {last_user}"),
+                     ScriptedReply(content="and: {last_user}"))
+    conv = unique("cli-steer-conv")
+    assert (await cli("start", "--id", conv, trigger)).returncode == 0
+    await first_token(client, conv)
+    steered = await cli("say", conv, "--steer", "one more thing")
+    assert steered.stdout.strip() == \
+        "taken: steered into turn 1: its model gets it at its next step"
+    # its turn ended first (a final answer): the next turn answers it
+    assert (await settled(client.get_workflow_handle(conv), turn=2, timeout_s=60)
+            ).final_answer == "heard: one more thing"
+    idle = await cli("say", conv, "--steer", "and this", "--wait")  # no turn running: turn 3
+    assert "answer: and: and this" in idle.stdout
+    assert (await cli("end", conv)).returncode == 0
+
+
 async def test_start_without_wait_prints_the_id(cli, model: ScriptedModelServer):
     trigger = script(model, unique("cli-nowait"), ScriptedReply(content="ok"))
     out = await cli("start", "--json", "--one-shot", trigger)

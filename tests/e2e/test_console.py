@@ -139,8 +139,9 @@ async def test_console_streams_edits_validates_and_approves(
 
 async def test_console_stops_a_turn_and_the_conversation_goes_on(
         api: ApiServer, model: ScriptedModelServer, client: Client, console: Console):
-    """Stop, shown while a turn runs, ends it with one click: the text the reply had streamed
-    stays as its answer, the turn says `stopped`, and the next message is answered."""
+    """Mid-turn, "Send now" steers a message into the turn and Stop ends it with one click: the
+    text the reply had streamed stays as its answer, the turn says `stopped`, and the message
+    its model never got is the next turn's, answered."""
     trigger = script(model, unique("console-stop"),
                      ScriptedReply(content="A long answer, coming slowly, piece by piece.",
                                    stream_pause_s=60),
@@ -149,18 +150,24 @@ async def test_console_stops_a_turn_and_the_conversation_goes_on(
     await page.goto(f"{api.url}/")
     cid = await console.start(f"Tell me everything ({trigger}).")
     said = (await first_token(client, cid)).text
-    stop = page.get_by_test_id("stop")
+    stop, now = page.get_by_test_id("stop"), page.get_by_test_id("send-now")
     await expect(stop).to_be_visible()
+    await page.get_by_test_id("message-input").fill("Briefly, then?")
+    await now.click()
+    await expect(page.get_by_test_id("send-outcome")).to_have_text(
+        "Sent: steered into turn 1: its model gets it at its next step.")
+    chat = page.get_by_test_id("chat")
+    await expect(chat.get_by_test_id("steered-message")).to_contain_text("Briefly, then?")
     await stop.click()
     await expect(page.get_by_test_id("end-outcome")).to_have_text("Stop: turn 1 stopped.")
-    chat = page.get_by_test_id("chat")
-    await expect(chat.get_by_test_id("turn-end")).to_have_attribute("data-stop-reason", "stopped")
-    await expect(chat.get_by_test_id("final-answer")).to_contain_text(said)
-    await expect(stop).to_be_hidden()  # nothing runs now
-    await page.get_by_test_id("message-input").fill("Briefly, then?")
-    await page.get_by_test_id("send").click()
+    await expect(chat.get_by_test_id("turn-end").first).to_have_attribute(
+        "data-stop-reason", "stopped")
+    await expect(chat.get_by_test_id("final-answer").first).to_contain_text(said)
     await expect(chat.get_by_test_id("final-answer").last).to_have_text("Here, briefly.")
+    await expect(stop).to_be_hidden()  # nothing runs now
+    await expect(now).to_be_hidden()
     assert console.posted(cid, "stop") == [{}]
+    assert console.posted(cid, "messages") == [{"text": "Briefly, then?", "steer": True}]
     await screenshot(page, "console-stopped.png")
     assert console.errors == []
 

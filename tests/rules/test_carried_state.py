@@ -141,6 +141,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "current.ran", "current.questions_in_a_row", "context.counted",
     # from before policies and grants: none, nothing granted, nothing to keep
     "policy_revision", "grants", "grants_made", "owner_grants", "grants_to_keep", "kept_uses",
+    "steering",  # from before steering: nothing steered into the turn
 }
 
 
@@ -213,6 +214,7 @@ def full_state() -> ConversationState:
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",
                                   key="k" * 32, payload={"turn": 1})]
     state.policy_revision = "3f2a" * 16
+    state.steering = ["in Celsius, please"]
     state.grants = [Grant(id="g1", tool="create_note", scope="conversation", by="alice", at=NOW,
                           expires_at=NOW, uses_left=2, used=1)]
     state.grants_made, state.owner_grants = 2, True

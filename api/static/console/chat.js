@@ -248,6 +248,14 @@ export class Chat {
     this.setActivity('working…', log);
   }
 
+  // A message steered into the turn: shown as it was sent, then when the model got it.
+  on_steer_queued(e, log) {
+    this.add(h('div', { class: 'bubble user steered', testid: 'steered-message', dataset: { turn: e.turn } },
+      h('div', { class: 'label' }, 'Sent now'), e.text || ''), log);
+  }
+
+  on_steered(e, log) { this.note(`The model got the message sent now (step ${e.step}).`, 'info', log); }
+
   on_summary_started(e, log) { this.note('Folding earlier turns into a summary…', 'info', log); }
 
   on_summary_finished(e, log) { this.note('Summary updated.', 'info', log); }

@@ -99,33 +99,41 @@ export class ConversationView {
   buildComposer() {
     const input = h('textarea', { testid: 'message-input', rows: 1, placeholder: nextMessage() });
     const send = h('button', { type: 'submit', class: 'primary', testid: 'send' }, 'Send');
+    // Mid-turn, "Send now" steers the message into the turn: its model gets it at its next step.
+    const now = h('button', { type: 'button', testid: 'send-now', hidden: true, onclick: () => post(true) }, 'Send now');
     const note = h('div', { class: 'refusal', testid: 'refusal', hidden: true, role: 'alert' });
     const info = h('div', { class: 'inline-note', testid: 'send-outcome', hidden: true });
     const denied = h('div', { class: 'inline-note denied', testid: 'write-denied', hidden: true });
     const form = h('form', { class: 'composer', testid: 'composer' },
-      h('div', { class: 'composer-row' }, input, send), denied, note, info);
+      h('div', { class: 'composer-row' }, input, now, send), denied, note, info);
     input.addEventListener('keydown', (event) => {
       if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) form.requestSubmit();
     });
-    form.addEventListener('submit', async (event) => {
-      event.preventDefault();
+    const post = async (steer) => {
       const text = input.value.trim();
       message(note, '');
       message(info, '');
       if (!text || send.disabled) return;
       send.disabled = true;
+      now.disabled = true;
       try {
-        const outcome = await api('POST', conversationPath(this.cid, '/messages'), { text });
+        const outcome = await api('POST', conversationPath(this.cid, '/messages'), steer ? { text, steer } : { text });
         input.value = '';
-        message(info, outcome.turn ? `Sent: it will be answered in turn ${outcome.turn}.` : 'Sent.');
+        message(info, outcome.reason ? `Sent: ${outcome.reason}.`
+          : (outcome.turn ? `Sent: it will be answered in turn ${outcome.turn}.` : 'Sent.'));
         this.soon();
       } catch (err) {
         message(note, refusalText(err), refusalKind(err));
       } finally {
         send.disabled = false;
+        now.disabled = false;
       }
+    };
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      post(false);
     });
-    return { form, input, send, note, info, denied };
+    return { form, input, send, now, note, info, denied };
   }
 
   // --- the live stream ---
@@ -226,6 +234,7 @@ export class ConversationView {
     this.el.endButton.disabled = closed || Boolean(why);
     this.el.endButton.title = why;
     this.el.stopButton.hidden = !IN_A_TURN.has(s.status) || Boolean(why);
+    this.composer.now.hidden = this.el.stopButton.hidden;
     if (this.el.stopButton.hidden) this.el.stopButton.disabled = false; // ready for the next turn
     if (closed) {
       this.el.endButton.textContent = 'Ended';
