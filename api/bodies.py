@@ -83,6 +83,11 @@ class StartBody(Body):
     one_shot: bool = Field(default=False, description="complete after the first answer")
     model: str | None = Field(default=None, description="default: the worker's OPENAI_MODEL")
     max_steps: WholeNumber = Field(default=10, ge=1, description="LLM rounds per turn")
+    max_parallel_tools: WholeNumber = Field(default=8, ge=1, le=64, description=(
+        "a step's tool calls running at once; the rest wait their turn"))
+    max_calls_per_step: WholeNumber | None = Field(default=None, ge=1, le=64, description=(
+        "the tool calls a step may make; the rest are not run, and the model reads why "
+        "(default: as many as a reply holds, 64)"))
     max_cost_usd: float | None = Field(default=None, gt=0,
                                        description="stop a turn once the conversation has cost "
                                                    "this many dollars")

@@ -28,7 +28,7 @@ from ..contract import (
     SignalOutcome,
     names,
 )
-from ..contract.bounds import DEFAULT_MESSAGE_BYTES, check_message
+from ..contract.bounds import DEFAULT_MESSAGE_BYTES, MAX_CALLS_PER_REPLY, check_message
 from ..rules.output import output_schema_problem
 from .cases import export, fork
 from .checks import (
@@ -91,6 +91,8 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         system_prompt=a.system,
         model=a.model,
         max_steps=a.max_steps,
+        max_parallel_tools=a.max_parallel_tools,
+        max_calls_per_step=a.max_calls_per_step,
         one_shot=a.one_shot,
         max_message_bytes=s.max_message_bytes,
         max_cost_usd=a.max_cost_usd,
@@ -312,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
+    p.add_argument("--max-parallel-tools", type=int, default=8, metavar="N",
+                   help="a step's tool calls running at once (default 8); the rest wait")
+    p.add_argument("--max-calls-per-step", type=int, default=None, metavar="N",
+                   help="the tool calls a step may make; the rest are not run, the model reads why")
     p.add_argument("--context-tokens", type=int, default=None, metavar="N",
                    help="tokens a prompt may take before older turns fold into a summary "
                         "(default 24000; less where the model's window is known to be smaller)")
@@ -447,6 +453,10 @@ async def run(argv: list[str]) -> int:
             raise UsageError("--max-steps must be at least 1")
         if (getattr(args, "max_cost_usd", None) or 1) <= 0:
             raise UsageError("--max-cost-usd must be more than 0")
+        for limit in ("max_parallel_tools", "max_calls_per_step"):
+            if getattr(args, limit, None) not in (None, *range(1, MAX_CALLS_PER_REPLY + 1)):
+                raise UsageError(f"--{limit.replace('_', '-')} must be from 1 to "
+                                 f"{MAX_CALLS_PER_REPLY}")
         max_message_bytes = _max_message_bytes(os.environ)
         for field in ("prompt", "message"):  # checked before anything is sent
             if hasattr(args, field):

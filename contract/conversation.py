@@ -44,6 +44,10 @@ class ConversationInput(BaseModel):
     system_prompt: str | None = None
     model: str | None = None  # None: the worker's OPENAI_MODEL
     max_steps: int = Field(default=10, ge=1)
+    # a step's tool activities running at once (the rest wait their turn), and the calls a step
+    # may make at all (the rest are not run: the model reads why); a reply holds at most 64
+    max_parallel_tools: int = Field(default=8, ge=1, le=64)
+    max_calls_per_step: int | None = Field(default=None, ge=1, le=64)
     one_shot: bool = False
     idle_timeout_s: float = Field(default=3600.0, gt=0)
     decision_timeout_s: float = Field(default=86400.0, gt=0)

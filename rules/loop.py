@@ -147,3 +147,13 @@ def unread_calls_error(tools: list[str], cut: bool = False) -> str:
     why = " (the reply was cut off at the model's output limit)" if cut else ""
     return (f"the model wrote a call of {', '.join(tools)} in its answer, but it could not be "
             f"read{why} and did not run: nothing was done")
+
+
+def over_the_step_limit(calls: list[ToolCall], max_calls: int | None) -> dict[str, str]:
+    """The calls of a step past `max_calls` (`max_calls_per_step`), each with what the model
+    reads: they are not run, and it may make them in its next step."""
+    if max_calls is None or len(calls) <= max_calls:
+        return {}
+    why = (f"Error: not run: a step may make at most {max_calls} tool calls and this one made "
+           f"{len(calls)}; make the calls left in your next step")
+    return {c.id: why for c in calls[max_calls:]}

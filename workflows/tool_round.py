@@ -88,6 +88,8 @@ class ToolRound:
         self._rules: dict[str, Verdict] = {}  # the policy's `ask` of the calls it holds
         # its calls running now, with their keys: what a stop or an end reports of them
         self.running: dict[str, tuple[ToolDefinition, str]] = {}
+        # the round's tool activities at once (`max_parallel_tools`); the rest wait, in order
+        self._slots = asyncio.Semaphore(inp.max_parallel_tools)
         self._judge = Judge(inp, state, decisions, reporter)
 
     async def run(
@@ -95,7 +97,9 @@ class ToolRound:
         refused: dict[str, str] | None = None,
     ) -> RoundResult:
         """Run the calls; `refused` names calls already refused (with their observation)."""
-        catalog, refused = self._state.catalog, refused or {}
+        catalog = self._state.catalog
+        refused = {**loop.over_the_step_limit(calls, self._input.max_calls_per_step),
+                   **(refused or {})}
         checked = [
             loop.InvalidCall(c, refused[c.id]) if c.id in refused
             else loop.check_tool_call(c, catalog)
@@ -293,9 +297,10 @@ class ToolRound:
         for _ in range(MAX_INPUT_ROUNDS):
             started = workflow.now()
             self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
-            self.running[item.call.id] = (item.tool, key)
-            outcome = await self._run_activity(item, args, key, answer, approval, elicited)
-            del self.running[item.call.id]
+            async with self._slots:
+                self.running[item.call.id] = (item.tool, key)
+                outcome = await self._run_activity(item, args, key, answer, approval, elicited)
+                del self.running[item.call.id]
             self._count_sampled(outcome)
             ms = int((workflow.now() - started).total_seconds() * 1000)
             outcome = outcome.model_copy(update={"ms": ms})

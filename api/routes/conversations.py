@@ -44,6 +44,8 @@ async def start(body: StartBody, s: Conversations, who: Who, request: Request) -
     cid = body.id or new_conversation_id()
     inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
                             model=body.model, max_steps=body.max_steps,
+                            max_parallel_tools=body.max_parallel_tools,
+                            max_calls_per_step=body.max_calls_per_step,
                             one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
                             max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,
                             owner=who.name, trace_parent=caller_trace(request),

@@ -157,6 +157,10 @@ async def test_clear_errors_and_exit_codes(cli, temporal_address: str):
 
     usage = await cli("start")
     assert usage.returncode == 2
+    for flag, value in (("--max-parallel-tools", "0"), ("--max-calls-per-step", "65")):
+        limit = await cli("start", flag, value, "hello")
+        assert (limit.returncode, limit.stderr.strip()) == (
+            2, f"error: {flag} must be from 1 to 64")
 
     unreachable = await cli("status", "x", extra_env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
     assert unreachable.returncode == 1
@@ -387,7 +391,9 @@ async def test_output_to_a_closed_pipe_ends_quietly(cli, model: ScriptedModelSer
     done = await asyncio.gather(*(asyncio.to_thread(to_a_closed_pipe, args, e)
                                   for args, e in runs))
     for (args, _), out in zip(runs, done):
-        assert out.returncode in (0, 141) and out.stderr == "", (args, out.returncode, out.stderr)
+        # (a query a loaded worker could not answer yet is waited for, and said: no traceback)
+        said = set(out.stderr.splitlines()) - {"waiting for a worker to answer..."}
+        assert out.returncode in (0, 141) and not said, (args, out.returncode, out.stderr)
 
 
 async def test_cli_history_and_watch(client: Client, task_queue: str, model: ScriptedModelServer,

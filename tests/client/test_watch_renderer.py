@@ -44,3 +44,14 @@ def test_a_rejection_is_marked_as_one_and_an_approval_as_taken():
         "✓ delete_note call call_0 approved by dora",
         "✗ delete_note call call_0 rejected by dora: keep it",
     ]
+
+
+def test_a_steered_message_shows_when_taken_and_when_the_model_got_it():
+    out = io.StringIO()
+    renderer = Renderer("conv-1", out)
+    for kind, step in (("steer_queued", 1), ("steered", 2)):
+        renderer.render(StreamEvent(kind=kind, turn=3, step=step, text="in Celsius"), None, None)
+    assert out.getvalue().splitlines() == [
+        "↪ steered into turn 3, for its next step: in Celsius",
+        "[step 2] the model gets the steered message: in Celsius",
+    ]

@@ -12,6 +12,7 @@ from durable_react_agent.contract import (
 )
 from durable_react_agent.rules.compaction import ELIDED_PREFIX, compact, estimate_tokens
 from durable_react_agent.rules.context import answer_open_calls
+from durable_react_agent.rules.loop import over_the_step_limit
 from durable_react_agent.rules.repair import recover_tool_calls, unique_call_ids
 from durable_react_agent.rules.stopping import (
     STOPPED,
@@ -150,3 +151,13 @@ def test_open_calls_are_answered_each_as_it_stood():
     answered = answer_open_calls(messages, "interrupted", {"b": "may have run"})
     assert [(m.tool_call_id, m.content) for m in answered[3:]] == [
         ("b", "may have run"), ("c", "interrupted")]
+
+
+def test_the_calls_past_a_step_s_limit_are_not_run_and_say_why():
+    calls = [ToolCall(id=f"c{i}", function=FunctionCall(name="pay", arguments="{}"))
+             for i in range(4)]
+    assert over_the_step_limit(calls, None) == {} and over_the_step_limit(calls, 4) == {}
+    over = over_the_step_limit(calls, 2)
+    assert list(over) == ["c2", "c3"]
+    assert over["c2"] == ("Error: not run: a step may make at most 2 tool calls and this one "
+                          "made 4; make the calls left in your next step")
