@@ -43,7 +43,11 @@ from ag_ui.core import (
     ToolCallStartEvent,
     UserMessage,
 )
-from ag_ui.core.events import RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
+from ag_ui.core.events import (
+    RunFinishedCancelledOutcome,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+)
 
 from ..client.checks import (
     CliError,
@@ -242,7 +246,10 @@ async def _run(session: Session, inp: RunAgentInput, who: Principal,
 
 def _finished(thread: str, run: str, answer: str | None, stop_reason: str | None,
               metadata: dict[str, Any] | None) -> RunFinishedEvent:
-    return RunFinishedEvent(thread_id=thread, run_id=run, outcome=RunFinishedSuccessOutcome(),
+    """The run's end: `cancelled` when a person stopped its turn (`stop`), else `success`."""
+    outcome = RunFinishedCancelledOutcome() if stop_reason == "stopped" \
+        else RunFinishedSuccessOutcome()
+    return RunFinishedEvent(thread_id=thread, run_id=run, outcome=outcome,
                             result={"answer": answer, "stop_reason": stop_reason},
                             metadata=metadata)
 

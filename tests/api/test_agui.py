@@ -3,6 +3,7 @@ models. An interrupt and its resume go to two different API processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -12,7 +13,7 @@ from temporalio.service import RPCError
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiServer, agui_run, of, user
-from tests.helpers import note_rows, replay, script, tool_call, unique
+from tests.helpers import first_token, note_rows, replay, script, tool_call, unique, until
 
 run = agui_run
 
@@ -240,3 +241,28 @@ async def test_a_new_thread_needs_a_message(http: httpx.AsyncClient):
     assert unknown[-1].code == "not_found"
     bad = await http.post("/agui", json={"threadId": "t"})
     assert bad.status_code == 422
+
+
+async def test_a_run_whose_turn_is_stopped_finishes_cancelled(http: httpx.AsyncClient, client,
+                                                           model: ScriptedModelServer):
+    """`stop` (issue 50) ends the run with AG-UI's `cancelled` outcome: neither a success nor an
+    interrupt, so the next run on the thread is a new one."""
+    thread = unique("agui-stop")
+    trigger = script(model, unique("agui-stop"),
+                     ScriptedReply(content="A long reply, said slowly.", stream_pause_s=60))
+    running = asyncio.create_task(run(http, thread, [user("m1", trigger)]))
+
+    async def started() -> bool:
+        try:
+            return bool(await client.get_workflow_handle(thread).describe())
+        except RPCError:
+            return False
+
+    await until(started, what="the run's conversation")
+    await first_token(client, thread)
+    stopped = await http.post(f"/conversations/{thread}/stop", json={})
+    assert stopped.json()["reason"] == "turn 1 stopped"
+    events = await asyncio.wait_for(running, 60)
+    assert events[-1].type == EventType.RUN_FINISHED and events[-1].outcome.type == "cancelled"
+    assert events[-1].result["stop_reason"] == "stopped"
+    await http.post(f"/conversations/{thread}/end", json={})
