@@ -295,9 +295,10 @@ class ToolRound:
         answer: str | None = None
         elicited: list[ElicitAnswer] = []
         for _ in range(MAX_INPUT_ROUNDS):
-            started = workflow.now()
-            self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name, args=args)
-            async with self._slots:
+            async with self._slots:  # (it starts, and is said to, once it has its slot)
+                started = workflow.now()
+                self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name,
+                                    args=args)
                 self.running[item.call.id] = (item.tool, key)
                 outcome = await self._run_activity(item, args, key, answer, approval, elicited)
                 del self.running[item.call.id]
