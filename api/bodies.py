@@ -85,9 +85,11 @@ class StartBody(Body):
     max_steps: WholeNumber = Field(default=10, ge=1, description="LLM rounds per turn")
     max_parallel_tools: WholeNumber = Field(default=8, ge=1, le=64, description=(
         "a step's tool calls running at once; the rest wait their turn"))
-    max_calls_per_step: WholeNumber | None = Field(default=None, ge=1, le=64, description=(
-        "the tool calls a step may make; the rest are not run, and the model reads why "
-        "(default: as many as a reply holds, 64)"))
+    # (the bounds before the validator, so that the schema says them as JSON Schema does)
+    max_calls_per_step: Annotated[int, Field(ge=1, le=64),
+                                  BeforeValidator(_whole)] | None = Field(
+        default=None, description="the tool calls a step may make; the rest are not run, and "
+                                  "the model reads why (default: as many as a reply holds, 64)")
     max_cost_usd: float | None = Field(default=None, gt=0,
                                        description="stop a turn once the conversation has cost "
                                                    "this many dollars")
