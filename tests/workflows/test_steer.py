@@ -8,7 +8,6 @@ import asyncio
 from collections import Counter
 
 import httpx
-from pydantic import BaseModel
 from temporalio.client import Client
 
 from durable_react_agent.activities.settings import ActivitySettings
@@ -17,7 +16,7 @@ from durable_react_agent.contract import EndRequest, SayRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.fake_tools import registry_with_test_tools
+from tests.fake_tools import NoArgs, registry_with_test_tools
 from tests.helpers import (
     first_token,
     replay,
@@ -31,10 +30,6 @@ from tests.helpers import (
 )
 
 BEGUN: Counter[str] = Counter()
-
-
-class NoArgs(BaseModel):
-    pass
 
 
 async def pause(args: NoArgs, ctx) -> str:

@@ -10,7 +10,6 @@ import time
 from collections import Counter
 
 import httpx
-from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
 
 from durable_react_agent.activities.settings import ActivitySettings
@@ -25,7 +24,7 @@ from durable_react_agent.rules.stopping import STOPPED
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.fake_tools import ATTEMPTS, registry_with_test_tools
+from tests.fake_tools import ATTEMPTS, NoArgs, registry_with_test_tools
 from tests.helpers import (
     first_token,
     reaches,
@@ -40,10 +39,6 @@ from tests.helpers import (
 )
 
 COUNTS: Counter[str] = Counter()
-
-
-class NoArgs(BaseModel):
-    pass
 
 
 async def slow_payment(args: NoArgs, ctx) -> str:
