@@ -211,7 +211,10 @@ class ToolActivities:
             raise ApplicationError(
                 f"this worker has no tool named {name!r}", type="UnknownTool", non_retryable=True
             )
-        known = spec.risk if spec is not None else await self._mcp.current_risk(name)
+        # (an MCP tool this process has not listed yet is listed first, heartbeating: a worker
+        # started after a crash lists its servers here, which took longer than the heartbeat
+        # timeout on a loaded machine, and a call that may not run twice was lost)
+        known = spec.risk if spec is not None else await heartbeating(self._mcp.current_risk(name))
         # No server lists it right now (one may be flapping): it could be anything, so the worst.
         risk: Risk = known or "destructive"
         denied = self._denied(name, risk, invocation)
