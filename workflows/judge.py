@@ -58,6 +58,9 @@ class Judge:
         await self.keep_grants()
         state, turn = self._state, self._state.current
         inp, now = self._input, workflow.now()
+        if not calls or (state.policy_revision is None
+                         and not (state.owner_grants and inp.owner is not None)):
+            return {}  # (every round of a conversation with neither: nothing to work out)
         in_force = [*state.grants, *state.grants_to_keep]
         asked = [PolicyCall(
             call_id=c.call.id, tool=c.tool.name, risk=c.tool.risk, args=c.arguments,
