@@ -57,9 +57,10 @@ async def fits_sideways(page: Page) -> None:
 async def on_screen(page: Page, control: Locator) -> None:
     """The control is brought into view, lies wholly within the screen, is not covered by
     anything at its centre (a tap there reaches it), and is big enough for a finger."""
+    size = page.viewport_size
     for _ in range(20):  # a view that re-renders (the audit trail, on a stream event, the inbox
-        await expect(control).to_be_visible()  # on a poll) may replace the element between two
-        try:  # looks at it: it is looked at again, as a person's eye would
+        await expect(control).to_be_visible()  # on a poll) may replace or move the element
+        try:  # between two looks at it: it is looked at again, as a person's eye would
             await control.scroll_into_view_if_needed()
             box = await control.bounding_box()
             hit = await control.evaluate("""(el) => {
@@ -72,11 +73,10 @@ async def on_screen(page: Page, control: Locator) -> None:
             if "not attached" not in str(err):
                 raise
             box = None
-        if box is not None:
-            break
+        if box is not None and hit and box["y"] >= 0 and box["y"] + box["height"] <= size["height"] + 0.5:
+            break  # settled where a tap lands; a control that stays covered fails below
         await asyncio.sleep(0.1)
     assert box is not None
-    size = page.viewport_size
     assert box["x"] >= 0 and box["x"] + box["width"] <= size["width"] + 0.5, box
     assert box["y"] >= 0 and box["y"] + box["height"] <= size["height"] + 0.5, box
     assert hit, f"{control} is covered where a tap would land"
