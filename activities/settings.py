@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL, MAX_RECALLED
+from ..contract.owner import OwnerLimitsFile
+from .config_file import read_config
 from .context_cache import DEFAULT_MAX_BYTES as DEFAULT_CONTEXT_CACHE_BYTES
 from .memory import check_url, default_url
 from .models import ModelEntry, Models
@@ -73,6 +75,9 @@ class ActivitySettings:
     # AGENT_MEMORY_EMBEDDINGS: the model entry whose /v1/embeddings ranks memories beside the
     # full-text rank (None: the text rank alone)
     memory_embeddings: str | None = None
+    # AGENT_OWNER_LIMITS: each owner's running turns at once, tokens and dollars a day, held
+    # by the owner's ledger workflow (`workflows.owner_ledger`); None: no limits
+    owner_limits: OwnerLimitsFile | None = None
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -115,6 +120,9 @@ class ActivitySettings:
                              high=1_000_000),
             memory_embeddings=env.get("AGENT_MEMORY_EMBEDDINGS", "").strip() or None,
             reviewer=env.get("AGENT_REVIEWER", "").strip() or None,
+            owner_limits=read_config(Path(env["AGENT_OWNER_LIMITS"]), OwnerLimitsFile,
+                                     "AGENT_OWNER_LIMITS", ValueError)
+            if env.get("AGENT_OWNER_LIMITS") else None,
         )
         entries = settings.model_entries().entries
         if settings.memory_embeddings is not None and settings.memory_embeddings not in entries:

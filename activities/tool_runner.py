@@ -116,6 +116,7 @@ class ToolActivities:
                  "policy_revision": self._settings.policy.revision if self._settings.policy
                  else None,
                  "owner_grants": self._settings.memory,
+                 "owner_limits": self._settings.owner_limits is not None,
                  "activity_queues": self._activity_queues,
                  "webhooks": self._settings.webhooks.refs() if self._settings.webhooks else [],
                  "webhook_retry_s": self._settings.webhook_retry_s,

@@ -3,7 +3,7 @@ endpoints, read by the worker only,
 
     {"webhooks": [{"url": "https://hooks.example/agent", "secret_env": "AGENT_HOOK_SECRET",
                    "events": ["approval_requested", "question_asked", "turn_finished",
-                              "conversation_failed"],
+                              "conversation_failed", "turn_held"],
                    "format": "json", "addressee": "carol"}]}
 
 and the `notify` activity delivers one event to one of them: a POST of the JSON body, signed
@@ -46,7 +46,8 @@ from .config_file import read_config
 from .heartbeat import heartbeating
 
 log = structlog.get_logger("webhooks")
-Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
+Event = Literal["approval_requested", "question_asked", "turn_finished", "conversation_failed",
+                "turn_held"]
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"
 DEFAULT_LINK_TTL_S = 24 * 3600
 DELIVERY_TIMEOUT_S = 10.0
@@ -167,6 +168,8 @@ def slack_text(p: dict[str, Any]) -> str:
     turn = _slack_plain(p.get("turn"))
     if p["event"] == "conversation_failed":
         return f"{where} failed in turn {turn}: {_slack_plain(p.get('error'))}"
+    if p["event"] == "turn_held":
+        return f"{where} waits in turn {turn}: {_slack_plain(p.get('message'))}"
     return f"{where} finished turn {turn}: {_slack_plain(p.get('answer') or p.get('stop_reason'))}"
 
 

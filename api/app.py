@@ -30,7 +30,7 @@ from .errors import (
 )
 from .guard import BodyLimit, Gate
 from .links import link_routes
-from .routes import console, conversations, grants, inputs, memories, streams
+from .routes import console, conversations, grants, inputs, limits, memories, streams
 from .settings import ApiSettings
 
 log = structlog.get_logger("api")
@@ -77,7 +77,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     document_errors(app)
     document_discriminators(app)
 
-    for routes in (conversations, inputs, grants, streams, memories, console):
+    for routes in (conversations, inputs, grants, limits, streams, memories, console):
         app.include_router(routes.router)
     app.include_router(link_routes(
         settings.link_secret, settings.tokens,

@@ -85,6 +85,8 @@ class StartBody(Body):
     max_steps: WholeNumber = Field(default=10, ge=1, description="LLM rounds per turn")
     max_parallel_tools: WholeNumber = Field(default=8, ge=1, le=64, description=(
         "a step's tool calls running at once; the rest wait their turn"))
+    max_parallel_subagents: WholeNumber = Field(default=4, ge=1, le=64, description=(
+        "of those, subagents running at once; the rest wait their turn"))
     # (the bounds before the validator, so that the schema says them as JSON Schema does)
     max_calls_per_step: Annotated[int, Field(ge=1, le=64),
                                   BeforeValidator(_whole)] | None = Field(

@@ -42,6 +42,7 @@ from .checks import (
 from .connection import TemporalSettings, connect
 from .evals import add_eval_command
 from .grants import add_grant_commands, add_remember_options, remembered
+from .limits import STEP_LIMITS, add_limits_command, add_step_limits, step_limits
 from .memories import cmd_forget, cmd_memories
 from .render import render_history, render_status
 from .session import STATUSES, Session
@@ -91,8 +92,7 @@ async def cmd_start(s: Session, a: argparse.Namespace) -> int:
         system_prompt=a.system,
         model=a.model,
         max_steps=a.max_steps,
-        max_parallel_tools=a.max_parallel_tools,
-        max_calls_per_step=a.max_calls_per_step,
+        **step_limits(a),
         one_shot=a.one_shot,
         max_message_bytes=s.max_message_bytes,
         max_cost_usd=a.max_cost_usd,
@@ -314,10 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name; default: the worker's OPENAI_MODEL")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--max-steps", type=int, default=10, help="LLM rounds per turn (default 10)")
-    p.add_argument("--max-parallel-tools", type=int, default=8, metavar="N",
-                   help="a step's tool calls running at once (default 8); the rest wait")
-    p.add_argument("--max-calls-per-step", type=int, default=None, metavar="N",
-                   help="the tool calls a step may make; the rest are not run, the model reads why")
+    add_step_limits(p)
     p.add_argument("--context-tokens", type=int, default=None, metavar="N",
                    help="tokens a prompt may take before older turns fold into a summary "
                         "(default 24000; less where the model's window is known to be smaller)")
@@ -368,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wait(p)
 
     add_grant_commands(command, _add_as, JSON_HELP)
+    add_limits_command(command, _add_as)
 
     p = command("watch", cmd_watch, "follow a conversation live")
     p.add_argument("--from-offset", type=int, default=0, help="resume from this stream offset")
@@ -453,7 +451,7 @@ async def run(argv: list[str]) -> int:
             raise UsageError("--max-steps must be at least 1")
         if (getattr(args, "max_cost_usd", None) or 1) <= 0:
             raise UsageError("--max-cost-usd must be more than 0")
-        for limit in ("max_parallel_tools", "max_calls_per_step"):
+        for limit in STEP_LIMITS:
             if getattr(args, limit, None) not in (None, *range(1, MAX_CALLS_PER_REPLY + 1)):
                 raise UsageError(f"--{limit.replace('_', '-')} must be from 1 to "
                                  f"{MAX_CALLS_PER_REPLY}")

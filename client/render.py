@@ -47,6 +47,8 @@ def render_status(s: ConversationStatus) -> str:
         lines.append(f"error: {shown(s.error)}")
     if s.queued_messages:
         lines.append(f"queued messages: {s.queued_messages}")
+    if s.held is not None:
+        lines.append(f"waiting for its owner's share ({s.held.limit}): {shown(s.held.message)}")
     if s.version is not None:
         lines.append(f"version: {s.version} (runs so far: {s.runs})")
     u = s.usage

@@ -87,6 +87,10 @@ class Renderer:
                 return f"↪ steered into turn {e.turn}, for its next step: {shown(e.text)}"
             case "steered":
                 return f"[step {e.step}] the model gets the steered message: {shown(e.text)}"
+            case "turn_held":
+                return f"⏸ turn {e.turn} waits for its owner's share: {shown(e.text)}"
+            case "turn_resumed":
+                return f"▶ turn {e.turn} goes on: the owner's share allows it"
             case "child_started":
                 return f"⇢ {e.tool} agent started: {e.text} (its events follow, marked [{e.tool}])"
             case "summary_started":

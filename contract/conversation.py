@@ -48,6 +48,7 @@ class ConversationInput(BaseModel):
     # may make at all (the rest are not run: the model reads why); a reply holds at most 64
     max_parallel_tools: int = Field(default=8, ge=1, le=64)
     max_calls_per_step: int | None = Field(default=None, ge=1, le=64)
+    max_parallel_subagents: int = Field(default=4, ge=1, le=64)  # of those, subagents
     one_shot: bool = False
     idle_timeout_s: float = Field(default=3600.0, gt=0)
     decision_timeout_s: float = Field(default=86400.0, gt=0)

@@ -15,6 +15,7 @@ from .bounds import (
     valid_text,
 )
 from .memory import RECALL_ACTIVITY
+from .owner import CLOSED_ACTIVITY, LEASE_ACTIVITY
 
 # The activity types, declared once: the workers register them by these names, and the
 # conversation calls them by these names (recorded in every history: they never change).
@@ -31,7 +32,8 @@ KEEP_GRANTS_ACTIVITY = "keep_grants"  # owner grants, into the store the workers
 REVIEW_CALL_ACTIVITY = "review_call"  # a `review` rule's call, before the reviewer model
 RUNTIME_ACTIVITIES = frozenset({  # the runtime's own
     LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY, LIST_TOOLS_ACTIVITY, RECALL_ACTIVITY,
-    MCP_LISTING_ACTIVITY, JUDGE_CALLS_ACTIVITY, KEEP_GRANTS_ACTIVITY, REVIEW_CALL_ACTIVITY})
+    MCP_LISTING_ACTIVITY, JUDGE_CALLS_ACTIVITY, KEEP_GRANTS_ACTIVITY, REVIEW_CALL_ACTIVITY,
+    LEASE_ACTIVITY, CLOSED_ACTIVITY})
 
 # Text and JSON that came from outside (a model, a tool, an MCP server), made valid Unicode as a
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
@@ -237,6 +239,8 @@ class WorkerHandshake(BaseModel):
     policy_revision: str | None = None
     # the worker keeps owner grants (its memory store): a round a person would decide asks it
     owner_grants: bool = False
+    # AGENT_OWNER_LIMITS: each turn leases its owner's share (`workflows.owner_share`)
+    owner_limits: bool = False
 
 
 class WebhookRef(BaseModel):

@@ -24,6 +24,7 @@ from .models import (
     Usage,
     WebhookRef,
 )
+from .owner import Lease, TurnShare
 from .policy import Grant
 from .status import AuditRecord, ChildReport, TurnSummary
 
@@ -101,6 +102,7 @@ class TurnState(BaseModel):
     questions_in_a_row: int = 0  # questions asked this turn since a tool last ran
     decisions: list[Decision] = []
     children: list[ChildReport] = []  # subagents started this turn, and what they wait for
+    share: TurnShare | None = None  # its lease of the owner's share (AGENT_OWNER_LIMITS)
     # the turn's span (W3C traceparent: `workflows.telemetry`) and when the turn began
     trace: str | None = None
     started_at: datetime | None = None
@@ -187,6 +189,10 @@ class ConversationState(BaseModel):
     grants: list[Grant] = []  # people's approvals, remembered (`rules.grants`)
     grants_made: int = 0  # each grant's number
     owner_grants: bool = False  # the worker keeps owner grants (the handshake said so)
+    owner_limits: bool = False  # the worker holds owners to AGENT_OWNER_LIMITS (`OwnerShare`)
+    # the ledger's grants of asks this conversation's turn has not taken yet: one may come
+    # before the ask's answer, even before a retried first workflow task has begun the turn
+    early_grants: list[Lease] = []
     # owner grants made here and not yet kept in the workers' store, and their uses so far
     grants_to_keep: list[Grant] = []
     kept_uses: list[tuple[str, str]] = []
@@ -212,6 +218,9 @@ class ConversationState(BaseModel):
             turn.llm_calls += 1
         self.usage = self.usage + usage
         turn.usage = turn.usage + usage
+        if turn.share is not None:  # what it spent of its owner's share
+            turn.share.used_tokens += usage.total_tokens
+            turn.share.used_usd += usage.known_cost
 
 
 class CarriedState(BaseModel):

@@ -20,6 +20,7 @@ from .models import (
     Text,
     Usage,
 )
+from .owner import HeldTurn
 
 
 class PendingConfirmation(BaseModel):
@@ -135,6 +136,7 @@ class StreamEvent(BaseModel):
         "child_waiting",  # a subagent came to wait for a person (its calls, or a question)
         "tool_progress",  # published by a running tool (ctx.progress), on the tokens topic
         "steer_queued", "steered",  # a message steered into the turn: taken, then shown its model
+        "turn_held", "turn_resumed",  # the turn waits for its owner's share; then it goes on
     ]
     turn: int = 0
     step: int = 0
@@ -209,6 +211,8 @@ class ConversationStatus(BaseModel):
     at_step: int | None = None  # the original's step the fork began at
     # the Worker Deployment Version this run is pinned to (`NAME:ID`); None on unversioned workers
     version: str | None = None
+    # the running turn waits for its owner's share (AGENT_OWNER_LIMITS): which limit, and why
+    held: HeldTurn | None = None
 
 
 # The conversation's own state builds on the models above.

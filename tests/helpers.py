@@ -41,7 +41,7 @@ from durable_react_agent.testing import (
     ScriptedReply,
     ScriptedToolCall,
 )
-from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.worker.app import WORKFLOWS, workflow_runner
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.signal_guard import SignalGuard
 from tests.processes import LAYERS, ROOT
@@ -72,7 +72,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from durable_react_agent.worker.app import workflow_runner
+from durable_react_agent.worker.app import WORKFLOWS, workflow_runner
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.signal_guard import SignalGuard
 
@@ -87,7 +87,7 @@ print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_f
 # `make test-long`: the stress-scale runs too (tests marked `long`, and bigger generated runs)
 LONG = os.environ.get("AGENT_TEST_LONG") == "1"
 _FAST = timedelta(milliseconds=20)
-REPLAYER = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+REPLAYER = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter,
                     workflow_runner=workflow_runner(check_rules=True), interceptors=[SignalGuard()])
 
 

@@ -25,6 +25,7 @@ from .. import contract, rules
 from ..activities.llm import LLMActivities
 from ..activities.mcp import load_mcp_config
 from ..activities.models import WORKER_ROLES, model_queue, role_queues
+from ..activities.owner_limits import OwnerLimitActivities
 from ..activities.settings import ActivitySettings
 from ..activities.tool_runner import ToolActivities
 from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
@@ -33,6 +34,7 @@ from ..activities.tools.memory import MEMORY_TOOLS
 from ..activities.webhooks import WebhookActivities
 from ..client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
 from ..workflows.conversation import ConversationWorkflow
+from ..workflows.owner_ledger import OwnerLedgerWorkflow
 from ..workflows.signal_guard import SignalGuard
 from .logging import LoggingInterceptor
 from .telemetry import TelemetryInterceptor, Tracing
@@ -57,6 +59,7 @@ PURE_LAYERS = (contract.__name__, rules.__name__)
 # A workflow task waits this long for the worker that holds the conversation in its cache
 # (10 s by default) before any worker may take it: after a SIGKILL, the recovery waits for it.
 STICKY_TIMEOUT = timedelta(seconds=2)
+WORKFLOWS = [ConversationWorkflow, OwnerLedgerWorkflow]  # a conversation, an owner's ledger
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)  # what activities in flight get when a worker stops
 # An activity's heartbeats reach the server at most this far apart (by default 0.8 of its
 # heartbeat timeout: 4 s of a tool's 5, which a loaded machine's late send overran, and a
@@ -104,15 +107,16 @@ def build_worker(
     llm = llm or LLMActivities(settings, temporal=client)
     tools = tools or ToolActivities(registry or default_registry(), settings, http, mcp)
     hooks = WebhookActivities(settings.webhooks, http)
+    owners = OwnerLimitActivities(settings, client)
     if activities:
-        served = [*model_activities(llm), *local_activities(tools), hooks.notify]
+        served = [*model_activities(llm), *local_activities(tools, owners), hooks.notify]
     else:
-        served = local_activities(tools) if workflows else []
+        served = local_activities(tools, owners) if workflows else []
         options = {"no_remote_activities": True, **options}
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[ConversationWorkflow] if workflows else [],
+        workflows=WORKFLOWS if workflows else [],
         workflow_runner=workflow_runner(sandboxed),
         activities=served,
         interceptors=interceptors(tracing),
@@ -120,13 +124,15 @@ def build_worker(
     )
 
 
-def local_activities(tools: ToolActivities) -> list[Any]:
-    """What a conversation's workflow task may run itself, as local activities: the handshake,
+def local_activities(tools: ToolActivities, owners: OwnerLimitActivities) -> list[Any]:
+    """What a workflow task may run itself, as local activities: a conversation's handshake,
     the quick safe reads its handshake marked local, a turn's recall of memories, its look
-    at whether an MCP server's tools changed, a round's calls judged by the policy, and the
-    owner grants it keeps."""
+    at whether an MCP server's tools changed, a round's calls judged by the policy, the
+    owner grants it keeps, a turn's ask for its owner's share; and an owner's ledger's look
+    at whether its leases' holders have closed."""
     return [tools.list_tools, tools.run_tool, tools.recall_memories, tools.mcp_listing,
-            tools.judge_calls, tools.keep_grants]
+            tools.judge_calls, tools.keep_grants, owners.lease_owner_share,
+            owners.closed_conversations]
 
 
 def interceptors(tracing: Tracing | None) -> list[Interceptor]:
@@ -168,9 +174,10 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
         # local, but a conversation begun on a worker of all roles may have); and, as
         # activities on the task queue, deliveries and the handshakes of conversations begun
         # before handshakes ran locally. No other activity may reach this process.
-        workers = [Worker(client, task_queue=task_queue, workflows=[ConversationWorkflow],
+        workers = [Worker(client, task_queue=task_queue, workflows=WORKFLOWS,
                           workflow_runner=workflow_runner(sandboxed),
-                          activities=local_activities(lister), no_remote_activities=True,
+                          activities=local_activities(lister, OwnerLimitActivities(
+                              settings, client)), no_remote_activities=True,
                           sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT, **common),
                    Worker(client, task_queue=task_queue,
                           activities=[lister.list_tools, lister.mcp_listing, hooks.notify],

@@ -2,12 +2,9 @@
 
 Read it as the story of a conversation: load the tools, wait for a message, think (LLM activity),
 act (a `ToolRound`), observe, and again until the model answers or a stopping rule ends the turn.
-Before it thinks, older turns may fold into a running summary (the `summarize` activity), so the
-context stays within its budget however long the conversation lasts. All state is one
-`ConversationState`; decisions that are not orchestration live in pure functions (`decisions`,
-`gate`, `stopping`, `repair`, `context`), what people decide and answer in `Decisions` (with the
-calls waiting for approval, the open question and what became of each request), and what the
-outside sees in `Reporter`.
+Older turns may fold into a running summary, so the context keeps to its budget. All state is
+one `ConversationState`; decisions that are not orchestration are pure functions (`rules`), what
+people decide and answer is `Decisions`', and what the outside sees is `Reporter`'s.
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from ..contract import (
     names,
 )
 from ..contract.bounds import Limits
+from ..contract.owner import LEASE_GRANTED_SIGNAL, Lease
 from ..contract.policy import Grant, PolicyChanged, RevokeRequest
 from ..rules import context, grants, loop
 from ..rules.gate import Refusal
@@ -151,10 +149,9 @@ class ConversationWorkflow:
         await self._wind_up()
 
     async def _wait_for_message(self) -> bool:
-        """Wait at a turn boundary for a message or `end`, up to the idle timeout; False if
-        none came. On a versioned worker, wake every `version_check_s` too, and return as soon
-        as the deployment has a new target version (current, or ramping to this conversation),
-        for the caller to move onto it. An unversioned run's wait is one timer, as before."""
+        """Wait at a turn boundary for a message or `end`, up to the idle timeout (False: none
+        came); on a versioned worker, wake every `version_check_s` too, and return once the
+        deployment has a new target version for this conversation, for the caller to move."""
         state = self._state
 
         def arrived() -> bool:
@@ -283,6 +280,12 @@ class ConversationWorkflow:
             judge = Judge(self._input, self._state, self._decisions, self._reporter)
             if await judge.rejudge(changed.revision):
                 self._view.sync()
+
+    @workflow.signal(name=LEASE_GRANTED_SIGNAL)
+    def owner_lease_granted(self, lease: Lease | None = None) -> None:
+        """The owner's ledger lets the turn that waited for its share go on."""
+        if sent(lease, LEASE_GRANTED_SIGNAL):
+            self._turns.share.granted(lease)
 
     @workflow.signal(name=names.ROUTED_DECISION_SIGNAL)
     async def routed_decision(self, routed: RoutedDecision | None = None) -> None:

@@ -65,6 +65,7 @@ async def shake_hands(state: ConversationState, limits: Limits,
     state.memory = catalog.memory and RECALL_TOOL in state.catalog
     state.policy_revision = catalog.policy_revision
     state.owner_grants = catalog.owner_grants
+    state.owner_limits = catalog.owner_limits
     state.webhooks, state.webhook_retry_s = list(catalog.webhooks), catalog.webhook_retry_s
     if catalog.system_prompt is not None:
         state.context.system_prompt = clip_bytes(catalog.system_prompt, MAX_SYSTEM_PROMPT_BYTES,

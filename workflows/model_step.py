@@ -40,6 +40,7 @@ from ..contract.bounds import (
     clip_bytes,
     keep_last,
 )
+from ..contract.owner import OUTPUT_RESERVE_TOKENS
 from ..contract.state import ConversationState
 from ..rules import context, delta, output, replies
 from ..rules.compaction import estimate_tokens
@@ -57,6 +58,7 @@ from .reporting import Reporter
 from .tool_round import FIRST_RETRY
 
 SUMMARY_ATTEMPTS = 3
+RESERVE_MARGIN = 1.25  # on a prompt's estimate, for what a call sets aside of an owner's share
 T = TypeVar("T")
 
 
@@ -118,6 +120,17 @@ class ModelStep:
         self.tool_schemas()
         return context.Budget(tokens=self.budget_tokens() // self._squeeze,
                               ratio=self._state.context.token_ratio, tools=self._tools_tokens)
+
+    def call_reserve(self) -> tuple[int, int]:
+        """The most a model call may take, as far as it can be told before it (what an owner's
+        share sets aside for it: `workflows.owner_share`): its prompt as estimated, with a
+        margin and within the budget prompts keep to, and its reply's reserve (the entry's
+        output limit, or `OUTPUT_RESERVE_TOKENS`). In tokens: the whole, and the reply's."""
+        budget, ctx = self.budget(), self._state.context
+        prompt = min(int(estimate_tokens(context.shown(ctx)) * ctx.token_ratio * RESERVE_MARGIN),
+                     self.budget_tokens()) + budget.tools
+        output = self.limits().max_output_tokens or OUTPUT_RESERVE_TOKENS
+        return prompt + output, output
 
     def context_use(self) -> ContextUse:
         ctx = self._state.context

@@ -73,6 +73,7 @@ class StatusView:
             forked_from=fork.conversation_id if fork else None,
             at_step=fork.at_step if fork else None,
             version=running_version(),
+            held=turn.share.waiting if turn.share and turn.in_progress and not ended else None,
         )
 
     def pending_confirmations(self) -> list[PendingConfirmation]:

@@ -9,6 +9,7 @@ the context budget.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ TOOL_HEARTBEAT = timedelta(seconds=5)
 FIRST_RETRY = timedelta(milliseconds=200)
 # A tool's own deadline (an MCP call's, say) must fire before Temporal's, so it can report it.
 TOOL_TIMEOUT_MARGIN_S = 5.0
+NO_LIMIT = contextlib.nullcontext()  # a call that is not a subagent's: the tools' slots alone
 MAX_INPUT_ROUNDS = 3  # how often one tool call may come back asking for input
 MAX_APPROVAL_ROUNDS = 2  # a call the worker finds riskier than approved is asked about once more
 TRUNCATED_HINT = (
@@ -90,6 +92,7 @@ class ToolRound:
         self.running: dict[str, tuple[ToolDefinition, str]] = {}
         # the round's tool activities at once (`max_parallel_tools`); the rest wait, in order
         self._slots = asyncio.Semaphore(inp.max_parallel_tools)
+        self._agent_slots = asyncio.Semaphore(inp.max_parallel_subagents)  # of those, subagents
         self._judge = Judge(inp, state, decisions, reporter)
 
     async def run(
@@ -295,7 +298,8 @@ class ToolRound:
         answer: str | None = None
         elicited: list[ElicitAnswer] = []
         for _ in range(MAX_INPUT_ROUNDS):
-            async with self._slots:  # (it starts, and is said to, once it has its slot)
+            async with (self._agent_slots if item.tool.agent is not None else NO_LIMIT,
+                        self._slots):  # (it starts, and is said to, once it has its slots)
                 started = workflow.now()
                 self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name,
                                     args=args)

@@ -60,6 +60,7 @@ from .failures import (
 )
 from .inbox import Inbox
 from .model_step import ModelStep
+from .owner_share import OwnerShare
 from .reporting import Reporter
 from .status_view import StatusView
 from .tool_round import ToolRound
@@ -92,6 +93,7 @@ class Turns:
         self.stopping = False  # `stop` did: the turn ends, the conversation goes on
         self._thinking: int | None = None  # the step whose model call is in flight
         self._round: ToolRound | None = None  # the tool round in flight
+        self.share = OwnerShare(inp, state, reporter, view.sync)  # of the owner's limits
 
     def end(self) -> None:
         """`end`: cancel the running turn, with the model call or tools in flight and the waits
@@ -131,6 +133,7 @@ class Turns:
             self._interrupted()
         finally:
             self.task, self.stopping, self._thinking, self._round = None, False, None, None
+        await self.share.give_back()
         turn = self._state.current
         turn.in_progress = False
         self._inbox.unsteered()  # what its model never got is the next turn's
@@ -254,6 +257,7 @@ class Turns:
             if self._history_full():
                 await self._hand_over()
             step = turn.steps + 1
+            await self.share.before_call(self._model_step.call_reserve)
             self._steer(step)
             offered = loop.tools_offered(step, self._input.max_steps) and not turn.forced_reason
             self._thinking = step  # (a stop keeps what it streamed)

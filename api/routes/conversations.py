@@ -45,6 +45,7 @@ async def start(body: StartBody, s: Conversations, who: Who, request: Request) -
     inp = ConversationInput(prompt=body.prompt, system_prompt=body.system_prompt,
                             model=body.model, max_steps=body.max_steps,
                             max_parallel_tools=body.max_parallel_tools,
+                            max_parallel_subagents=body.max_parallel_subagents,
                             max_calls_per_step=body.max_calls_per_step,
                             one_shot=body.one_shot, max_message_bytes=s.max_message_bytes,
                             max_cost_usd=body.max_cost_usd, output_schema=body.output_schema,

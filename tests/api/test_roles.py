@@ -11,10 +11,12 @@ import httpx
 import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
 
 from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConfirmRequest
+from durable_react_agent.contract.owner import LEDGER_WORKFLOW_TYPE, LedgerState, ledger_id
 from durable_react_agent.rules.search_attributes import AGENT_OWNER
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
@@ -336,3 +338,30 @@ async def test_an_answer_is_audited_with_who_gave_it(as_: dict[str, httpx.AsyncC
     history = (await as_["alice"].get(f"/conversations/{cid}/history")).json()
     assert [(r["kind"], r["by"], r["text"]) for r in history if r["kind"] != "step"] == [
         ("start", "alice", trigger), ("answer", "carol", "blue")]
+
+
+async def test_an_owner_sees_their_own_limits_and_only_an_admin_sets_them(
+        client: Client, roles_queue: str, as_: dict[str, httpx.AsyncClient]):
+    owner = unique("alice-limits")  # a ledger of its own (the dev server outlives one test)
+    await client.start_workflow(
+        LEDGER_WORKFLOW_TYPE, LedgerState(owner=owner), id=ledger_id(owner),
+        task_queue=roles_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    assert (await as_["root"].get(f"/owners/{owner}/limits")).json()["owner"] == owner
+    assert (await as_["alice"].get(f"/owners/{owner}/limits")).status_code == 404  # not hers
+    mine = await as_["alice"].get("/owners/alice/limits")
+    assert mine.status_code in (200, 404)  # hers: 404 only while no turn of hers ran limited
+    refused = await as_["alice"].put(f"/owners/{owner}/limits", json={"running_turns": 9})
+    assert refused.status_code == 403, refused.text
+    r = await as_["root"].put(f"/owners/{owner}/limits", json={"running_turns": 3,
+                                                               "daily_usd": 2.5})
+    assert r.status_code == 200, r.text
+    assert r.json()["limits"] == {"running_turns": 3, "daily_tokens": None, "daily_usd": 2.5}
+    assert r.json()["override"]["running_turns"] == 3
+    assert (await as_["root"].put(f"/owners/{owner}/limits",
+                                  json={"running_turns": 0})).status_code == 422
+    assert (await as_["root"].put(f"/owners/{owner}/limits",
+                                  json={"turns": 2})).status_code == 422
+    reset = await as_["root"].put(f"/owners/{owner}/limits", json={"reset": True})
+    assert reset.json()["limits"]["running_turns"] is None
+    assert (await as_["root"].put(f"/owners/{unique('nobody')}/limits",
+                                  json={"running_turns": 1})).status_code == 404

@@ -27,6 +27,7 @@ from durable_react_agent.activities import telemetry as activity_telemetry
 from durable_react_agent.activities.llm import LLMActivities
 from durable_react_agent.activities.llm_stream import counted
 from durable_react_agent.activities.models import ModelEntry, Models
+from durable_react_agent.activities.owner_limits import OwnerLimitActivities
 from durable_react_agent.activities.pricing import ModelPrice, Prices
 from durable_react_agent.activities.profiles import AgentProfile, Profiles
 from durable_react_agent.activities.settings import ActivitySettings
@@ -298,11 +299,12 @@ def test_no_tool_may_take_the_name_of_an_activity_the_runtime_registers(
     """A tool runs as an activity of its own name: one named like the runtime's own (`notify`,
     `llm_step`...) would shadow it."""
     tools = ToolActivities(registry_with_test_tools(), activity_settings, None)  # type: ignore[arg-type]
-    runtime = [*model_activities(LLMActivities(activity_settings)), *local_activities(tools),
+    runtime = [*model_activities(LLMActivities(activity_settings)), *local_activities(tools, OwnerLimitActivities(activity_settings, None)),
                WebhookActivities(None, None).notify]  # type: ignore[arg-type]
     names = {activity._Definition.must_from_callable(fn).name for fn in runtime
              if fn != tools.run_tool}  # the dynamic one: each tool under its own name
     assert names == {"llm_step", "summarize", "review_call", "list_tools", "recall_memories",
-                     "mcp_listing", "judge_calls", "keep_grants", "notify"}
+                     "mcp_listing", "judge_calls", "keep_grants", "notify",
+                     "lease_owner_share", "closed_conversations"}
     assert names <= RESERVED_NAMES
     assert all(name_problem(name) for name in names)

@@ -25,6 +25,7 @@ from durable_react_agent.contract import (
     ConversationInput,
     EndRequest,
 )
+from durable_react_agent.contract.owner import LEDGER_WORKFLOW_TYPE, LedgerState, ledger_id
 from durable_react_agent.rules.repair import SAFE_ID_CHARS
 from durable_react_agent.rules.search_attributes import AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply, ScriptedToolCall
@@ -519,3 +520,25 @@ async def test_a_models_call_id_never_reaches_a_shell(
             ch in arg for arg in argv for ch in ";|&`$"), line
     await handle.signal(ConversationWorkflow.end)
     await replay(handle, "unsafe_call_ids_replaced")
+
+
+async def test_limits_shows_an_owner_s_ledger_and_sets_its_limits(
+        cli, client: Client, task_queue: str):
+    owner = unique("erin")
+    none = await cli("limits", owner)
+    assert (none.returncode, none.stdout.strip()) == (
+        0, f"{owner} has no ledger: no turn of theirs has run under AGENT_OWNER_LIMITS yet")
+    refused = await cli("limits", owner, "--turns", "2")
+    assert refused.returncode == 1 and "has no ledger" in refused.stderr
+    await client.start_workflow(LEDGER_WORKFLOW_TYPE, LedgerState(owner=owner),
+                                id=ledger_id(owner), task_queue=task_queue)
+    shown = await cli("limits", owner, "--turns", "2", "--tokens", "50000", "--as", "ops")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == \
+        f"owner {owner}: limits running turns 2, daily tokens 50,000"
+    assert "set by an admin: running_turns 2, daily_tokens 50000" in shown.stdout
+    view = json.loads((await cli("limits", owner, "--json")).stdout)
+    assert view["limits"]["running_turns"] == 2 and view["waiting"] == []
+    assert (await cli("limits", owner, "--turns", "0")).returncode == 2
+    reset = json.loads((await cli("limits", owner, "--reset", "--json")).stdout)
+    assert reset["limits"] == {"running_turns": None, "daily_tokens": None, "daily_usd": None}

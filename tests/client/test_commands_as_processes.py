@@ -16,7 +16,7 @@ from tests.helpers import script, tool_call, unique
 
 RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
        "export", "fork", "eval", "end", "cancel", "memories", "forget", "grants", "revoke",
-       "stop"}
+       "stop", "limits"}
 
 
 def test_this_module_runs_every_command():
@@ -62,6 +62,9 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
     forked = (await ok("fork", conv, "--at-step", "1")).split()[-1]
     assert forked != conv and "cancelled" in await ok("cancel", forked)
     assert (await ok("stop", conv)).strip() == f"taken: {conv}: no turn was running: nothing to stop"
+    owner = unique("nobody")  # this worker has no AGENT_OWNER_LIMITS: nobody has a ledger
+    assert (await ok("limits", owner)).strip() == \
+        f"{owner} has no ledger: no turn of theirs has run under AGENT_OWNER_LIMITS yet"
     await ok("end", conv)
     assert "── turn 2 finished: answered" in await ok("watch", conv)
 

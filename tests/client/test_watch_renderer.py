@@ -55,3 +55,15 @@ def test_a_steered_message_shows_when_taken_and_when_the_model_got_it():
         "↪ steered into turn 3, for its next step: in Celsius",
         "[step 2] the model gets the steered message: in Celsius",
     ]
+
+
+def test_a_turn_held_by_its_owner_s_limits_says_why_and_when_it_goes_on():
+    out = io.StringIO()
+    renderer = Renderer("conv-1", out)
+    why = "queued behind 2 running turn(s) of alice (at most 2 at once)"
+    renderer.render(StreamEvent(kind="turn_held", turn=2, text=why), None, None)
+    renderer.render(StreamEvent(kind="turn_resumed", turn=2, text="going on"), None, None)
+    assert out.getvalue().splitlines() == [
+        f"⏸ turn 2 waits for its owner's share: {why}",
+        "▶ turn 2 goes on: the owner's share allows it",
+    ]

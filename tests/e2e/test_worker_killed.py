@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHistory
 from durable_react_agent.activities.memory import open_store
 from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest, StopRequest
 from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
+from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
@@ -34,6 +35,7 @@ from tests.helpers import (
     start,
     tool_call,
     unique,
+    until,
 )
 from tests.long_chat import message
 from tests.processes import WorkerProcess
@@ -294,3 +296,57 @@ async def test_a_stop_sent_while_no_worker_runs_stops_the_turn_on_the_next_one(
     assert status.final_answer == "After the stop."
     assert model.count(trigger, step=1) == 1  # the next turn's model call, once
     await replay(handle, record_as="stop_sent_while_no_worker_ran")
+
+
+async def test_an_owner_s_daily_budget_holds_across_20_conversations_and_a_worker_kill(
+        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
+    """The worker dies while model calls of an owner's conversations are in flight, their
+    leases held: the next worker finishes them, the owner's spending is what the conversations
+    used, counted once, and within the day's limit; the turns past it wait, saying why."""
+    limit, owner, queue = 20_000, unique("dave"), unique("owner-kill")
+    limits = tmp_path / "owner-limits.json"
+    limits.write_text(json.dumps({"default": {"daily_tokens": limit}}))
+    worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url, tmp_path / "data",
+                                      AGENT_OWNER_LIMITS=str(limits)), tmp_path)
+    model.rearm()
+    trigger = script(model, unique("budget-kill"),
+                     ScriptedReply(content="Within budget.", hold=True))
+    worker.start()
+    try:
+        handles = await asyncio.gather(*(start(client, queue, f"{trigger} {n}", owner=owner)
+                                         for n in range(20)))
+        assert await asyncio.to_thread(model.wait_for_request, trigger, None, 60.0)
+        ledger = client.get_workflow_handle(ledger_id(owner))
+
+        async def leased() -> bool:
+            return (await ledger.query(LEDGER_QUERY, result_type=LedgerView)).held_tokens > 0
+
+        await until(leased, timeout_s=60)
+        worker.kill()
+        worker.start()
+        model.release()
+        statuses: list = []
+        view: LedgerView | None = None
+
+        async def settled_or_held() -> bool:
+            nonlocal statuses, view
+            statuses = await asyncio.gather(*(settled_or_waiting(h) for h in handles))
+            view = await ledger.query(LEDGER_QUERY, result_type=LedgerView)
+            return view.held_tokens == 0 and None not in statuses
+
+        await until(settled_or_held, timeout_s=180, what=lambda: f"{view}: " + str(
+            [s and (s.workflow_id, s.status, s.held and s.held.limit) for s in statuses]))
+        view = await ledger.query(LEDGER_QUERY, result_type=LedgerView)
+        answered = [s for s in statuses if s.status == "idle"]
+        assert answered and len(view.waiting) == 20 - len(answered), view
+        assert {s.final_answer for s in answered} == {"Within budget."}
+        assert view.used_tokens == sum(s.usage.total_tokens for s in statuses) <= limit, view
+    finally:
+        model.release()
+        worker.stop()
+
+
+async def settled_or_waiting(handle):
+    """The status once the turn answered or waits for its owner's share; else None."""
+    status = await handle.query(ConversationWorkflow.status)
+    return status if status.status == "idle" or status.held is not None else None

@@ -11,8 +11,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_react_agent.worker.app import workflow_runner
-from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.worker.app import WORKFLOWS, workflow_runner
 from durable_react_agent.workflows.signal_guard import SignalGuard
 from tests.helpers import HISTORIES, kept_history
 from tests.timer_ids import recorded_timers, timers_started
@@ -25,7 +24,7 @@ GROUPS = [pytest.param(RECORDED[n::2], id=f"group{n}") for n in range(2)]
 # As `agent-worker` runs workflow code: outside the sandbox, which the tests' own workers and
 # replays keep (it refuses the clock, randomness and I/O at the first run). Re-importing the
 # workflow's modules for each of over a hundred histories took 49 s in the sandbox, 6 s here.
-AS_DEPLOYED = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter,
+AS_DEPLOYED = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter,
                        workflow_runner=workflow_runner(sandboxed=False),
                        interceptors=[SignalGuard()])
 

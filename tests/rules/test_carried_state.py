@@ -31,6 +31,7 @@ from durable_react_agent.contract import (
     Usage,
     WebhookRef,
 )
+from durable_react_agent.contract.owner import Lease, TurnShare
 from durable_react_agent.contract.policy import Grant
 from durable_react_agent.contract.state import (
     CarriedState,
@@ -142,6 +143,8 @@ NOT_IN_THE_OLD_SHAPE = {
     # from before policies and grants: none, nothing granted, nothing to keep
     "policy_revision", "grants", "grants_made", "owner_grants", "grants_to_keep", "kept_uses",
     "steering",  # from before steering: nothing steered into the turn
+    # from before owners' limits: no share held, none to keep to, no grant come early
+    "current.share", "owner_limits", "early_grants",
 }
 
 
@@ -218,6 +221,10 @@ def full_state() -> ConversationState:
     state.grants = [Grant(id="g1", tool="create_note", scope="conversation", by="alice", at=NOW,
                           expires_at=NOW, uses_left=2, used=1)]
     state.grants_made, state.owner_grants = 2, True
+    state.owner_limits = True
+    state.current.share = TurnShare(key="conv#1", seq=2, slot=True, tokens=9000, used_tokens=1446,
+                                    granted=2)
+    state.early_grants = [Lease(key="conv#2", seq=1, granted=True, tokens=1000)]
     state.grants_to_keep = [Grant(id="o-0123456789ab", tool="create_note", scope="owner",
                                   by="alice", at=NOW, used=1)]
     state.kept_uses = [("o-0123456789ab", "conv:1:1:call_0")]

@@ -242,3 +242,29 @@ async def test_a_subagents_report_delivered_late_does_not_undo_a_later_one(
     assert status.pending_confirmations == [waiting] and status.status == \
         "waiting_for_confirmation"
     await handle.signal(ConversationWorkflow.end)
+
+
+async def test_at_most_max_parallel_subagents_run_at_once_and_every_one_runs(
+        client: Client, agents_queue: str, model: ScriptedModelServer):
+    """A step that delegates to five researchers, two at a time: the parent's history shows
+    no more than two children open at once, and all five answered."""
+    child = script(model, unique("slow-fact"), ScriptedReply(content="a fact", delay_s=0.5))
+    parent = script(model, unique("fan-out-agents"),
+                    ScriptedReply(tool_calls=[delegate("researcher", f"{child}: {n}", f"c{n}")
+                                              for n in range(5)]),
+                    ScriptedReply(content="Heard: {last_tool}"))
+    handle = await start(client, agents_queue, parent, max_parallel_subagents=2)
+    status = await settled(handle, timeout_s=90)
+    assert status.final_answer == "Heard: a fact"
+    assert [c.status for c in status.children] == ["completed"] * 5
+    open_now, most = 0, 0
+    for event in await parent_history(client, handle.id):
+        if event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            open_now += 1
+            most = max(most, open_now)
+        elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            open_now -= 1
+    assert most == 2
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    await replay(handle, "five_subagents_two_at_once")

@@ -256,6 +256,17 @@ export class Chat {
 
   on_steered(e, log) { this.note(`The model got the message sent now (step ${e.step}).`, 'info', log); }
 
+  // A turn waiting for its owner's share (AGENT_OWNER_LIMITS), then going on.
+  on_turn_held(e, log) {
+    this.note(`Waiting for the owner's share: ${e.text || ''}`, 'warn', log);
+    this.setActivity("waiting for the owner's share", log);
+  }
+
+  on_turn_resumed(e, log) {
+    this.note("The owner's share allows it: going on.", 'info', log);
+    this.setActivity('working…', log);
+  }
+
   on_summary_started(e, log) { this.note('Folding earlier turns into a summary…', 'info', log); }
 
   on_summary_finished(e, log) { this.note('Summary updated.', 'info', log); }
