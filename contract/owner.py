@@ -163,6 +163,9 @@ class LedgerState(BaseModel):
     held: dict[str, Held] = {}
     waiting: list[Waiting] = []
     reclaimed: int = 0  # leases taken back from conversations that had closed
+    # how long something waits before the ledger looks for holders that closed without giving
+    # their leases back (terminated, say)
+    look_after_s: float = Field(default=60.0, gt=0)
 
     @property
     def limits(self) -> OwnerLimits:

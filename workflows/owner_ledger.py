@@ -36,7 +36,6 @@ from ..contract.owner import (
 from ..rules import owner_ledger as ledger
 from .failures import ACTIVITY_FAILURES, failure_reason
 
-LOOK_FOR_CLOSED_AFTER = timedelta(minutes=1)  # something waited this long: are holders gone?
 HANDOVER_EVENTS = 5_000  # a fresh run past this many events (or at the server's suggestion)
 
 
@@ -55,7 +54,7 @@ class OwnerLedgerWorkflow:
                 lambda: self._changed or self._handover_due(), timeout=self._next_look())
             self._changed = False
             self._today()
-            if self._state.waiting and workflow.now() - self._looked >= LOOK_FOR_CLOSED_AFTER:
+            if self._state.waiting and workflow.now() - self._looked >= self._look_after():
                 await self._take_back_closed()
             await self._tell(ledger.grant_waiting(self._state, workflow.now()))
             if self._handover_due() and not self._changed:
@@ -100,7 +99,10 @@ class OwnerLedgerWorkflow:
         now = workflow.now()
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(),
                                     tzinfo=now.tzinfo)
-        return max(timedelta(seconds=1), min(midnight - now, LOOK_FOR_CLOSED_AFTER))
+        return max(timedelta(seconds=1), min(midnight - now, self._look_after()))
+
+    def _look_after(self) -> timedelta:
+        return timedelta(seconds=self._state.look_after_s)
 
     def _handover_due(self) -> bool:
         info = workflow.info()

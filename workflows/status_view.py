@@ -65,7 +65,8 @@ class StatusView:
             pending_question=None if ended else self.pending_question(),
             usage=state.usage,
             error=turn.error or ("; ".join(state.notices) or None),
-            queued_messages=len(state.inbox), decisions=list(turn.decisions),
+            queued_messages=len(state.inbox) + len(state.steering),
+            decisions=list(turn.decisions),
             turns=list(state.turns), runs=state.runs, context=self._model_step.context_use(),
             children=[ChildRef(workflow_id=c.workflow_id, profile=c.profile, status=c.status)
                       for c in turn.children],

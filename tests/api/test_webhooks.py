@@ -330,7 +330,7 @@ async def test_a_slack_message_links_only_to_us_whatever_the_model_wrote():
     assert text.count("`") == 4  # two code spans, the tool's and the args', none closed early
     assert len(text) < 1500 and "…" in text  # long args are clipped
     for event, field in [("question_asked", "question"), ("turn_finished", "answer"),
-                         ("conversation_failed", "error")]:
+                         ("conversation_failed", "error"), ("turn_held", "message")]:
         said = slack_text({"event": event, "conversation_id": "conv-1", "turn": 2,
                            "console_url": "http://127.0.0.1:8000/#/c/conv-1",
                            field: HOSTILE + "\n" + "z" * 10_000})

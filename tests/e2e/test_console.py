@@ -12,6 +12,7 @@ docs/screenshots.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from urllib.parse import quote
@@ -21,12 +22,15 @@ from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
 from durable_react_agent.contract import EndRequest
+from durable_react_agent.contract.owner import OwnerLimits, OwnerLimitsFile
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiProcess, ApiServer, sse_events
 from tests.cassette_support import recorded
 from tests.console_support import VIEWPORT, Console, call, screenshot, sign_in, status_of
+from tests.fake_tools import registry_with_test_tools
 from tests.helpers import first_token, note_rows, script, start, tool_call, unique, until
 from tests.subagent_support import delegating
 
@@ -759,3 +763,45 @@ async def test_the_console_takes_back_a_calls_text_and_shows_why_a_turn_failed(
     await expect(page.get_by_test_id("turn-error")).to_contain_text(
         "the model wrote a call of get_weather")
     assert console.errors == []
+
+
+async def test_console_shows_a_turn_waiting_for_its_owner_s_share_then_going_on(
+        client: Client, temporal_address: str, activity_settings, model: ScriptedModelServer,
+        console: Console):
+    """Under AGENT_OWNER_LIMITS (one running turn an owner), a second conversation's turn waits
+    while the first waits for approval: the page says why, and that it goes on once the
+    first's turn ended."""
+    queue = unique("console-limits")
+    settings = dataclasses.replace(activity_settings, owner_limits=OwnerLimitsFile(
+        default=OwnerLimits(running_turns=1)))
+    waits = script(model, unique("console-slot"), ScriptedReply(tool_calls=[tool_call(
+        "create_note", {"title": "t", "body": "b"})]), ScriptedReply(content="Noted."))
+    quick = script(model, unique("console-queued"), ScriptedReply(content="My turn came."))
+    api = ApiServer(temporal_address, queue).start()
+    try:
+        async with httpx.AsyncClient(timeout=10) as http, build_worker(
+                client, queue, settings, http, registry_with_test_tools()):
+            first = await start(client, queue, waits, owner="anonymous")  # the console's owner
+            await until(lambda: status_is(api.url, first.id, "waiting_for_confirmation"))
+            page = console.page
+            await page.goto(f"{api.url}/")
+            await console.start(f"Answer when you can ({quick}).")
+            chat = page.get_by_test_id("chat")
+            held = chat.get_by_test_id("chat-note").filter(has_text="owner's share")
+            await expect(held.first).to_have_text(
+                "Waiting for the owner's share: queued behind 1 running turn(s) of anonymous "
+                "(at most 1 at once)")
+            await expect(page.get_by_test_id("activity")).to_have_text(
+                "waiting for the owner's share")
+            pending = (await status_of(api.url, first.id))["pending_confirmations"][0]
+            await call("POST", f"{api.url}/conversations/{first.id}/confirm",
+                       json={"call_ids": [pending["call_id"]]})
+            await expect(held.last).to_have_text("The owner's share allows it: going on.")
+            await expect(chat.get_by_test_id("final-answer")).to_have_text("My turn came.")
+            assert console.errors == []
+    finally:
+        api.stop()
+
+
+async def status_is(api_url: str, cid: str, status: str) -> bool:
+    return (await status_of(api_url, cid)).get("status") == status

@@ -7,17 +7,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
+import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
 from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.activities.webhooks import Webhook, Webhooks
 from durable_react_agent.contract import ConfirmRequest, ConversationStatus, EndRequest
 from durable_react_agent.contract.owner import (
     LEDGER_QUERY,
+    LEDGER_WORKFLOW_TYPE,
     SET_LIMITS_UPDATE,
+    LedgerState,
     LedgerView,
     OwnerLimits,
     OwnerLimitsFile,
@@ -29,6 +33,7 @@ from durable_react_agent.worker.app import build_worker
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import registry_with_test_tools
 from tests.helpers import replay, script, settled, start, status_of, tool_call, unique, until
+from tests.webhook_support import SECRET, Receiver
 
 
 def limited(settings: ActivitySettings, **limits) -> ActivitySettings:
@@ -36,13 +41,26 @@ def limited(settings: ActivitySettings, **limits) -> ActivitySettings:
         default=OwnerLimits(**limits)))
 
 
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
 @pytest_asyncio.fixture
-async def two_turns_queue(client: Client, activity_settings: ActivitySettings
+async def two_turns_queue(client: Client, activity_settings: ActivitySettings,
+                          receiver: Receiver, monkeypatch: pytest.MonkeyPatch
                           ) -> AsyncIterator[str]:
+    """A worker that lets an owner run two turns at once, and tells a receiver of a turn that
+    waits (`turn_held`)."""
+    monkeypatch.setenv("TEST_HOOK_SECRET", SECRET)
+    hooks = Webhooks([Webhook(url=receiver.url, secret_env="TEST_HOOK_SECRET",
+                              events=["turn_held"])], public_url="http://127.0.0.1:8000")
     queue = unique("owner-turns")
     async with httpx.AsyncClient(timeout=10) as http, build_worker(
-            client, queue, limited(activity_settings, running_turns=2), http,
-            registry_with_test_tools()):
+            client, queue, dataclasses.replace(limited(activity_settings, running_turns=2),
+                                               webhooks=hooks), http, registry_with_test_tools()):
         yield queue
 
 
@@ -65,7 +83,7 @@ async def ledger(client: Client, owner: str) -> LedgerView:
 
 
 async def test_an_owner_with_two_running_turns_has_the_third_wait_and_then_run(
-        client: Client, two_turns_queue: str, model: ScriptedModelServer):
+        client: Client, two_turns_queue: str, model: ScriptedModelServer, receiver: Receiver):
     owner, note = unique("alice"), unique("note")
     waits = script(model, note, ScriptedReply(tool_calls=[tool_call(
         "create_note", {"title": "t", "body": "b"})]), ScriptedReply(content="Noted."))
@@ -79,6 +97,10 @@ async def test_an_owner_with_two_running_turns_has_the_third_wait_and_then_run(
     assert status.status == "running" and status.held.limit == "running_turns"
     assert status.held.message == (f"queued behind 2 running turn(s) of {owner} (at most 2 at "
                                    "once)")
+    held_hook, = await receiver.until("turn_held")
+    assert held_hook["json"]["conversation_id"] == third.id
+    assert (held_hook["json"]["limit"], held_hook["json"]["message"]) == (
+        "running_turns", status.held.message)
     view = await ledger(client, owner)
     assert view.running == sorted([first.id, second.id])
     assert [w.conversation_id for w in view.waiting] == [third.id]
@@ -137,7 +159,8 @@ async def test_a_daily_budget_holds_across_20_conversations_until_an_admin_raise
         assert spent == view.used_tokens <= 20_000, (spent, view)
         assert len(view.waiting) == len(waiting), view
         assert all(s.held.limit == "daily_tokens" for s in waiting)
-        assert "daily budget of 20,000 tokens is spent" in waiting[0].held.message
+        # as things stand now (a turn may have been told it waits behind others when it asked)
+        assert all("daily budget of 20,000 tokens is spent" in w.message for w in view.waiting)
 
         raised = await client.get_workflow_handle(ledger_id(owner)).execute_update(
             SET_LIMITS_UPDATE, SetLimits(limits=OwnerLimits(daily_tokens=200_000), by="admin"),
@@ -152,3 +175,26 @@ async def test_a_daily_budget_holds_across_20_conversations_until_an_admin_raise
             await handle.signal(ConversationWorkflow.end, EndRequest())
         await asyncio.gather(*(h.result() for h in handles))
         await replay(handles[-1], record_as="turn_waited_for_the_owner_s_daily_budget")
+
+
+async def test_a_slot_held_by_a_terminated_conversation_is_taken_back_for_the_next_turn(
+        client: Client, two_turns_queue: str, model: ScriptedModelServer):
+    """A conversation terminated mid-turn never gives its slot back: once a turn has waited a
+    while (here a second), the ledger finds its holder closed, counts its lease as spent, and
+    lets the waiting turn run."""
+    owner = unique("frank")
+    await client.start_workflow(
+        LEDGER_WORKFLOW_TYPE, LedgerState(owner=owner, look_after_s=1), id=ledger_id(owner),
+        task_queue=two_turns_queue)
+    waits = script(model, unique("terminated"), ScriptedReply(tool_calls=[tool_call(
+        "create_note", {"title": "t", "body": "b"})]), ScriptedReply(content="Noted."))
+    quick = script(model, unique("after-terminated"), ScriptedReply(content="Ran."))
+    gone = [await start(client, two_turns_queue, f"{waits} {n}", owner=owner) for n in range(2)]
+    for handle in gone:
+        assert (await settled(handle)).status == "waiting_for_confirmation"
+        await handle.terminate("an operator's")
+    after = await start(client, two_turns_queue, quick, owner=owner)
+    assert (await settled(after, timeout_s=60)).final_answer == "Ran."
+    view = await ledger(client, owner)
+    assert view.running == [] and view.waiting == [], view
+    await after.signal(ConversationWorkflow.end, EndRequest())

@@ -64,6 +64,8 @@ async def test_a_steered_message_reaches_the_turn_s_next_model_call_and_a_plain_
         assert (steered.accepted, steered.turn, steered.reason) == (
             True, 1, "steered into turn 1: its model gets it at its next step")
         assert (plain.accepted, plain.turn, plain.reason) == (True, 2, None)
+        # both wait (the tool runs 3 s): for the turn's next step, and for the next turn
+        assert (await handle.query(ConversationWorkflow.status)).queued_messages == 2
 
         status = await settled(handle, turn=2)
         assert status.final_answer == "Then: and tomorrow?"
