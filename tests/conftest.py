@@ -38,6 +38,7 @@ from tests.helpers import LONG, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
 from tests.postgres_support import running_postgres
 from tests.subagent_support import PROFILES
+from tests.webhook_support import Receiver
 
 SECRET_KEY = "sk-test-secret-that-must-never-reach-history"
 FOUR_EYES = "destructive"
@@ -255,3 +256,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("long") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on a port of its own (`tests.webhook_support`)."""
+    r = Receiver()
+    yield r
+    r.close()

@@ -12,6 +12,7 @@ ledger continues as new when its history grows, carrying its state whole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -50,8 +51,9 @@ class OwnerLedgerWorkflow:
     @workflow.run
     async def run(self, state: LedgerState) -> None:
         while True:
-            await workflow.wait_condition(
-                lambda: self._changed or self._handover_due(), timeout=self._next_look())
+            with contextlib.suppress(TimeoutError):  # a look due, or a new day
+                await workflow.wait_condition(
+                    lambda: self._changed or self._handover_due(), timeout=self._next_look())
             self._changed = False
             self._today()
             if self._state.waiting and workflow.now() - self._looked >= self._look_after():

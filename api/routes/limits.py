@@ -34,7 +34,8 @@ class LimitsBody(BaseModel):
     reset: bool = False
 
 
-@router.get("/owners/{owner}/limits", response_model=LedgerView, responses=errors(404, 503))
+@router.get("/owners/{owner}/limits", response_model=LedgerView,
+            responses=errors(404, 502, 503))
 async def limits(owner: Owner, s: Conversations, who: Who) -> Any:
     """The owner's limits in force, today's spending, what running turns hold, and the turns
     that wait and why: a user's own, an admin's anyone's."""
@@ -47,7 +48,8 @@ async def limits(owner: Owner, s: Conversations, who: Who) -> Any:
     return view
 
 
-@router.put("/owners/{owner}/limits", response_model=LedgerView, responses=errors(403, 404, 503))
+@router.put("/owners/{owner}/limits", response_model=LedgerView,
+            responses=errors(403, 404, 413, 502, 503))
 async def set_limits(owner: Owner, body: LimitsBody, s: Conversations, who: Who) -> Any:
     """Set the owner's limits (an admin's): the turns they let go on, go on now."""
     if not who.is_admin:

@@ -16,7 +16,7 @@ import hmac
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -56,13 +56,6 @@ from tests.helpers import (
 )
 from tests.processes import WorkerProcess
 from tests.webhook_support import LINKS, SECRET, Receiver, hooks_of, signed
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest_asyncio.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -39,13 +39,6 @@ from tests.webhook_support import SECRET, Receiver
 def limited(settings: ActivitySettings, **limits) -> ActivitySettings:
     return dataclasses.replace(settings, owner_limits=OwnerLimitsFile(
         default=OwnerLimits(**limits)))
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 @pytest_asyncio.fixture
@@ -198,3 +191,5 @@ async def test_a_slot_held_by_a_terminated_conversation_is_taken_back_for_the_ne
     view = await ledger(client, owner)
     assert view.running == [] and view.waiting == [], view
     await after.signal(ConversationWorkflow.end, EndRequest())
+    await replay(client.get_workflow_handle(ledger_id(owner)),
+                 record_as="owner_ledger_took_back_a_terminated_slot")
