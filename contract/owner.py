@@ -166,6 +166,7 @@ class LedgerState(BaseModel):
     # how long something waits before the ledger looks for holders that closed without giving
     # their leases back (terminated, say)
     look_after_s: float = Field(default=60.0, gt=0)
+    handover_events: int = Field(default=5_000, ge=20)  # a fresh run past this many events
 
     @property
     def limits(self) -> OwnerLimits:

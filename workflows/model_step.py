@@ -304,6 +304,7 @@ class ModelStep:
                     self._input.llm.max_attempts, summary + (f" on {entry}" if entry else ""),
                     entry)
             except ActivityError as err:
+                raise_if_cancelled(err)  # a stop or an end: no failure of the model's
                 # its tokens are not known: the turn says so, not "0 tokens" (counted apart,
                 # so a refused request leaves a budget enforceable)
                 self._state.count_model_call(Usage(), failed=True)

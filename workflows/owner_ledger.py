@@ -37,8 +37,6 @@ from ..contract.owner import (
 from ..rules import owner_ledger as ledger
 from .failures import ACTIVITY_FAILURES, failure_reason
 
-HANDOVER_EVENTS = 5_000  # a fresh run past this many events (or at the server's suggestion)
-
 
 @workflow.defn(name=LEDGER_WORKFLOW_TYPE)
 class OwnerLedgerWorkflow:
@@ -109,7 +107,7 @@ class OwnerLedgerWorkflow:
     def _handover_due(self) -> bool:
         info = workflow.info()
         return (info.is_continue_as_new_suggested()
-                or info.get_current_history_length() >= HANDOVER_EVENTS)
+                or info.get_current_history_length() >= self._state.handover_events)
 
     async def _take_back_closed(self) -> None:
         self._looked = workflow.now()

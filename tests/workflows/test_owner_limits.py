@@ -193,3 +193,28 @@ async def test_a_slot_held_by_a_terminated_conversation_is_taken_back_for_the_ne
     await after.signal(ConversationWorkflow.end, EndRequest())
     await replay(client.get_workflow_handle(ledger_id(owner)),
                  record_as="owner_ledger_took_back_a_terminated_slot")
+
+
+async def test_a_ledger_continues_as_new_with_its_counts_and_leases(
+        client: Client, activity_settings: ActivitySettings, model: ScriptedModelServer):
+    """A ledger whose history grows hands over to a fresh run: today's spending and the turn
+    waiting carry over, and the waiting turn is granted by the new run."""
+    owner, queue = unique("gina"), unique("owner-handover")
+    ledger_handle = await client.start_workflow(
+        LEDGER_WORKFLOW_TYPE, LedgerState(owner=owner, handover_events=20), id=ledger_id(owner),
+        task_queue=queue)
+    trigger = script(model, unique("handover"), ScriptedReply(content="Counted."))
+    async with httpx.AsyncClient(timeout=10) as http, build_worker(
+            client, queue, limited(activity_settings, running_turns=1, daily_tokens=100_000),
+            http, registry_with_test_tools()):
+        handles = await asyncio.gather(*(start(client, queue, f"{trigger} {n}", owner=owner)
+                                         for n in range(6)))
+        statuses = await asyncio.gather(*(settled(h, timeout_s=120) for h in handles))
+        assert {s.final_answer for s in statuses} == {"Counted."}
+        view = await ledger(client, owner)
+        assert view.used_tokens == sum(s.usage.total_tokens for s in statuses)
+        assert view.running == [] and view.waiting == []
+        latest = await client.get_workflow_handle(ledger_id(owner)).describe()
+        assert latest.run_id != ledger_handle.first_execution_run_id  # it handed over
+        for handle in handles:
+            await handle.signal(ConversationWorkflow.end, EndRequest())

@@ -87,6 +87,7 @@ async def test_a_stop_during_a_long_streamed_reply_keeps_what_it_said_and_the_ne
     assert (status.status, status.stop_reason, status.turn) == ("idle", "stopped", 1)
     assert took < 10, f"the stop took {took:.1f} s"  # not the reply's two minutes
     assert long.startswith(status.final_answer) and said in status.final_answer
+    assert status.usage.failed_calls == 0  # a stopped call is no failure of the model's
 
     # The next message is answered, and its model reads what the cut reply had said.
     await handle.signal(ConversationWorkflow.say, SayRequest(text="short, please"))
