@@ -26,7 +26,7 @@ from bench import profile
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, answered_again, history_of, wait_until
 from bench.tours import tours
-from durable_react_agent.contract import ConfirmRequest, ConversationInput
+from durable_react_agent.contract import ConfirmRequest, ConversationInput, EndRequest, StopRequest
 from durable_react_agent.testing import Scenario, Script, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 
@@ -51,11 +51,12 @@ class Sizes:
     tour_lengths: tuple[int, ...] = (25, 100)  # the side-by-side tours (and the profiled ones)
     tour_repeats: int = 3
     profile_level: int = 100
+    stops: int = 20
 
 
 QUICK = Sizes(steps=40, levels=(10, 50), parked=100, park_s=10, recovery=10, chat_turns=50,
               tours=(25, 50), tours_before=50, role_levels=(20, 50), tour_lengths=(10,),
-              tour_repeats=1, profile_level=20)
+              tour_repeats=1, profile_level=20, stops=5)
 
 
 def weather(i: int, delay: float = 0.0) -> ScriptedReply:
@@ -76,6 +77,9 @@ def build_script(z: Sizes) -> Script:
         Scenario(trigger="[park]", replies=[
             ScriptedReply(tool_calls=[ScriptedToolCall(name="create_note",
                                                        arguments={"title": "parked", "body": "b"})]),
+            ScriptedReply(content="done")]),
+        Scenario(trigger="[stop]", replies=[
+            ScriptedReply(content="a long answer, said slowly, " * 40, stream_pause_s=5),
             ScriptedReply(content="done")]),
         Scenario(trigger="[recover]", replies=[
             ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": "Paris"})],
@@ -330,6 +334,39 @@ async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     ]
 
 
+async def stopping(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
+    """Turns stopped while their model streams (`agent stop`): from the stop signal to the turn's
+    end, as its status says (`idle`, `stop_reason=stopped`), for each of them at once."""
+    client = await stack.client()
+    stack.start_worker("stop")
+    before = await stack.chat_requests()
+    handles = await asyncio.gather(*(client.start_workflow(
+        ConversationWorkflow.run, ConversationInput(prompt=f"[stop] {i}"),
+        id=f"stop-{i}-{uuid.uuid4().hex[:6]}", task_queue="stop") for i in range(z.stops)))
+
+    async def all_streaming() -> bool:
+        return await stack.chat_requests() - before >= z.stops
+
+    await wait_until(all_streaming, timeout_s=120)
+    await asyncio.sleep(2)  # their first words are out
+
+    async def stopped(handle) -> float:
+        started = time.monotonic()
+        await handle.signal(ConversationWorkflow.stop, StopRequest())
+
+        async def ended() -> bool:
+            status = await handle.query(ConversationWorkflow.status)
+            return status.stop_reason == "stopped" and status.status == "idle"
+
+        await wait_until(ended, timeout_s=60, interval_s=0.02)
+        return time.monotonic() - started
+
+    took = sorted(await asyncio.gather(*(stopped(h) for h in handles)))
+    await asyncio.gather(*(h.signal(ConversationWorkflow.end, EndRequest()) for h in handles))
+    return [(f"{z.stops} turns streaming, each stopped: until its turn ended",
+             f"median {took[len(took) // 2]:.2f} s, last {took[-1]:.2f} s (target < 1 s)")]
+
+
 async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     """One-shot weather tours of N steps: history bytes per step, runs, and the last model call's
     input. With BENCH_BEFORE=<a checkout of an earlier commit>, the same tours on a worker running
@@ -458,6 +495,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
                            ("Worker roles, 200 ms model", lambda: roles(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)),
+                           ("Stop", lambda: stopping(stack, z)),
                            ("Tokens", lambda: tokens(stack)),
                            ("Long chat, bounded context", lambda: long_chat(stack, z))):
             if only and title != only:
