@@ -24,9 +24,8 @@ LEASE_ACTIVITY = "lease_owner_share"  # a conversation's ask, sent to the ledger
 CLOSED_ACTIVITY = "closed_conversations"  # the ledger's look at leases' holders that are gone
 
 MAX_OWNERS = 10_000  # entries of an AGENT_OWNER_LIMITS file
-MAX_WAITING = 10_000  # asks one ledger queues; past it, a turn is told the queue is full
 OUTPUT_RESERVE_TOKENS = 4_096  # what a model call's reply is reserved, its entry setting none
-LimitName = Literal["running_turns", "daily_tokens", "daily_usd", "queue"]
+LimitName = Literal["running_turns", "daily_tokens", "daily_usd"]
 
 
 def ledger_id(owner: str) -> str:
