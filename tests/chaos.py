@@ -51,7 +51,9 @@ from durable_react_agent.testing import (
     ScriptedReply,
     ScriptedToolCall,
 )
+from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from durable_react_agent.workflows.owner_share import ANONYMOUS
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
 from tests.timer_ids import recorded_timers, timers_started
@@ -81,11 +83,14 @@ class ChaosReport:
     cpu_load: int = 0  # busy-loop processes running beside it
     query_errors: dict[str, int] = field(default_factory=dict)  # failed_queries by error type
     kept_failed: str | None = None  # where the runs that do not replay were written
+    # with `--owner-turns`: the owner's ledger, once all ended, still holding a slot or an ask
+    leaked_leases: int | None = None
 
     def ok(self) -> bool:
         return (self.completed == self.conversations and self.duplicate_notes == 0
                 and self.unapproved_executions == 0 and self.lost_signals == 0
-                and self.histories_not_replaying == 0 and self.unanswered_checks == 0)
+                and self.histories_not_replaying == 0 and self.unanswered_checks == 0
+                and not self.leaked_leases)
 
     def markdown(self) -> str:
         return (
@@ -335,7 +340,7 @@ async def histories_not_replaying(
 async def run_chaos(
     conversations: int, kill_every: tuple[float, float] = (2.0, 5.0), timeout_s: float = 600,
     seed: int | None = None, think_s: float = 1.5, cpu_load: int = 0,
-    keep_failed: Path | None = None,
+    keep_failed: Path | None = None, owner_turns: int | None = None,
 ) -> ChaosReport:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
@@ -346,8 +351,14 @@ async def run_chaos(
                      work / "server.log")
     model = ScriptedModelServer().start()
     queue = "chaos"
+    limits = {}
+    if owner_turns is not None:  # every conversation's owner (anonymous) runs so many at once
+        (work / "owner-limits.json").write_text(json.dumps(
+            {"default": {"running_turns": owner_turns}}))
+        limits = {"AGENT_OWNER_LIMITS": str(work / "owner-limits.json")}
     worker = Process([sys.executable, "-m", "durable_react_agent.worker"],
-                     worker_env(address, queue, model.base_url, work / "data"), work / "worker.log")
+                     worker_env(address, queue, model.base_url, work / "data", **limits),
+                     work / "worker.log")
     _count_inserts(work / "data")
     kills = restarts = 0
     load = CpuLoad(cpu_load)
@@ -405,6 +416,7 @@ async def run_chaos(
         not_replaying = await _replay_all(client, handles, failed, keep_failed)
         answered = sum(is_expected_answer(approver.answers.get(h.id), t)
                        for t, h in zip(titles, handles))
+        leaked = None if owner_turns is None else await _leaked_leases(client, failed)
         return ChaosReport(
             conversations=conversations, completed=answered,
             duplicate_notes=_duplicate_notes(work / "data"),
@@ -414,13 +426,21 @@ async def run_chaos(
             server_restarts=restarts, seconds=time.monotonic() - started, cpu_load=cpu_load,
             worker_start_s=round(statistics.median(starts), 2) if starts else None,
             query_errors=dict(failed.by_type),
-            kept_failed=str(keep_failed) if not_replaying else None,
+            kept_failed=str(keep_failed) if not_replaying else None, leaked_leases=leaked,
         )
     finally:
         load.stop()
         worker.kill(signal.SIGTERM)
         server.kill(signal.SIGTERM)
         model.stop()
+
+
+async def _leaked_leases(client: Client, failed: FailedQueries) -> int:
+    """What the owner's ledger still holds once every conversation ended: slots and asks of
+    turns that are over (none, if no crash lost or doubled a give-back)."""
+    view = await failed.ask(lambda: client.get_workflow_handle(ledger_id(ANONYMOUS)).query(
+        LEDGER_QUERY, result_type=LedgerView, rpc_timeout=_RPC_TIMEOUT))
+    return -1 if view is UNANSWERED else len(view.running) + len(view.waiting)
 
 
 async def _lost_signals(handle: WorkflowHandle, request_ids: list[str],
@@ -471,12 +491,16 @@ def main() -> None:
                         help="seconds a worker serves before it is killed (default 2 5)")
     parser.add_argument("--cpu-load", type=int, default=0, metavar="N",
                         help="busy-loop processes to run beside it, for a loaded machine")
+    parser.add_argument("--owner-turns", type=int, metavar="N",
+                        help="AGENT_OWNER_LIMITS on the worker: the conversations' owner runs "
+                             "N turns at once; the run checks its ledger leaks nothing")
     parser.add_argument("--keep-failed", type=Path, metavar="DIR",
                         help="where to keep the histories that do not replay (default: a temp dir)")
     args = parser.parse_args()
     report = asyncio.run(run_chaos(
         args.conversations, kill_every=tuple(args.kill_every), timeout_s=args.timeout,
-        seed=args.seed, think_s=args.think, cpu_load=args.cpu_load, keep_failed=args.keep_failed))
+        seed=args.seed, think_s=args.think, cpu_load=args.cpu_load, keep_failed=args.keep_failed,
+        owner_turns=args.owner_turns))
     print(report.markdown())
     print(json.dumps(asdict(report)))
     if report.kept_failed:
