@@ -76,11 +76,13 @@ class OwnerLedgerWorkflow:
             self._changed = True
 
     @workflow.update(name=SET_LIMITS_UPDATE)
-    def set_limits(self, change: SetLimits) -> LedgerView:
+    async def set_limits(self, change: SetLimits) -> LedgerView:
+        """An admin's limits; what they let go on is granted before the answer, which shows
+        the ledger after."""
         ledger.set_limits(self._state, change)
         workflow.logger.info("limits of %s set by %s: %s", self._state.owner, change.by,
                              self._state.limits)
-        self._changed = True
+        await self._tell(ledger.grant_waiting(self._state, workflow.now()))
         return ledger.view(self._state)
 
     @workflow.query(name=LEDGER_QUERY)

@@ -159,6 +159,7 @@ async def test_a_daily_budget_holds_across_20_conversations_until_an_admin_raise
             SET_LIMITS_UPDATE, SetLimits(limits=OwnerLimits(daily_tokens=200_000), by="admin"),
             result_type=LedgerView)
         assert raised.limits.daily_tokens == 200_000
+        assert raised.waiting == [] and raised.held_tokens > 0  # granted before the answer
         statuses = await asyncio.gather(*(settled(h, timeout_s=120) for h in handles))
         assert {s.final_answer for s in statuses} == {"Within budget."}
         view = await ledger(client, owner)
@@ -168,6 +169,8 @@ async def test_a_daily_budget_holds_across_20_conversations_until_an_admin_raise
             await handle.signal(ConversationWorkflow.end, EndRequest())
         await asyncio.gather(*(h.result() for h in handles))
         await replay(handles[-1], record_as="turn_waited_for_the_owner_s_daily_budget")
+        await replay(client.get_workflow_handle(ledger_id(owner)),
+                     record_as="owner_ledger_raised_by_an_admin")
 
 
 async def test_a_slot_held_by_a_terminated_conversation_is_taken_back_for_the_next_turn(
