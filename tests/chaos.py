@@ -44,6 +44,7 @@ from durable_react_agent.contract import (
     ConversationInput,
     LLMOptions,
 )
+from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.testing import (
     Scenario,
     Script,
@@ -51,7 +52,6 @@ from durable_react_agent.testing import (
     ScriptedReply,
     ScriptedToolCall,
 )
-from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.owner_share import ANONYMOUS
 from tests.devserver import dev_server_command, free_port, worker_env
