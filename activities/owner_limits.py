@@ -92,11 +92,7 @@ class OwnerLimitActivities:
     def _price(self, request: ShareRequest) -> float:
         """The dollars of a call of `request.call` tokens on its entry (0 when its price is
         not known: the dollar limit cannot count that model's calls, and the log says so)."""
-        models = self._settings.model_entries()
-        if request.entry is not None and request.entry in models.entries:
-            spec = models.entries[request.entry]
-        else:
-            _, spec = models.resolve(request.model)
+        _, spec = self._settings.model_entries().resolve(request.model)  # (not a fallback's)
         output = int(request.call * request.output_share)
         cost, note = self._settings.prices.for_entry(spec.base_url, spec.free, spec.price).cost(
             spec.model, Usage(prompt_tokens=request.call - output, completion_tokens=output,

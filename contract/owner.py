@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 LEDGER_WORKFLOW_TYPE = "OwnerLedger"
 LEASE_UPDATE = "lease"  # a turn's ask: answered at once, granted or queued
@@ -48,16 +48,24 @@ class OwnerLimits(BaseModel):
         return any(value is not None for value in self.model_dump().values())
 
 
+class FileLimits(OwnerLimits):
+    """Limits as a person writes them in the file: a name it does not know is refused, not
+    ignored (a typo would leave an owner without the limit meant)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class OwnerLimitsFile(BaseModel):
     """`AGENT_OWNER_LIMITS`: every owner's limits (`default`), and some owners' own, which
     stand over the default where they say."""
 
-    default: OwnerLimits = Field(default_factory=OwnerLimits)
-    owners: dict[str, OwnerLimits] = Field(default_factory=dict, max_length=MAX_OWNERS)
+    model_config = ConfigDict(extra="forbid")
+    default: FileLimits = Field(default_factory=FileLimits)
+    owners: dict[str, FileLimits] = Field(default_factory=dict, max_length=MAX_OWNERS)
 
     def of(self, owner: str) -> OwnerLimits:
-        own = self.owners.get(owner)
-        return own.over(self.default) if own is not None else self.default
+        own = self.owners.get(owner, FileLimits())
+        return own.over(self.default)
 
 
 class ShareRequest(BaseModel):
@@ -77,7 +85,6 @@ class ShareRequest(BaseModel):
     tokens_left: int | None = 0
     usd_left: float | None = 0.0
     model: str | None = None
-    entry: str | None = None
 
 
 class LeaseAsk(BaseModel):

@@ -22,7 +22,7 @@ from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
 from durable_react_agent.contract import EndRequest
-from durable_react_agent.contract.owner import OwnerLimits, OwnerLimitsFile
+from durable_react_agent.contract.owner import OwnerLimitsFile
 from durable_react_agent.rules.gate import args_hash
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker
@@ -772,8 +772,8 @@ async def test_console_shows_a_turn_waiting_for_its_owner_s_share_then_going_on(
     while the first waits for approval: the page says why, and that it goes on once the
     first's turn ended."""
     queue = unique("console-limits")
-    settings = dataclasses.replace(activity_settings, owner_limits=OwnerLimitsFile(
-        default=OwnerLimits(running_turns=1)))
+    settings = dataclasses.replace(activity_settings, owner_limits=OwnerLimitsFile.model_validate(
+        {"default": {"running_turns": 1}}))
     waits = script(model, unique("console-slot"), ScriptedReply(tool_calls=[tool_call(
         "create_note", {"title": "t", "body": "b"})]), ScriptedReply(content="Noted."))
     quick = script(model, unique("console-queued"), ScriptedReply(content="My turn came."))

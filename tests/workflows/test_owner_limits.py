@@ -37,8 +37,8 @@ from tests.webhook_support import SECRET, Receiver
 
 
 def limited(settings: ActivitySettings, **limits) -> ActivitySettings:
-    return dataclasses.replace(settings, owner_limits=OwnerLimitsFile(
-        default=OwnerLimits(**limits)))
+    return dataclasses.replace(settings, owner_limits=OwnerLimitsFile.model_validate(
+        {"default": limits}))
 
 
 @pytest_asyncio.fixture
