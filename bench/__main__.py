@@ -25,8 +25,9 @@ import httpx
 from bench import profile
 from bench.floor import FloorWorkflow
 from bench.stack import Stack, answered_again, history_of, wait_until
+from bench.stopping import STOP_SCENARIO, stopping
 from bench.tours import tours
-from durable_react_agent.contract import ConfirmRequest, ConversationInput, EndRequest, StopRequest
+from durable_react_agent.contract import ConfirmRequest, ConversationInput
 from durable_react_agent.testing import Scenario, Script, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 
@@ -78,9 +79,7 @@ def build_script(z: Sizes) -> Script:
             ScriptedReply(tool_calls=[ScriptedToolCall(name="create_note",
                                                        arguments={"title": "parked", "body": "b"})]),
             ScriptedReply(content="done")]),
-        Scenario(trigger="[stop]", replies=[
-            ScriptedReply(content="a long answer, said slowly, " * 40, stream_pause_s=5),
-            ScriptedReply(content="done")]),
+        STOP_SCENARIO,
         Scenario(trigger="[recover]", replies=[
             ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": "Paris"})],
                           hold=True),
@@ -334,39 +333,6 @@ async def recovery(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     ]
 
 
-async def stopping(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
-    """Turns stopped while their model streams (`agent stop`): from the stop signal to the turn's
-    end, as its status says (`idle`, `stop_reason=stopped`), for each of them at once."""
-    client = await stack.client()
-    stack.start_worker("stop")
-    before = await stack.chat_requests()
-    handles = await asyncio.gather(*(client.start_workflow(
-        ConversationWorkflow.run, ConversationInput(prompt=f"[stop] {i}"),
-        id=f"stop-{i}-{uuid.uuid4().hex[:6]}", task_queue="stop") for i in range(z.stops)))
-
-    async def all_streaming() -> bool:
-        return await stack.chat_requests() - before >= z.stops
-
-    await wait_until(all_streaming, timeout_s=120)
-    await asyncio.sleep(2)  # their first words are out
-
-    async def stopped(handle) -> float:
-        started = time.monotonic()
-        await handle.signal(ConversationWorkflow.stop, StopRequest())
-
-        async def ended() -> bool:
-            status = await handle.query(ConversationWorkflow.status)
-            return status.stop_reason == "stopped" and status.status == "idle"
-
-        await wait_until(ended, timeout_s=60, interval_s=0.02)
-        return time.monotonic() - started
-
-    took = sorted(await asyncio.gather(*(stopped(h) for h in handles)))
-    await asyncio.gather(*(h.signal(ConversationWorkflow.end, EndRequest()) for h in handles))
-    return [(f"{z.stops} turns streaming, each stopped: until its turn ended",
-             f"median {took[len(took) // 2]:.2f} s, last {took[-1]:.2f} s (target < 1 s)")]
-
-
 async def history_per_step(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     """One-shot weather tours of N steps: history bytes per step, runs, and the last model call's
     input. With BENCH_BEFORE=<a checkout of an earlier commit>, the same tours on a worker running
@@ -494,8 +460,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
                            ("Concurrency, 200 ms model, one and two worker processes", lambda: concurrency(stack, z)),
                            ("Worker roles, 200 ms model", lambda: roles(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
-                           ("Recovery", lambda: recovery(stack, z)),
-                           ("Stop", lambda: stopping(stack, z)),
+                           ("Recovery", lambda: recovery(stack, z)), ("Stop", lambda: stopping(stack, z.stops)),
                            ("Tokens", lambda: tokens(stack)),
                            ("Long chat, bounded context", lambda: long_chat(stack, z))):
             if only and title != only:
