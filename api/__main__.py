@@ -15,6 +15,11 @@ from .access import hash_token
 from .app import create_app
 from .settings import ApiSettings, SettingsError
 
+# An idle connection is kept this long (uvicorn's default, 5 s, closed it under a client that had
+# just picked it to send its next request: "Server disconnected without sending a response");
+# longer than a load balancer's usual 60 s, so the balancer closes first.
+KEEP_ALIVE_S = 75
+
 
 def main() -> int:
     if sys.argv[1:] == ["hash-token"]:
@@ -40,7 +45,7 @@ def main() -> int:
     # log_config=None: uvicorn's own records go through the JSON handler above, one line each
     # (a traceback inside its line), instead of uvicorn's multi-line text.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                log_config=None, timeout_graceful_shutdown=2)
+                log_config=None, timeout_graceful_shutdown=2, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 
 

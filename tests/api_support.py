@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 from starlette.routing import Mount, Route
 
+from durable_react_agent.api.__main__ import KEEP_ALIVE_S
 from durable_react_agent.api.app import create_app
 from durable_react_agent.api.routes import every_route
 from durable_react_agent.api.settings import ApiSettings
@@ -119,7 +120,7 @@ class ApiServer(_Api):
         app = create_app(ApiSettings.from_env(self.env), TemporalSettings.from_env(self.env))
         self.server = uvicorn.Server(uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_level="warning", log_config=None,
-            timeout_graceful_shutdown=2))
+            timeout_graceful_shutdown=2, timeout_keep_alive=KEEP_ALIVE_S))
         failed: list[BaseException] = []
 
         def serve() -> None:
