@@ -11,6 +11,7 @@ turn waits behind the slots asked before it, tokens behind the tokens asked befo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..contract.owner import (
@@ -22,6 +23,7 @@ from ..contract.owner import (
     LedgerState,
     LedgerView,
     LimitName,
+    OwnerLimits,
     SetLimits,
     Waiting,
 )
@@ -52,17 +54,17 @@ def running(state: LedgerState) -> int:
 def ask(state: LedgerState, asked: LeaseAsk, now: datetime) -> Lease:
     """A turn's ask: granted at once if the owner's limits allow it and nobody asked first for
     what it asks, else queued; an ask sent again (a retried activity) gets the same answer."""
-    if asked.configured != state.configured:
-        state.configured = asked.configured
+    state.configured = asked.configured
     held = state.held.get(asked.key)
     if held is not None and held.seq >= asked.seq and held.last is not None:
         return held.last
     for waiting in state.waiting:
         if waiting.ask.key == asked.key:
             return _waits(waiting)
-    blocked = _blocked(state, asked, state.waiting)
+    room = _Room.of(state, state.waiting)
+    blocked = _blocked(state, asked, room)
     if blocked is None:
-        return _grant(state, asked, now)
+        return _grant(state, asked, now, room)
     waiting = Waiting(ask=asked, since=now, waits_for=blocked[0], why=blocked[1])
     state.waiting.append(waiting)
     return _waits(waiting)
@@ -71,15 +73,18 @@ def ask(state: LedgerState, asked: LeaseAsk, now: datetime) -> Lease:
 def grant_waiting(state: LedgerState, now: datetime) -> list[tuple[str, Lease]]:
     """The waiting asks the limits allow now, in the order they came (each with its
     conversation, for the ledger to tell): after a turn gave its lease back, an admin raised a
-    limit, or a new day began. Those still waiting are told why again, as things stand now."""
+    limit, or a new day began. Those still waiting are told why again, as things stand now.
+    One pass: what the leases hold is summed once and kept up as asks are granted."""
     granted: list[tuple[str, Lease]] = []
     still: list[Waiting] = []
+    room = _Room.of(state, [])
     for waiting in state.waiting:
-        blocked = _blocked(state, waiting.ask, still)
+        blocked = _blocked(state, waiting.ask, room)
         if blocked is None:
-            granted.append((waiting.ask.conversation_id, _grant(state, waiting.ask, now)))
+            granted.append((waiting.ask.conversation_id, _grant(state, waiting.ask, now, room)))
         else:
             still.append(waiting.model_copy(update={"waits_for": blocked[0], "why": blocked[1]}))
+            room.behind(still[-1])
     state.waiting = still
     return granted
 
@@ -89,10 +94,10 @@ def give_back(state: LedgerState, given: GiveBack) -> bool:
     an ask of it still waiting (a turn stopped while it waited) is withdrawn. A give-back of a
     lease the ledger does not hold (sent again, or taken back already) changes nothing."""
     held = state.held.pop(given.key, None)
-    waited = [w for w in state.waiting if w.ask.key == given.key]
+    waited = len(state.waiting)
     state.waiting = [w for w in state.waiting if w.ask.key != given.key]
     if held is None:
-        return bool(waited)
+        return len(state.waiting) < waited
     state.used_tokens += max(0, given.used_tokens)
     state.used_usd += max(0.0, given.used_usd)
     return True
@@ -115,8 +120,7 @@ def reclaim(state: LedgerState, closed: set[str]) -> int:
 def set_limits(state: LedgerState, change: SetLimits) -> None:
     """An admin's limits: over the worker's where they say (and over the admin's earlier ones,
     unless `reset` drops those first)."""
-    base = state.override.model_copy() if not change.reset else type(state.override)()
-    state.override = change.limits.over(base)
+    state.override = change.limits.over(OwnerLimits() if change.reset else state.override)
 
 
 def view(state: LedgerState) -> LedgerView:
@@ -135,23 +139,46 @@ def _waits(waiting: Waiting) -> Lease:
                  waits_for=waiting.waits_for, why=waiting.why)
 
 
-def _blocked(state: LedgerState, asked: LeaseAsk,
-             ahead: list[Waiting]) -> tuple[LimitName, str] | None:
+@dataclass
+class _Room:
+    """What a decision reads of the ledger, worked out once and kept up as it grants: the limits
+    in force, the running turns, what their leases hold, and the asks ahead in the queue."""
+
+    limits: OwnerLimits
+    running: int
+    tokens: int
+    usd: float
+    slots_ahead: int = 0
+    budget_ahead: int = 0
+
+    @classmethod
+    def of(cls, state: LedgerState, ahead: list[Waiting]) -> _Room:
+        room = cls(state.limits, running(state), held_tokens(state), held_usd(state))
+        for waiting in ahead:
+            room.behind(waiting)
+        return room
+
+    def behind(self, waiting: Waiting) -> None:
+        """One more ask waits ahead of those still to be decided."""
+        self.slots_ahead += waiting.ask.slot
+        self.budget_ahead += waiting.waits_for in BUDGETS
+
+
+def _blocked(state: LedgerState, asked: LeaseAsk, room: _Room) -> tuple[LimitName, str] | None:
     """Which limit keeps the ask waiting, and why in words; None: it may be granted now."""
-    limits, owner = state.limits, state.owner
+    limits, owner = room.limits, state.owner
     held = state.held.get(asked.key)
     if asked.slot and not (held is not None and held.slot) and limits.running_turns is not None:
-        now_running = running(state)
-        queued = sum(1 for w in ahead if w.ask.slot)
-        if now_running >= limits.running_turns or queued:
+        queued = room.slots_ahead
+        if room.running >= limits.running_turns or queued:
             also = f" and {queued} more waiting" if queued else ""
             return "running_turns", (
-                f"queued behind {now_running} running turn(s) of {owner}{also} (at most "
+                f"queued behind {room.running} running turn(s) of {owner}{also} (at most "
                 f"{limits.running_turns} at once)")
-    budget_ahead = sum(1 for w in ahead if w.waits_for in BUDGETS)
-    spent = (("daily_tokens", limits.daily_tokens, state.used_tokens, held_tokens(state),
+    budget_ahead = room.budget_ahead
+    spent = (("daily_tokens", limits.daily_tokens, state.used_tokens, room.tokens,
               asked.need_tokens, "tokens"),
-             ("daily_usd", limits.daily_usd, state.used_usd, held_usd(state), asked.need_usd,
+             ("daily_usd", limits.daily_usd, state.used_usd, room.usd, asked.need_usd,
               "dollars"))
     for name, limit, used, holding, need, unit in spent:
         if limit is None or (limit - used - holding >= need and not budget_ahead):
@@ -166,19 +193,22 @@ def _blocked(state: LedgerState, asked: LeaseAsk,
     return None
 
 
-def _grant(state: LedgerState, asked: LeaseAsk, now: datetime) -> Lease:
-    limits = state.limits
+def _grant(state: LedgerState, asked: LeaseAsk, now: datetime, room: _Room) -> Lease:
+    limits = room.limits
     tokens = usd = None
     if limits.daily_tokens is not None:
-        free = limits.daily_tokens - state.used_tokens - held_tokens(state)
+        free = limits.daily_tokens - state.used_tokens - room.tokens
         tokens = max(asked.need_tokens, min(asked.tokens, free))
     if limits.daily_usd is not None:
-        free_usd = limits.daily_usd - state.used_usd - held_usd(state)
+        free_usd = limits.daily_usd - state.used_usd - room.usd
         usd = round(max(asked.need_usd, min(asked.usd, free_usd)), 10)
     held = state.held.get(asked.key) or Held(key=asked.key, conversation_id=asked.conversation_id,
                                               since=now)
     lease = Lease(key=asked.key, seq=asked.seq, granted=True, tokens=tokens, usd=usd,
                   call_usd=asked.call_usd)
+    room.running += asked.slot and not held.slot
+    room.tokens += tokens or 0
+    room.usd += usd or 0.0
     state.held[asked.key] = held.model_copy(update={
         "slot": held.slot or asked.slot, "tokens": held.tokens + (tokens or 0),
         "usd": held.usd + (usd or 0.0), "seq": asked.seq, "last": lease})
