@@ -16,8 +16,9 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..contract.owner import ANONYMOUS  # the principal (an admin) without tokens: loopback only
 from .access import ADMIN, Principal
-from .settings import ANONYMOUS, ApiSettings, is_loopback_host
+from .settings import ApiSettings, is_loopback_host
 
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 CONSOLE_FILES = "/static/"

@@ -16,7 +16,6 @@ DEFAULT_ADDRESS = "127.0.0.1:8000"
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # a message is at most 256 KiB; the rest is JSON around it
 DEFAULT_TEMPORAL_UI = "http://localhost:8233"
 DEFAULT_TIMEOUT_S = 15.0
-ANONYMOUS = "anonymous"  # the principal (an admin) when the API runs without tokens (loopback only)
 
 
 class SettingsError(ValueError):

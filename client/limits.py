@@ -41,6 +41,11 @@ def step_limits(a: argparse.Namespace) -> dict[str, Any]:
     return {limit: getattr(a, limit) for limit in STEP_LIMITS}
 
 
+def no_ledger(owner: str) -> str:
+    """What is said of an owner without a ledger (and, by the API, of another's ledger)."""
+    return f"{owner} has no ledger: no turn of theirs has run under AGENT_OWNER_LIMITS yet"
+
+
 async def ledger_of(client: Client, owner: str) -> LedgerView | None:
     """The owner's ledger as it stands; None: the owner has run no turn under limits yet."""
     try:
@@ -62,8 +67,7 @@ async def set_owner_limits(client: Client, owner: str, change: SetLimits) -> Led
             SET_LIMITS_UPDATE, change, result_type=LedgerView)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise NotFound(f"{owner!r} has no ledger: no turn of theirs has run under "
-                           "AGENT_OWNER_LIMITS yet") from None
+            raise NotFound(no_ledger(owner)) from None
         raise
 
 
@@ -92,8 +96,7 @@ async def cmd_limits(s: Session, a: argparse.Namespace) -> int:
     else:
         found = await ledger_of(s.client, a.owner)
         if found is None:
-            print(f"{a.owner} has no ledger: no turn of theirs has run under "
-                  "AGENT_OWNER_LIMITS yet" if not a.json else "null")
+            print("null" if a.json else no_ledger(a.owner))
             return 0
         view = found
     print(view.model_dump_json(indent=2) if a.json else render_ledger(view))

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+ANONYMOUS = "anonymous"  # who names nobody: the API's principal without tokens, an owner unset
 LEDGER_WORKFLOW_TYPE = "OwnerLedger"
 LEASE_UPDATE = "lease"  # a turn's ask: answered at once, granted or queued
 SET_LIMITS_UPDATE = "set_limits"  # an admin's: the owner's limits from now on

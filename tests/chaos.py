@@ -44,7 +44,7 @@ from durable_react_agent.contract import (
     ConversationInput,
     LLMOptions,
 )
-from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
+from durable_react_agent.contract.owner import ANONYMOUS, LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.testing import (
     Scenario,
     Script,
@@ -53,7 +53,6 @@ from durable_react_agent.testing import (
     ScriptedToolCall,
 )
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from durable_react_agent.workflows.owner_share import ANONYMOUS
 from tests.devserver import dev_server_command, free_port, worker_env
 from tests.helpers import REPLAYER, keep_history, run_histories
 from tests.timer_ids import recorded_timers, timers_started

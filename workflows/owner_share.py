@@ -18,6 +18,7 @@ from temporalio.exceptions import FailureError
 from ..contract import ConversationInput
 from ..contract.bounds import keep_last
 from ..contract.owner import (
+    ANONYMOUS,
     GIVE_BACK_SIGNAL,
     LEASE_ACTIVITY,
     GiveBack,
@@ -30,7 +31,6 @@ from ..contract.owner import (
 from ..contract.state import ConversationState
 from .reporting import Reporter
 
-ANONYMOUS = "anonymous"  # whose share a conversation without an owner spends
 EARLY = 4  # grants kept for an ask not yet made (a turn has one ask at a time)
 
 

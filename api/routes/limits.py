@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...client.checks import NotFound
-from ...client.limits import ledger_of, set_owner_limits
+from ...client.limits import ledger_of, no_ledger, set_owner_limits
 from ...contract.owner import LedgerView, OwnerLimits, SetLimits
 from ..access import Forbidden
 from ..bodies import StrictJsonRoute
@@ -39,12 +39,9 @@ class LimitsBody(BaseModel):
 async def limits(owner: Owner, s: Conversations, who: Who) -> Any:
     """The owner's limits in force, today's spending, what running turns hold, and the turns
     that wait and why: a user's own, an admin's anyone's."""
-    if owner != who.name and not who.is_admin:
-        raise NotFound(f"no ledger of {owner!r}")
-    view = await ledger_of(s.client, owner)
-    if view is None:
-        raise NotFound(f"no ledger of {owner!r}: no turn of theirs has run under "
-                       "AGENT_OWNER_LIMITS yet")
+    view = await ledger_of(s.client, owner) if owner == who.name or who.is_admin else None
+    if view is None:  # (another's is as absent as none: the same words)
+        raise NotFound(no_ledger(owner))
     return view
 
 

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 
 from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.limits import no_ledger
 from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConfirmRequest
 from durable_react_agent.contract.owner import LEDGER_WORKFLOW_TYPE, LedgerState, ledger_id
@@ -347,7 +348,8 @@ async def test_an_owner_sees_their_own_limits_and_only_an_admin_sets_them(
         LEDGER_WORKFLOW_TYPE, LedgerState(owner=owner), id=ledger_id(owner),
         task_queue=roles_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     assert (await as_["root"].get(f"/owners/{owner}/limits")).json()["owner"] == owner
-    assert (await as_["alice"].get(f"/owners/{owner}/limits")).status_code == 404  # not hers
+    hidden = await as_["alice"].get(f"/owners/{owner}/limits")  # not hers: as if there were none
+    assert (hidden.status_code, hidden.json()["detail"]) == (404, no_ledger(owner))
     mine = await as_["alice"].get("/owners/alice/limits")
     assert mine.status_code in (200, 404)  # hers: 404 only while no turn of hers ran limited
     refused = await as_["alice"].put(f"/owners/{owner}/limits", json={"running_turns": 9})
