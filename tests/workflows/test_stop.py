@@ -27,6 +27,7 @@ from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.fake_tools import ATTEMPTS, NoArgs, registry_with_test_tools
 from tests.helpers import (
     first_token,
+    outcome_of,
     reaches,
     replay,
     script,
@@ -60,14 +61,7 @@ async def stop(handle: WorkflowHandle, request_id: str) -> str | None:
     """Stop the turn; what the conversation says it did."""
     await handle.signal(ConversationWorkflow.stop, StopRequest(request_id=request_id,
                                                                sender="alice"))
-    outcome = None
-
-    async def taken() -> bool:
-        nonlocal outcome
-        outcome = await handle.query(ConversationWorkflow.signal_outcome, request_id)
-        return outcome is not None
-
-    await until(taken, what=f"the stop {request_id} taken")
+    outcome = await outcome_of(handle, request_id, timeout_s=30)
     assert outcome.accepted
     return outcome.reason
 
