@@ -26,7 +26,7 @@ from ..contract import (
     ToolOutcome,
     WorkerHandshake,
 )
-from ..contract.bounds import truncate_observation, valid_text
+from ..contract.bounds import MAX_FULL_RESULT_BYTES, truncate_observation, valid_text
 from ..contract.memory import (
     MAX_RECALLED_BYTES,
     RECALL_ACTIVITY,
@@ -261,7 +261,7 @@ class ToolActivities:
         observation = valid_text(observation)  # a tool's text, as it enters
         log.info("tool done", observation_bytes=len(observation.encode()))
         return bounded(ToolOutcome(status="ok", observation=observation),
-                       invocation.max_observation_bytes)
+                       invocation.max_observation_bytes, whole_key(invocation))
 
     def _facts(self, invocation: ToolInvocation) -> PolicyFacts:
         return PolicyFacts(owner=invocation.owner, turn=invocation.turn,
@@ -318,12 +318,32 @@ class ToolActivities:
             outcome = outcome.model_copy(update={"sampled": sampler.sampled})
         log.info("mcp tool done", status=outcome.status, sampled=len(outcome.sampled),
                  observation_bytes=len(outcome.observation.encode()))
-        return bounded(outcome, invocation.max_observation_bytes)
+        return bounded(outcome, invocation.max_observation_bytes, whole_key(invocation))
 
 
-def bounded(outcome: ToolOutcome, max_bytes: int) -> ToolOutcome:
-    """Cut an observation to `max_bytes` (of JSON) with a clear marker, recording the full size."""
+def whole_key(invocation: ToolInvocation) -> str | None:
+    """The call id a cut result's whole is kept under, where this worker keeps it."""
+    return invocation.call_id if keeps_full_results() else None
+
+
+def bounded(outcome: ToolOutcome, max_bytes: int, call_id: str | None = None) -> ToolOutcome:
+    """Cut an observation to `max_bytes` (of JSON) with a clear marker, recording the full size;
+    with `call_id`, the whole result beside it (up to `MAX_FULL_RESULT_BYTES`), to be kept by
+    reference."""
     observation, full = truncate_observation(outcome.observation, max_bytes)
     if full is None:
         return outcome
-    return outcome.model_copy(update={"observation": observation, "full_bytes": full})
+    update: dict[str, object] = {"observation": observation, "full_bytes": full}
+    if call_id is not None:
+        update.update(full=truncate_observation(outcome.observation, MAX_FULL_RESULT_BYTES)[0],
+                      call_id=call_id)
+    return outcome.model_copy(update=update)
+
+
+def keeps_full_results() -> bool:
+    """Whether this worker keeps large payloads by reference (its client's External Storage):
+    without it, a whole result over Temporal's 2 MiB would fail the activity's completion."""
+    try:
+        return activity.client().data_converter.external_storage is not None
+    except RuntimeError:  # no client (an activity run by hand, in a test)
+        return False

@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from ..client.connection import TemporalSettings
+from ..client.payloads import PayloadConfigError
 from ..worker.logging import configure_logging
 from .access import hash_token
 from .app import create_app
@@ -34,11 +35,12 @@ def main() -> int:
         return 2
     try:
         settings = ApiSettings.from_env()
-    except SettingsError as err:
+        temporal = TemporalSettings.from_env()
+    except (SettingsError, PayloadConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     configure_logging()
-    app = create_app(settings, TemporalSettings.from_env())
+    app = create_app(settings, temporal)
     print(f"console and API on http://{settings.host}:{settings.port}/ "
           f"(OpenAPI docs at /docs){' with bearer tokens' if settings.auth_required else ''}",
           flush=True)

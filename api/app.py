@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from temporalio.client import Client
 
 from ..client.connection import TemporalSettings, connect
+from ..client.payload_store import close_store
 from ..client.session import Session
 from .errors import (
     RequestIds,
@@ -30,7 +31,16 @@ from .errors import (
 )
 from .guard import BodyLimit, Gate
 from .links import link_routes
-from .routes import console, conversations, grants, inputs, limits, memories, streams
+from .routes import (
+    console,
+    conversations,
+    grants,
+    inputs,
+    limits,
+    memories,
+    payloads,
+    streams,
+)
 from .settings import ApiSettings
 
 log = structlog.get_logger("api")
@@ -49,8 +59,11 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.client = client or await connect(temporal)
         log.info("api_ready", temporal=temporal.address, task_queue=temporal.task_queue,
-                 auth=settings.auth_required)
+                 auth=settings.auth_required, payloads=temporal.payloads.describe(),
+                 sealed=bool(temporal.payloads.keys))
         yield
+        if client is None:
+            await close_store(app.state.client.data_converter)
 
     app = FastAPI(
         title="Durable ReAct agent",
@@ -65,11 +78,13 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     app.state.settings, app.state.temporal = settings, temporal
     # The last added runs first: request ids around everything, then who may call, the body's
     # size, and CORS.
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                           allow_methods=["GET", "POST", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-                           expose_headers=["X-Request-ID"])
+    # (the Temporal UI's origin too, which `api.guard` lets call the codec endpoints alone)
+    app.add_middleware(CORSMiddleware,
+                       allow_origins=[*settings.cors_origins, settings.ui_origin],
+                       allow_methods=["GET", "POST", "DELETE"],
+                       allow_headers=["Authorization", "Content-Type", "Last-Event-ID",
+                                      "X-Namespace"],
+                       expose_headers=["X-Request-ID"])
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Gate, settings=settings)
     app.add_middleware(RequestIds)
@@ -77,7 +92,8 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
     document_errors(app)
     document_discriminators(app)
 
-    for routes in (conversations, inputs, grants, limits, streams, memories, console):
+    for routes in (conversations, inputs, grants, limits, streams, memories, payloads,
+                   console):
         app.include_router(routes.router)
     app.include_router(link_routes(
         settings.link_secret, settings.tokens,

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
 from ..client.checks import CliError, NotFound, NoWorker, Refused, Unavailable, UsageError
+from ..client.payloads import PayloadUnreadable
 from .access import Forbidden
 from .routes import every_route
 
@@ -102,7 +103,7 @@ def unprocessable(errors: list[dict[str, Any]]) -> JSONResponse:
 def add_error_handlers(app: FastAPI) -> None:
     for error, code in ((NotFound, 404), (NoWorker, 503), (Unavailable, 503),
                         (Refused, 409), (CliError, 409),
-                        (Forbidden, 403)):
+                        (Forbidden, 403), (PayloadUnreadable, 503)):
         app.add_exception_handler(error, _plain(code))
 
     @app.exception_handler(UsageError)
@@ -166,8 +167,9 @@ ERRORS: dict[int, dict[str, Any]] = {
     409: _documented("refused by the conversation: the reason; nothing changed"),
     413: _documented("the body is over AGENT_API_MAX_BODY_BYTES"),
     502: _documented("Temporal refused the request: the log has its reason, under request_id"),
-    503: _documented("no worker answered in time (AGENT_API_TIMEOUT_S), or the memory store "
-                     "cannot be reached"),
+    503: _documented("no worker answered in time (AGENT_API_TIMEOUT_S), the memory store "
+                     "cannot be reached, or a payload cannot be read back (a key "
+                     "AGENT_PAYLOAD_KEYS does not list, an object not in AGENT_PAYLOAD_STORE)"),
 }
 
 

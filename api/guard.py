@@ -23,6 +23,8 @@ from .settings import ApiSettings, is_loopback_host
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 CONSOLE_FILES = "/static/"
 LINKS = "/links/"  # one-time approval links: the signed link is the credential
+CODEC_DECODE = "/codec/decode"
+CODEC_PATHS = frozenset({"/codec/encode", CODEC_DECODE})  # Temporal's codec endpoints
 SHOWN_CHARS = 100  # of a refused header, in the answer
 
 
@@ -61,8 +63,10 @@ class Gate:
         # A link's page posts its form with `Origin: null` in a browser that keeps referrers
         # to itself: the signed link is the credential there, not the origin.
         opaque_link = origin == "null" and path.startswith(LINKS)
-        if origin and not opaque_link and origin.rstrip("/") not in {
-                f"http://{host}", f"https://{host}", *self.settings.cors_origins}:
+        allowed = {f"http://{host}", f"https://{host}", *self.settings.cors_origins}
+        if path in CODEC_PATHS:  # the Temporal UI's pages read sealed payloads through these
+            allowed.add(self.settings.ui_origin)
+        if origin and not opaque_link and origin.rstrip("/") not in allowed:
             return _refused(403, f"origin {origin[:SHOWN_CHARS]} is not allowed "
                                  "(AGENT_API_CORS_ORIGINS)")
         principal = self.principal(headers)
@@ -73,7 +77,7 @@ class Gate:
             why = "unknown token" if headers.get("authorization") else "a bearer token is required"
             return _refused(401, why, {"WWW-Authenticate": "Bearer"})
         if (principal is not None and not principal.may_write and scope["method"] == "POST"
-                and not public):
+                and not public and path != CODEC_DECODE):  # (decoding is reading)
             return _refused(403, f"{principal.describe()} may read, not write")
         scope.setdefault("state", {})["principal"] = principal
         return None

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..activities.memory import url_from_env
 from .access import TokenBook, TokenError
@@ -61,6 +62,12 @@ class ApiSettings:
         )
         settings.check_exposure()
         return settings
+
+    @property
+    def ui_origin(self) -> str:
+        """The Temporal UI's origin, whose pages call the codec endpoints."""
+        ui = urlsplit(self.temporal_ui)
+        return f"{ui.scheme}://{ui.netloc}"
 
     @property
     def auth_required(self) -> bool:

@@ -24,6 +24,7 @@ import httpx
 
 from bench import profile
 from bench.floor import FloorWorkflow
+from bench.payloads import large_results, large_scenarios
 from bench.stack import Stack, answered_again, history_of, wait_until
 from bench.stopping import STOP_SCENARIO, stopping
 from bench.tours import tours
@@ -79,7 +80,7 @@ def build_script(z: Sizes) -> Script:
             ScriptedReply(tool_calls=[ScriptedToolCall(name="create_note",
                                                        arguments={"title": "parked", "body": "b"})]),
             ScriptedReply(content="done")]),
-        STOP_SCENARIO,
+        STOP_SCENARIO, *large_scenarios(),
         Scenario(trigger="[recover]", replies=[
             ScriptedReply(tool_calls=[ScriptedToolCall(name="get_weather", arguments={"location": "Paris"})],
                           hold=True),
@@ -108,15 +109,13 @@ async def where_cpu_goes(stack: Stack, z: Sizes) -> list[tuple[str, str]]:
     """py-spy on our worker and on the floor's while they run the same tours, and C=100
     conversations of the 200 ms model (`bench.profile`)."""
     client = await stack.client()
-    ours, floor = stack.start_worker("prof-ours"), stack.start_worker("prof-floor",
-                                                                      module="bench.floor")
+    ours, floor = stack.start_worker("prof-ours"), stack.start_worker("prof-floor", module="bench.floor")
 
     async def tour(queue: str, steps: int) -> int:
         if queue == "prof-ours":
-            await client.execute_workflow(ConversationWorkflow.run,
-                                          conversation(f"[tour-{steps}] {uuid.uuid4().hex}",
-                                                       steps + 1),
-                                          id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue)
+            await client.execute_workflow(ConversationWorkflow.run, conversation(
+                f"[tour-{steps}] {uuid.uuid4().hex}", steps + 1),
+                id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue)
         else:
             await client.execute_workflow(FloorWorkflow.run, steps,
                                           id=f"prof-{uuid.uuid4().hex[:8]}", task_queue=queue)
@@ -461,6 +460,7 @@ async def main(z: Sizes, only: str | None = None) -> str:
                            ("Worker roles, 200 ms model", lambda: roles(stack, z)),
                            ("Parked conversations", lambda: parked(stack, z)),
                            ("Recovery", lambda: recovery(stack, z)), ("Stop", lambda: stopping(stack, z.stops)),
+                           ("Large results, by reference", lambda: large_results(stack)),
                            ("Tokens", lambda: tokens(stack)),
                            ("Long chat, bounded context", lambda: long_chat(stack, z))):
             if only and title != only:

@@ -18,6 +18,7 @@ import httpx
 import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
 from durable_react_agent.contract import LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY
 from durable_react_agent.testing import Script
@@ -113,8 +114,8 @@ class Stack:
         self.workers.append(worker)
         return worker
 
-    async def client(self) -> Client:
-        return await Client.connect(self.address, data_converter=pydantic_data_converter)
+    async def client(self, converter: DataConverter = pydantic_data_converter) -> Client:
+        return await Client.connect(self.address, data_converter=converter)
 
     async def chat_requests(self) -> int:
         async with httpx.AsyncClient() as http:

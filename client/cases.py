@@ -6,6 +6,7 @@ prompts rebuilt as the endpoint received them (`rules.delta`), and the audit tra
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +22,20 @@ from ..contract import (
     LLMReply,
     LLMRequest,
     LLMStepRequest,
+    ToolOutcome,
     WorkerHandshake,
 )
 from ..contract.case import Case
+from ..contract.memory import RECALL_ACTIVITY
+from ..contract.models import (
+    JUDGE_CALLS_ACTIVITY,
+    KEEP_GRANTS_ACTIVITY,
+    MCP_LISTING_ACTIVITY,
+    NOTIFY_ACTIVITY,
+    REVIEW_CALL_ACTIVITY,
+    SUMMARIZE_ACTIVITY,
+)
+from ..contract.owner import CLOSED_ACTIVITY, LEASE_ACTIVITY
 from ..rules import delta
 from ..rules.cases import ModelCall, Recording, build_case, prompt_of, steps_of
 from .checks import CliError, NotFound, UsageError, clip
@@ -32,6 +44,23 @@ from .session import Session
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # how Temporal's core records a local activity
 MAX_RUNS = 10_000  # a chain of continue-as-new longer than this is not followed
 FORK_LABEL_CHARS = 1000
+MAX_FORK_HOPS = 32  # a fork of a fork of ...: how far back `full_result` follows a call
+# Activities of the conversation's own machinery: every other activity type is a tool's
+INTERNAL_ACTIVITIES = frozenset({
+    LLM_CALL_ACTIVITY, LLM_STEP_ACTIVITY, SUMMARIZE_ACTIVITY, LIST_TOOLS_ACTIVITY,
+    MCP_LISTING_ACTIVITY, NOTIFY_ACTIVITY, JUDGE_CALLS_ACTIVITY, KEEP_GRANTS_ACTIVITY,
+    REVIEW_CALL_ACTIVITY, RECALL_ACTIVITY, LEASE_ACTIVITY, CLOSED_ACTIVITY})
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool call's result as `agent result` gives it (`whole`: False when the model was shown
+    all of it, or the worker kept no whole result)."""
+
+    call_id: str
+    conversation_id: str
+    text: str
+    whole: bool
 
 
 async def recording(session: Session, workflow_id: str, audit: bool = True) -> Recording:
@@ -47,7 +76,7 @@ async def recording(session: Session, workflow_id: str, audit: bool = True) -> R
     if reader.start is None:
         raise NotFound(f"no such conversation: {workflow_id}")
     rec = Recording(conversation_id=workflow_id, start=reader.start, calls=reader.calls,
-                    tools=reader.tools, ms=reader.ms())
+                    tools=reader.tools, ms=reader.ms(), full_results=reader.full_results)
     if audit:
         rec.audit = await session.history(workflow_id)
         rec.status = await session.status(workflow_id)
@@ -66,6 +95,9 @@ class _Reader:
         self._wire: list[dict[str, Any]] = []
         self._scheduled: dict[int, tuple[ModelCall, datetime]] = {}
         self._handshake_id: int | None = None  # the handshake, when it ran as an activity
+        self._tool_runs: set[int] = set()  # scheduled activities that may be tool runs
+        # the whole results of calls the model was shown cut, by call id (read by reference)
+        self.full_results: dict[str, str] = {}
         self._first_at: datetime | None = None
         self._last_at: datetime | None = None
 
@@ -97,6 +129,8 @@ class _Reader:
                 await self._schedule(event.event_id, name, attrs.input.payloads, at)
             elif name == LIST_TOOLS_ACTIVITY:
                 self._handshake_id = event.event_id
+            elif name not in INTERNAL_ACTIVITIES:
+                self._tool_runs.add(event.event_id)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs = event.activity_task_completed_event_attributes
             scheduled = self._scheduled.pop(attrs.scheduled_event_id, None)
@@ -107,6 +141,8 @@ class _Reader:
                 self._last_at = at
             elif attrs.scheduled_event_id == self._handshake_id:
                 await self._handshake(attrs.result.payloads)
+            elif attrs.scheduled_event_id in self._tool_runs:
+                await self._tool_result(attrs.result.payloads)
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
             await self._marker(event)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
@@ -139,8 +175,21 @@ class _Reader:
             data = json.loads(attrs.details["data"].payloads[0].data)
         except (ValueError, IndexError):
             return
-        if data.get("activity_type") == LIST_TOOLS_ACTIVITY and "result" in attrs.details:
+        kind = data.get("activity_type")
+        if "result" not in attrs.details:
+            return
+        if kind == LIST_TOOLS_ACTIVITY:
             await self._handshake(attrs.details["result"].payloads)
+        elif kind not in INTERNAL_ACTIVITIES:  # a quick safe tool, run as a local activity
+            await self._tool_result(attrs.details["result"].payloads)
+
+    async def _tool_result(self, payloads: Any) -> None:
+        """A tool run's outcome: its whole result, where the model was shown it cut."""
+        if not payloads:
+            return
+        outcome = await self._one(payloads, ToolOutcome)
+        if outcome.full is not None and outcome.call_id is not None:
+            self.full_results[outcome.call_id] = outcome.full
 
     async def _handshake(self, payloads: Any) -> None:
         if not self.tools:
@@ -149,6 +198,30 @@ class _Reader:
 
     async def _one(self, payloads: Any, kind: type) -> Any:
         return (await self._client.data_converter.decode(list(payloads), [kind]))[0]
+
+
+async def full_result(session: Session, workflow_id: str, call_id: str) -> ToolResult:
+    """The result of a conversation's tool call: whole where the model was shown it cut, read
+    from the history by reference (in the conversation a fork began from, for a call of the
+    fork's prefix); `NotFound` for a call the conversation (or its origin) never made."""
+    seen: list[str] = []
+    while workflow_id not in seen and len(seen) < MAX_FORK_HOPS:
+        seen.append(workflow_id)
+        rec = await recording(session, workflow_id, audit=False)
+        if call_id in rec.full_results:
+            return ToolResult(call_id=call_id, conversation_id=workflow_id,
+                              text=rec.full_results[call_id], whole=True)
+        case = build_case(rec, workflow_id)
+        found = next((c for c in case.calls() if c.id == call_id and c.result is not None), None)
+        if found is not None:
+            return ToolResult(call_id=call_id, conversation_id=workflow_id, text=found.result,
+                              whole=False)
+        if rec.start.fork is None:
+            break
+        workflow_id = rec.start.fork.conversation_id
+    raise NotFound(f"{seen[0]} made no tool call {call_id!r} with a result"
+                   + (f" (nor did {', '.join(seen[1:])}, which it was forked from)"
+                      if len(seen) > 1 else ""))
 
 
 async def export(session: Session, workflow_id: str, name: str | None = None) -> Case:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
-from ..contract.bounds import MAX_CONTEXT_BUDGET_TOKENS
+from ..contract.bounds import DEFAULT_MESSAGE_BYTES, MAX_CONTEXT_BUDGET_TOKENS
 from ..rules.schemas import MAX_DEPTH
 
 
@@ -132,3 +133,17 @@ def new_conversation_id() -> str:
 
 def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def max_message_bytes_of(env: Mapping[str, str]) -> int:
+    """`AGENT_MAX_MESSAGE_BYTES`: the largest message to send, at most the default."""
+    raw = env.get("AGENT_MAX_MESSAGE_BYTES")
+    if not raw:
+        return DEFAULT_MESSAGE_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be a number of bytes, not {raw!r}") from None
+    if not 1 <= value <= DEFAULT_MESSAGE_BYTES:
+        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be between 1 and {DEFAULT_MESSAGE_BYTES}")
+    return value

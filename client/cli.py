@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..contract import (
     SignalOutcome,
     names,
 )
-from ..contract.bounds import DEFAULT_MESSAGE_BYTES, MAX_CALLS_PER_REPLY, check_message
+from ..contract.bounds import MAX_CALLS_PER_REPLY, check_message
 from ..rules.output import output_schema_problem
 from .cases import export, fork
 from .checks import (
@@ -36,6 +35,7 @@ from .checks import (
     Refused,
     UsageError,
     budget_of,
+    max_message_bytes_of,
     new_conversation_id,
     targets,
 )
@@ -44,6 +44,9 @@ from .evals import add_eval_command
 from .grants import add_grant_commands, add_remember_options, remembered
 from .limits import STEP_LIMITS, add_limits_command, add_step_limits, step_limits
 from .memories import cmd_forget, cmd_memories
+from .payload_commands import add_payload_commands
+from .payload_store import close_store
+from .payloads import PayloadUnreadable, payload_failure
 from .render import render_history, render_status
 from .session import STATUSES, Session
 from .watch import watch
@@ -217,7 +220,7 @@ async def cmd_history(s: Session, a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=2, ensure_ascii=False))
     else:
-        print(render_history(records))
+        print(render_history(records, a.id))
     return 0
 
 
@@ -366,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_grant_commands(command, _add_as, JSON_HELP)
     add_limits_command(command, _add_as)
+    add_payload_commands(command)
 
     p = command("watch", cmd_watch, "follow a conversation live")
     p.add_argument("--from-offset", type=int, default=0, help="resume from this stream offset")
@@ -455,19 +459,25 @@ async def run(argv: list[str]) -> int:
             if getattr(args, limit, None) not in (None, *range(1, MAX_CALLS_PER_REPLY + 1)):
                 raise UsageError(f"--{limit.replace('_', '-')} must be from 1 to "
                                  f"{MAX_CALLS_PER_REPLY}")
-        max_message_bytes = _max_message_bytes(os.environ)
+        max_message_bytes = max_message_bytes_of(os.environ)
         for field in ("prompt", "message"):  # checked before anything is sent
             if hasattr(args, field):
                 setattr(args, field, message_text(getattr(args, field), max_message_bytes))
         if getattr(args, "offline", False):
             return args.func(args)
-        settings = TemporalSettings.from_env()
+        try:
+            settings = TemporalSettings.from_env()
+        except ValueError as err:  # AGENT_PAYLOAD_* that cannot be used
+            raise CliError(str(err)) from None
         try:
             client = await connect(settings)
         except RuntimeError as err:
             raise CliError(f"cannot reach Temporal at {settings.address}: {err}") from None
         session = Session(client, settings, args.timeout, max_message_bytes, on_waiting=_say_waiting)
-        return await args.func(session, args)
+        try:
+            return await args.func(session, args)
+        finally:
+            await close_store(client.data_converter)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -480,17 +490,8 @@ async def run(argv: list[str]) -> int:
     except RPCError as err:
         print(f"error: Temporal refused the request: {err.message}", file=sys.stderr)
         return 1
-
-
-def _max_message_bytes(env: Mapping[str, str]) -> int:
-    """`AGENT_MAX_MESSAGE_BYTES`: the largest message to send, at most the default."""
-    raw = env.get("AGENT_MAX_MESSAGE_BYTES")
-    if not raw:
-        return DEFAULT_MESSAGE_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be a number of bytes, not {raw!r}") from None
-    if not 1 <= value <= DEFAULT_MESSAGE_BYTES:
-        raise UsageError(f"AGENT_MAX_MESSAGE_BYTES must be between 1 and {DEFAULT_MESSAGE_BYTES}")
-    return value
+    except (PayloadUnreadable, RuntimeError) as err:  # a payload this process cannot read back
+        if (why := payload_failure(err)) is None:
+            raise
+        print(f"error: {why}", file=sys.stderr)
+        return 1

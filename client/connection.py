@@ -6,18 +6,18 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from ..rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from .checks import NoWorker
+from .payloads import PayloadSettings, data_converter
 
 # The search attributes a conversation starts with and upserts: its namespace must know them.
 CONVERSATION_ATTRIBUTES = (AGENT_STATUS, AGENT_OWNER)
@@ -28,25 +28,30 @@ class TemporalSettings:
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
     task_queue: str = "react-agent"
+    # where large payloads are kept and the keys every payload is sealed with (AGENT_PAYLOAD_*)
+    payloads: PayloadSettings = field(default_factory=PayloadSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> TemporalSettings:
+        """The settings of `env`; `PayloadConfigError` (a ValueError) for payload settings that
+        cannot be used."""
         return cls(
             address=env.get("TEMPORAL_ADDRESS") or cls.address,
             namespace=env.get("TEMPORAL_NAMESPACE") or cls.namespace,
             task_queue=env.get("AGENT_TASK_QUEUE") or cls.task_queue,
+            payloads=PayloadSettings.from_env(env),
         )
 
 
 async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
     """Connect with Temporal's env config (TEMPORAL_* variables or a TOML profile: TLS, API keys
     for Temporal Cloud), on top of the local dev server defaults; `runtime` serves the worker's
-    metrics (`worker.telemetry.metrics_runtime`)."""
+    metrics (`worker.telemetry.metrics_runtime`). Payloads go through `client.payloads`."""
     config = ClientConfig.load_client_connect_config()
     config.setdefault("target_host", settings.address)
     config.setdefault("namespace", settings.namespace)
-    return await Client.connect(**config, data_converter=pydantic_data_converter,
-                                runtime=runtime)
+    return await Client.connect(**config, runtime=runtime,
+                                data_converter=data_converter(settings.payloads))
 
 
 async def register_search_attributes(client: Client, namespace: str) -> None:

@@ -127,7 +127,9 @@ INPUTS = {"start": "started", "message": "message", "answer": "answer", "end": "
           "grant": "approval remembered", "revoke": "grant revoked"}
 
 
-def render_history(records: list[AuditRecord]) -> str:
+def render_history(records: list[AuditRecord], wid: str | None = None) -> str:
+    """The audit trail, a block per step; with the conversation's id, the command that reads a
+    result the model was shown cut whole."""
     if not records:
         return "no steps yet"
     lines = []
@@ -168,6 +170,8 @@ def render_history(records: list[AuditRecord]) -> str:
             size = f"{a.observation_bytes} bytes" + (f" of {a.full_bytes}" if a.full_bytes else "")
             timing = f", {a.ms} ms" if a.ms is not None else ""
             lines.append(f"  observation: {a.status}, {size}{timing}")
+            if a.full_bytes and wid is not None:
+                lines.append(f"  whole:   {client_command('result', wid, a.call_id)}")
         if r.actions_left_out:
             lines.append(f"  … and {r.actions_left_out} more action(s), left out of the record")
         if r.stop_reason:

@@ -24,6 +24,7 @@ DEFAULT_MESSAGE_BYTES = 256 * KiB  # a user message (`start`, `say`), unless con
 MAX_SYSTEM_PROMPT_BYTES = 32 * KiB
 MAX_OUTPUT_SCHEMA_BYTES = 16 * KiB  # a typed result's JSON Schema (sent with every model call)
 MAX_OBSERVATION_BYTES = 64 * KiB  # the ceiling of `max_observation_bytes`
+MAX_FULL_RESULT_BYTES = 32 * 1024 * KiB  # a tool's whole result, kept by reference (then cut)
 MAX_CONTEXT_BUDGET_TOKENS = 128_000  # the ceiling of `context_budget_tokens` (a model request < 2 MiB)
 MAX_MODEL_NAME_BYTES = 256
 MAX_AUTO_APPROVE = 64

@@ -40,6 +40,8 @@ class CaseCall(BaseModel):
     tool: str
     args: dict[str, Any] | str  # as the model wrote them (the raw text when not a JSON object)
     result: str | None = None  # the observation the model was shown (None: it never saw one)
+    # the tool's whole result, when the model was shown it cut (kept by reference: `agent result`)
+    full_result: str | None = None
     status: str | None = None  # ok, error, rejected, timed_out (from the audit trail)
     decision: CaseDecision | None = None
     answer: str | None = None  # a person's answer to the question this call asked (ask_*)

@@ -447,5 +447,11 @@ class ToolOutcome(BaseModel):
     question: Question | None = None  # set with status "needs_input"
     risk: Risk | None = None  # set with status "needs_approval": the tool's risk as the worker sees it
     full_bytes: int | None = None  # the observation's size before truncation, when truncated
+    # The whole result when the observation was cut, and the call it answers, where the worker
+    # keeps large payloads by reference (External Storage): the history holds a reference, and
+    # `agent result`, export and the console's download read it there. The workflow keeps
+    # neither: what it carries is the observation.
+    full: str | None = None
+    call_id: str | None = None
     ms: int | None = None  # execution time, measured by the workflow
     sampled: list[Sampled] = []  # the server's sampling requests during the call (MCP)

@@ -6,9 +6,7 @@ import os
 import sys
 import uuid
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-
+from durable_react_agent.client.connection import TemporalSettings, connect
 from durable_react_agent.contract import (
     ConfirmRequest,
     ConversationInput,
@@ -18,11 +16,13 @@ from durable_react_agent.contract import (
 
 
 async def main(prompt: str) -> None:
-    client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
-                                  data_converter=pydantic_data_converter)
+    # TEMPORAL_ADDRESS, AGENT_TASK_QUEUE, and payloads as the worker keeps them (AGENT_PAYLOAD_*:
+    # sealed with its keys, large ones by reference): Temporal's client with the product's converter
+    settings = TemporalSettings.from_env()
+    client = await connect(settings)
     conversation = await client.start_workflow(
         names.WORKFLOW_TYPE, ConversationInput(prompt=prompt), id=f"script-{uuid.uuid4().hex[:8]}",
-        task_queue=os.environ.get("AGENT_TASK_QUEUE", "react-agent"))
+        task_queue=settings.task_queue)
     approved: set[str] = set()
     while True:
         status = await conversation.query(names.STATUS.name, result_type=ConversationStatus)

@@ -49,6 +49,7 @@ class Recording:
     audit: list[AuditRecord] = field(default_factory=list)
     status: ConversationStatus | None = None
     ms: int | None = None
+    full_results: dict[str, str] = field(default_factory=dict)  # by call id: results cut for the model
 
 
 def call_args(call: ToolCall) -> dict[str, Any] | str:
@@ -99,7 +100,8 @@ def build_case(rec: Recording, name: str, exported_at: datetime | None = None) -
         later = pairs[index][0].prompt if index < len(pairs) else []
         made = message.tool_calls or []
         results = _results(later, {c.id for c in made})
-        calls = [_case_call(c, results.get(c.id), actions.get((first.turn, c.id))) for c in made]
+        calls = [_case_call(c, results.get(c.id), actions.get((first.turn, c.id)),
+                            rec.full_results.get(c.id)) for c in made]
         steps.append(CaseStep(index=index, turn=first.turn, step=first.step,
                               text=message.content, calls=calls, usage=usage,
                               model=last.reply.model, ms=last.ms))
@@ -123,7 +125,8 @@ def build_case(rec: Recording, name: str, exported_at: datetime | None = None) -
     )
 
 
-def _case_call(call: ToolCall, result: str | None, action: AuditAction | None) -> CaseCall:
+def _case_call(call: ToolCall, result: str | None, action: AuditAction | None,
+               full: str | None = None) -> CaseCall:
     args = call_args(call)
     decision = None
     if action is not None and action.decision is not None:
@@ -133,6 +136,7 @@ def _case_call(call: ToolCall, result: str | None, action: AuditAction | None) -
                                 edited_args=edited)
     asked = call.function.name.startswith(ASK_PREFIX) and action is not None
     return CaseCall(id=call.id, tool=call.function.name, args=args, result=result,
+                    full_result=full if result is not None else None,
                     status=action.status if action is not None else None, decision=decision,
                     answer=result if asked and action.status == "ok" else None)
 
@@ -187,8 +191,8 @@ class RecordedTools:
                 if call.decision.edited_args is not None:
                     keys.add(call_key(call.tool, call.decision.edited_args))
             for each in keys:
-                if call.result is not None:
-                    self._results.add(each, call.result)
+                if call.result is not None:  # the whole result, where it was cut for the model
+                    self._results.add(each, call.full_result or call.result)
 
     def result(self, tool: str, args: dict[str, Any] | str) -> str | None:
         return self._results.take(call_key(tool, args))

@@ -143,9 +143,11 @@ case "${1:-}" in
       exit 0
     fi
     # Tuned as measured in shared/NOTES.md: fast transfer-task polling and a WAL-mode SQLite file.
+    # The UI reads payloads sealed with AGENT_PAYLOAD_KEYS through the API's codec endpoint.
     nohup "$VENV/bin/temporal" server start-dev \
       --db-filename .temporal/dev.db \
       --port "$TEMPORAL_PORT" --ui-port "$UI_PORT" \
+      --ui-codec-endpoint "http://127.0.0.1:$API_PORT/codec" \
       --search-attribute AgentStatus=Keyword --search-attribute AgentOwner=Keyword \
       --dynamic-config-value history.transferProcessorMaxPollRPS=10000 \
       --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=normal \
@@ -173,7 +175,9 @@ case "${1:-}" in
   api)
     free_port "$API_PORT" api "AGENT_API_ADDRESS=127.0.0.1:$((API_PORT + 1))"
     stop_one api
-    nohup "$BIN/agent-api" >"$RUN/api.log" 2>&1 </dev/null &
+    # its console links to this UI, whose pages call its codec endpoint
+    AGENT_TEMPORAL_UI_URL=${AGENT_TEMPORAL_UI_URL:-http://localhost:$UI_PORT} \
+      nohup "$BIN/agent-api" >"$RUN/api.log" 2>&1 </dev/null &
     echo $! >"$RUN/api.pid"
     wait_port "$API_PORT" 30 api
     echo "web console and HTTP API on http://$API_ADDRESS/ (docs: http://$API_ADDRESS/docs, log $RUN/api.log)"

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 # The tuning of shared/NOTES.md: without it every activity round trip waits ~48 ms.
@@ -50,3 +51,18 @@ def worker_env(address: str, task_queue: str, model_base_url: str, data_dir: Pat
         "OPEN_METEO_FORECAST_URL": f"{model_base_url}/forecast", "AGENT_DATA_DIR": str(data_dir),
         **extra,
     }
+
+
+def wait_serving(url: str, proc, log: Path, timeout_s: float = 60) -> None:
+    """Until `url` answers HTTP (any status); AssertionError with the log if the process ends or
+    the time runs out first."""
+    import httpx  # noqa: PLC0415 (the chaos script imports this module without it)
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)

@@ -42,6 +42,19 @@ async def big_output(args: SizeArgs, ctx) -> str:
     return "é" + "x" * (args.size - 2)
 
 
+REPORT_LINE = "SECRET-LEDGER row {:07d}: the quarterly numbers nobody outside may read\n"
+
+
+def report_text(size: int) -> str:
+    """A report of `size` bytes (ASCII) whose every line says it is secret."""
+    rows = size // len(REPORT_LINE.format(0)) + 1
+    return "".join(REPORT_LINE.format(i) for i in range(rows))[:size]
+
+
+async def big_report(args: SizeArgs, ctx) -> str:
+    return report_text(args.size)
+
+
 async def slow_tool(args: NoArgs, ctx) -> str:
     ATTEMPTS["slow_tool"] += 1
     try:
@@ -89,6 +102,12 @@ ODD_TOOLS = [
     ToolSpec("slow_write", "Writes, in two seconds.", NoArgs, slow_write, risk="sensitive",
              keyed=True),
 ]
+
+
+# the payload tests' large read (not among every worker's tools: a tool more in every prompt
+# moves the token budgets the context tests are tuned to)
+BIG_REPORT = ToolSpec("big_report", "Returns a report of `size` bytes.", SizeArgs, big_report,
+                      local=False)
 
 
 def registry_with_test_tools(*extra: ToolSpec) -> ToolRegistry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import os
@@ -14,13 +15,14 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
+from google.protobuf import json_format
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from durable_react_agent.client.payloads import PayloadSettings, data_converter
 from durable_react_agent.client.session import NO_ANSWER_YET
 from durable_react_agent.contract import (
     SETTLED_STATUSES,
@@ -87,7 +89,14 @@ print("REPLAYED" if result.replay_failure is None else f"FAILED {result.replay_f
 # `make test-long`: the stress-scale runs too (tests marked `long`, and bigger generated runs)
 LONG = os.environ.get("AGENT_TEST_LONG") == "1"
 _FAST = timedelta(milliseconds=20)
-REPLAYER = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter,
+# The key the tests seal payloads with (a history recorded sealed replays with it), and where the
+# large payloads of recorded histories are kept: a replay reads them as a worker would.
+TEST_PAYLOAD_KEYS = {"tests-2026": bytes(range(32))}
+RECORDED_PAYLOADS = HISTORIES / "payloads"
+# As every process of the product converts payloads: pydantic, the codec (a history of an
+# earlier version, in clear, passes through it), External Storage.
+SEALED = data_converter(PayloadSettings(path=RECORDED_PAYLOADS, keys=TEST_PAYLOAD_KEYS))
+REPLAYER = Replayer(workflows=WORKFLOWS, data_converter=SEALED,
                     workflow_runner=workflow_runner(check_rules=True), interceptors=[SignalGuard()])
 
 
@@ -96,12 +105,41 @@ async def steps_of(handle: WorkflowHandle) -> list[AuditRecord]:
     return [r for r in await handle.query(ConversationWorkflow.history) if r.kind == "step"]
 
 
-async def replay(handle: WorkflowHandle, record_as: str) -> None:
-    """Replay a finished conversation; with RECORD_HISTORIES=1, keep it for future replays."""
+async def replay(handle: WorkflowHandle, record_as: str, store: Path | None = None) -> None:
+    """Replay a finished conversation; with RECORD_HISTORIES=1, keep it for future replays (and,
+    from `store`, the large payloads it references)."""
     history = await handle.fetch_history()
-    await REPLAYER.replay_workflow(history)
+    replayer = REPLAYER
+    if store is not None:
+        replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(check_rules=True),
+                            interceptors=[SignalGuard()], data_converter=data_converter(
+                                PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS)))
+    await replayer.replay_workflow(history)
     if os.environ.get("RECORD_HISTORIES"):
         keep_history(history, HISTORIES / f"{record_as}.json")
+        if store is not None:
+            for key in stored_keys(history):
+                (RECORDED_PAYLOADS / key).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(store / key, RECORDED_PAYLOADS / key)
+
+
+def stored_keys(history: WorkflowHistory) -> list[str]:
+    """The store's keys a history's references name (a payload with `externalPayloads`)."""
+    found: list[str] = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if "externalPayloads" in value:
+                found.append(json.loads(base64.b64decode(value["data"]))["claimData"]["key"])
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    for event in history.events:
+        walk(json_format.MessageToDict(event))
+    return found
 
 
 def keep_history(history: WorkflowHistory, path: Path) -> None:

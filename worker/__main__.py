@@ -23,6 +23,7 @@ from ..activities.models import WORKER_ROLES
 from ..activities.settings import ActivitySettings
 from ..activities.tools.loader import ToolLoadError
 from ..client.connection import TemporalSettings, connect
+from ..client.payload_store import close_store
 from ..contract.names import version_label
 from .app import (
     ensure_search_attributes,
@@ -65,13 +66,13 @@ async def connect_patiently(temporal: TemporalSettings, runtime: Runtime | None 
 async def main(role: str = "all", deployment: str | None = None,
                build_id: str | None = None) -> None:
     configure_logging()
-    temporal = TemporalSettings.from_env()
     try:
         version = version_from(deployment, build_id, os.environ)
     except DeploymentRefused as err:
         log.error("cannot start: bad deployment", error=str(err))
         raise SystemExit(2) from None
     try:
+        temporal = TemporalSettings.from_env()
         settings = ActivitySettings.from_env()
         sandboxed = workflow_sandbox(os.environ.get("AGENT_WORKFLOW_SANDBOX", ""))
         tracing = Tracing.from_env()
@@ -133,6 +134,8 @@ async def main(role: str = "all", deployment: str | None = None,
                 model_entries=list(settings.model_entries().entries),
                 version=version_label(version) or "unversioned",
                 policy=settings.policy.revision[:12] if settings.policy else "none",
+                payloads=temporal.payloads.describe(),
+                sealed=bool(temporal.payloads.keys),
             )
             if settings.policy is not None and role in ("all", "workflows"):
                 await announce_policy(client, temporal.task_queue, settings.policy.revision)
@@ -140,6 +143,7 @@ async def main(role: str = "all", deployment: str | None = None,
             log.info("worker stopping")
     if mcp is not None:
         await mcp.aclose()
+    await close_store(client.data_converter)
     if tracing is not None:
         tracing.shutdown()  # what is still queued goes out
     log.info("worker stopped")

@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from ..activities.llm import LLMActivities
 from ..activities.settings import ActivitySettings
-from ..activities.tool_runner import ToolActivities
+from ..activities.tool_runner import ToolActivities, bounded, whole_key
 from ..activities.tools import ToolRegistry
 from ..contract import (
     LIST_TOOLS_ACTIVITY,
@@ -58,7 +58,10 @@ class CaseTools(ToolActivities):
         recorded = book.result(name, invocation.arguments) if book is not None else None
         if recorded is not None:
             log.info("tool answered from the case", tool=name)
-            return ToolOutcome(observation=recorded)
+            # bounded as the tool's own result is: a whole result kept in the case is cut for
+            # the model again, and kept whole by reference again
+            return bounded(ToolOutcome(observation=recorded), invocation.max_observation_bytes,
+                           whole_key(invocation))
         spec = self._registry.get(name)
         if self._live_safe and spec is not None and spec.risk == "safe":
             log.info("tool not in the case: run live (safe)", tool=name)

@@ -23,7 +23,8 @@ router = APIRouter(tags=["conversations"], route_class=StrictJsonRoute)
 
 # The routes of a conversation, linked from its start for clients (and schemathesis) to follow.
 OF_A_CONVERSATION = ("conversation", "history", "schemas", "events", "say", "confirm", "reject",
-                     "answer", "decline", "end", "stop", "export", "fork", "grants", "revoke")
+                     "answer", "decline", "end", "stop", "export", "fork", "grants", "revoke",
+                     "result")
 LINKS = {name: {"operationId": name, "parameters": {"cid": "$response.body#/workflow_id"}}
          for name in OF_A_CONVERSATION}
 read = errors(404, 502, 503)

@@ -16,7 +16,7 @@ from tests.helpers import script, tool_call, unique
 
 RAN = {"start", "confirm", "reject", "answer", "say", "status", "history", "watch", "list",
        "export", "fork", "eval", "end", "cancel", "memories", "forget", "grants", "revoke",
-       "stop", "limits"}
+       "stop", "limits", "result", "payloads"}
 
 
 def test_this_module_runs_every_command():
@@ -59,6 +59,7 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
     assert history.index("action:  ask_choice(") < history.index("answer by ")
     assert conv in listed
     assert json.loads(case)["conversation_id"] == conv
+    assert "created note" in (await ok("result", conv, create)).lower()
     forked = (await ok("fork", conv, "--at-step", "1")).split()[-1]
     assert forked != conv and "cancelled" in await ok("cancel", forked)
     assert (await ok("stop", conv)).strip() == f"taken: {conv}: no turn was running: nothing to stop"
@@ -72,5 +73,7 @@ async def test_every_command_as_a_process(cli_process, model: ScriptedModelServe
     assert "passed 1/1" in await ok("eval", str(EVALS / "passing" / "weather_paris.json"),
                                     extra_env=eval_env(model, tmp_path), timeout=180)
     assert (await ok("memories", "--as", "ann", extra_env=data)).strip() == "no memories of ann"
+    pruned = json.loads(await ok("payloads", "prune", "--json", extra_env=data))
+    assert pruned["store"].startswith(f"file://{tmp_path}") and pruned["removed_objects"] == 0
     unknown = await cli_process("forget", "m-none", "--as", "ann", extra_env=data)
     assert unknown.returncode == 1 and "ann has no memory m-none" in unknown.stderr

@@ -4,6 +4,7 @@ it parses, pins its images, and agrees with the code's defaults."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,6 +18,7 @@ from durable_react_agent.activities.settings import (
 )
 from durable_react_agent.api.settings import ApiSettings, SettingsError
 from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.payloads import PayloadSettings
 from durable_react_agent.contract.memory import DEFAULT_MAX_PER_OWNER, DEFAULT_RECALL
 from durable_react_agent.worker.app import workflow_sandbox
 from durable_react_agent.worker.deployment import version_from
@@ -136,3 +138,21 @@ def test_memory_runs_on_a_postgresql_of_its_own_read_by_the_workers_and_the_api(
     worker = {k: default_of(v) for k, v in SERVICES["worker"]["environment"].items()}
     assert (worker["AGENT_MEMORY"], int(worker["AGENT_MEMORY_RECALL"]),
             int(worker["AGENT_MEMORY_MAX"])) == ("on", DEFAULT_RECALL, DEFAULT_MAX_PER_OWNER)
+
+
+def test_payloads_are_kept_and_sealed_alike_by_the_worker_and_the_api_and_read_in_the_ui():
+    """One store and one key list for both (the api reads back what the worker kept), the
+    store's default the shared volume, and the UI's codec endpoint the api's published port."""
+    worker, api = SERVICES["worker"]["environment"], SERVICES["api"]["environment"]
+    for variable in ("AGENT_PAYLOAD_STORE", "AGENT_PAYLOAD_THRESHOLD_BYTES", "AGENT_PAYLOAD_KEYS",
+                     "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                     "AWS_ENDPOINT_URL_S3", "AGENT_DATA_DIR"):
+        assert worker[variable] == api[variable], variable
+    settings = PayloadSettings.from_env({name: default_of(value) for name, value in api.items()})
+    assert settings.path == Path("/data/payloads") and settings.keys == {}
+    assert settings.threshold_bytes == PayloadSettings().threshold_bytes
+    assert "agent-data:/data" in SERVICES["api"]["volumes"]
+    ui = SERVICES["temporal-ui"]["environment"]
+    assert default_of(ui["TEMPORAL_CODEC_ENDPOINT"]) == "http://localhost:8000/codec"
+    assert "127.0.0.1:8000:8000" in SERVICES["api"]["ports"]
+    assert default_of(api["AGENT_TEMPORAL_UI_URL"]) == "http://localhost:8233"  # its origin

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -15,6 +17,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from durable_react_agent.activities.memory import open_store
+from durable_react_agent.client.cases import export
+from durable_react_agent.client.connection import TemporalSettings
+from durable_react_agent.client.payload_store import FileListing, gone_from, prune
+from durable_react_agent.client.payloads import PayloadSettings, data_converter
+from durable_react_agent.client.session import Session
 from durable_react_agent.contract import ConfirmRequest, ConversationInput, SayRequest, StopRequest
 from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
 from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
@@ -22,6 +29,7 @@ from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, S
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.helpers import (
+    TEST_PAYLOAD_KEYS,
     USER_TOOLS,
     first_token,
     local_runs,
@@ -33,6 +41,7 @@ from tests.helpers import (
     script,
     settled,
     start,
+    stored_keys,
     tool_call,
     unique,
     until,
@@ -40,6 +49,7 @@ from tests.helpers import (
 from tests.long_chat import message
 from tests.processes import WorkerProcess
 from tests.subagent_support import delegating
+from tests.user_tools.big_reads import document
 
 
 def count(history: WorkflowHistory, kind: int) -> int:
@@ -350,3 +360,49 @@ async def settled_or_waiting(handle):
     """The status once the turn answered or waits for its owner's share; else None."""
     status = await handle.query(ConversationWorkflow.status)
     return status if status.status == "idle" or status.held is not None else None
+
+
+async def test_a_worker_killed_while_it_stores_a_large_result_repeats_nothing_completed(
+        client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path):
+    """The worker's file store has written half of a 3 MB result (sealed) when the worker is
+    SIGKILLed. The read never completed, so the next worker runs it again, once, and stores it
+    whole; the model call before it is not asked again; the half-written file is never read,
+    and `prune` clears it; export reads the whole result by reference."""
+    data, store, marker = tmp_path / "data", tmp_path / "payloads", tmp_path / "storing"
+    queue = unique("store-kill")
+    keys = {k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()}
+    env = worker_env(temporal_address, queue, model.base_url, data, AGENT_TOOLS="big_reads",
+                     AGENT_PAYLOAD_STORE=store.as_uri(), AGENT_PAYLOAD_KEYS=json.dumps(keys),
+                     SLOW_STORE_MARKER=str(marker),
+                     PYTHONPATH=os.pathsep.join([str(USER_TOOLS),
+                                                 os.environ.get("PYTHONPATH", "")]))
+    slow = WorkerProcess(env, tmp_path, executable=sys.executable,
+                         args=(str(Path(__file__).parents[1] / "slow_store_worker.py"),))
+    worker = WorkerProcess(env, tmp_path)
+    payloads = PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS)
+    sealed = await Client.connect(temporal_address, data_converter=data_converter(payloads))
+    trigger = script(model, unique("store-kill"),
+                     ScriptedReply(tool_calls=[tool_call("big_document", {"size": 3_000_000})]),
+                     ScriptedReply(content="archived"))
+    slow.start()
+    try:
+        handle = await start(sealed, queue, trigger, one_shot=True)
+        await until(marker.exists, timeout_s=60, what="the store's half-written file")
+        half = Path(marker.read_text())
+        slow.kill()
+        worker.start()
+        status = await settled(handle, timeout_s=90)
+        assert (status.status, status.final_answer) == ("completed", "archived")
+        session = Session(sealed, TemporalSettings(task_queue=queue, payloads=payloads), 30)
+        [call] = (await export(session, handle.id)).calls()
+    finally:
+        worker.stop()
+    assert call.full_result == document(3_000_000)
+    assert len((data / "big_document.runs").read_text().splitlines()) == 2  # it never completed
+    assert [model.count(trigger, step) for step in (0, 1)] == [1, 1]
+    history = await handle.fetch_history()
+    assert scheduled(history) == ["llm_step", "big_document", "llm_step"]
+    assert half.exists() and str(half.relative_to(store)) not in json.dumps(stored_keys(history))
+    os.utime(half, (0, 0))  # a day later
+    report = await prune(FileListing(store), "default", gone_from(sealed), grace_s=3600)
+    assert report.partial == 1 and not half.exists() and report.removed == []

@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from durable_react_agent.worker.app import WORKFLOWS, workflow_runner
 from durable_react_agent.workflows.signal_guard import SignalGuard
-from tests.helpers import HISTORIES, kept_history
+from tests.helpers import HISTORIES, SEALED, kept_history
 from tests.timer_ids import recorded_timers, timers_started
 
 # This version's; `0.x/` holds the last 0.x version's, which 1.0 does not replay
@@ -24,7 +23,7 @@ GROUPS = [pytest.param(RECORDED[n::2], id=f"group{n}") for n in range(2)]
 # As `agent-worker` runs workflow code: outside the sandbox, which the tests' own workers and
 # replays keep (it refuses the clock, randomness and I/O at the first run). Re-importing the
 # workflow's modules for each of over a hundred histories took 49 s in the sandbox, 6 s here.
-AS_DEPLOYED = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter,
+AS_DEPLOYED = Replayer(workflows=WORKFLOWS, data_converter=SEALED,
                        workflow_runner=workflow_runner(sandboxed=False),
                        interceptors=[SignalGuard()])
 

@@ -4,8 +4,9 @@ import { bytes, clip, clock, fill, h, number } from './dom.js';
 // A person's input: who started the conversation, sent it a message, or ended it.
 const PERSON_INPUT = { start: 'started by', message: 'message from', answer: 'answered by', end: 'ended by', stop: 'turn stopped by' };
 
-/** The trail as a table; `actions.fork(turn, step)` starts a fork from a step, and
- * `actions.exportCase()` downloads the conversation as a case (both through the API). */
+/** The trail as a table; `actions.fork(turn, step)` starts a fork from a step,
+ * `actions.exportCase()` downloads the conversation as a case, and
+ * `actions.downloadResult(callId)` a call's whole result (all through the API). */
 export function renderAudit(root, records, actions) {
   if (!records.length) {
     fill(root, h('p', { class: 'empty' }, 'No step has been recorded yet.'));
@@ -31,7 +32,7 @@ function auditStep(r, actions) {
     h('td', { class: 'nowrap' }, r.kind === 'summary' ? `turn ${r.turn} · summary` : `turn ${r.turn} · step ${r.step}${r.kind === 'sampling' ? ' · sampling' : ''}`, fork ? h('div', null, fork) : null),
     h('td', { class: 'thought' }, r.thought || h('span', { class: 'muted' }, '—')),
     h('td', null, (r.actions || []).length
-      ? h('ul', { class: 'audit-actions' }, r.actions.map(auditAction),
+      ? h('ul', { class: 'audit-actions' }, r.actions.map((a) => auditAction(a, actions)),
         r.actions_left_out ? h('li', { class: 'muted' }, `${r.actions_left_out} more action(s) left out of the record`) : null)
       : r.kind === 'sampling' ? sampling(r)
         : h('span', { class: 'muted' }, r.kind === 'summary' ? 'folded older turns' : 'no tool call')),
@@ -56,14 +57,17 @@ function auditInput(r) {
       r.text ? h('q', { class: 'audit-text', testid: 'audit-text' }, r.text) : null));
 }
 
-function auditAction(a) {
+/** A tool call of a step; one whose result the model was shown cut offers the whole result
+ * (kept by reference) as a download. */
+function auditAction(a, actions) {
   const d = a.decision;
   const input = typeof a.input === 'string' ? a.input : JSON.stringify(a.input);
   return h('li', { class: 'audit-action', testid: 'audit-action', dataset: { callId: a.call_id, tool: a.tool } },
     h('div', null,
       h('code', null, a.tool), ' ', h('span', { class: 'badge tool-status', dataset: { status: a.status } }, a.status),
       a.ms !== null && a.ms !== undefined ? h('span', { class: 'muted' }, ` ${number(a.ms)} ms`) : null,
-      h('span', { class: 'muted' }, ` · ${bytes(a.observation_bytes)}${a.full_bytes ? ` of ${bytes(a.full_bytes)}` : ''}`)),
+      h('span', { class: 'muted' }, ` · ${bytes(a.observation_bytes)}${a.full_bytes ? ` of ${bytes(a.full_bytes)}` : ''}`),
+      a.full_bytes && actions ? h('button', { type: 'button', class: 'link', testid: 'download-result', title: 'The whole result, as the tool returned it', onclick: (e) => actions.downloadResult(a.call_id, e.target) }, 'Download the whole result') : null),
     h('code', { class: 'audit-input', title: input }, clip(input, 240)),
     d ? h('div', { class: `audit-decision ${d.approved ? 'ok' : 'bad'}`, testid: 'audit-decision' },
       d.approved ? '✔ approved by ' : '✘ rejected by ', h('strong', { testid: 'audit-approver' }, d.approver),

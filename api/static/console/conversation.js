@@ -1,7 +1,7 @@
 // One conversation: its frame (status, facts, trace, end), its chat, what it waits for (the
 // approval cards and the question form), the composer and the audit trail.
 import { ApprovalCard, refOf } from './approval.js';
-import { api, conversationPath, refusalKind, refusalText } from './api.js';
+import { api, authHeaders, conversationPath, detailOf, HttpError, refusalKind, refusalText } from './api.js';
 import { renderAudit } from './audit.js';
 import { Chat } from './chat.js';
 import { fill, h, message, number, show } from './dom.js';
@@ -285,7 +285,7 @@ export class ConversationView {
     this.auditBusy = true;
     try {
       const records = await api('GET', conversationPath(this.cid, '/history'));
-      if (!this.gone) renderAudit(this.el.audit, records, { fork: (turn, step, button) => this.fork(turn, step, button), exportCase: () => this.exportCase() });
+      if (!this.gone) renderAudit(this.el.audit, records, { fork: (turn, step, button) => this.fork(turn, step, button), exportCase: () => this.exportCase(), downloadResult: (callId, button) => this.downloadResult(callId, button) });
     } catch (err) {
       if (!this.gone) fill(this.el.audit, h('div', { class: 'refusal' }, `The audit trail could not be read: ${err.message}`));
     } finally {
@@ -317,6 +317,23 @@ export class ConversationView {
       link.remove();
     } catch (err) {
       fill(this.el.audit, h('div', { class: 'refusal' }, `The case could not be exported: ${err.message}`));
+    }
+  }
+
+  /** A tool call's whole result, read by reference from the history, as a file. */
+  async downloadResult(callId, button) {
+    button.disabled = true;
+    try {
+      const res = await fetch(conversationPath(this.cid, `/results/${encodeURIComponent(callId)}`), { headers: authHeaders(), cache: 'no-store' });
+      if (!res.ok) throw new HttpError(res.status, detailOf(await res.json().catch(() => null), `HTTP ${res.status}`));
+      const link = h('a', { href: URL.createObjectURL(await res.blob()), download: `${callId}.txt` });
+      document.body.append(link);
+      link.click();
+      link.remove();
+    } catch (err) {
+      button.textContent = `The result could not be read: ${err.message}`;
+    } finally {
+      button.disabled = false;
     }
   }
 
