@@ -339,16 +339,22 @@ async def test_an_owner_s_daily_budget_holds_across_20_conversations_and_a_worke
         view: LedgerView | None = None
 
         async def settled_or_held() -> bool:
+            """Quiet: every turn answered or waiting, the ledger the same before and after
+            the statuses were read (a grant lets a held turn run and end between two reads,
+            while the turns that end free the budget for the next)."""
             nonlocal statuses, view
+            before = await ledger.query(LEDGER_QUERY, result_type=LedgerView)
             statuses = await asyncio.gather(*(settled_or_waiting(h) for h in handles))
             view = await ledger.query(LEDGER_QUERY, result_type=LedgerView)
-            return view.held_tokens == 0 and None not in statuses
+            answered = sum(s is not None and s.status == "idle" for s in statuses)
+            return (view == before and view.held_tokens == 0 and None not in statuses
+                    and len(view.waiting) == 20 - answered)
 
         await until(settled_or_held, timeout_s=180, what=lambda: f"{view}: " + str(
             [s and (s.workflow_id, s.status, s.held and s.held.limit) for s in statuses]))
-        view = await ledger.query(LEDGER_QUERY, result_type=LedgerView)
         answered = [s for s in statuses if s.status == "idle"]
-        assert answered and len(view.waiting) == 20 - len(answered), view
+        assert answered and {w.conversation_id for w in view.waiting} == {
+            s.workflow_id for s in statuses if s.status != "idle"}, view
         assert {s.final_answer for s in answered} == {"Within budget."}
         assert view.used_tokens == sum(s.usage.total_tokens for s in statuses) <= limit, view
     finally:
