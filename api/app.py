@@ -22,6 +22,7 @@ from temporalio.client import Client
 from ..client.connection import TemporalSettings, connect
 from ..client.payload_store import close_store
 from ..client.session import Session
+from .a2a import add_a2a_routes
 from .errors import (
     RequestIds,
     add_error_handlers,
@@ -99,5 +100,7 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         settings.link_secret, settings.tokens,
         lambda: Session(app.state.client, temporal, settings.timeout_s)))
 
+    add_a2a_routes(app, settings.public_url or f"http://{settings.host}:{settings.port}",
+                   settings.auth_required, settings.profiles)
     app.mount("/static", StaticFiles(directory=console.STATIC), name="static")
     return app

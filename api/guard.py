@@ -21,6 +21,7 @@ from .access import ADMIN, Principal
 from .settings import ApiSettings, is_loopback_host
 
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+AGENT_CARD = "/.well-known/agent-card.json"  # an A2A agent's card: what it is, how to reach it
 CONSOLE_FILES = "/static/"
 LINKS = "/links/"  # one-time approval links: the signed link is the credential
 CODEC_DECODE = "/codec/decode"
@@ -70,7 +71,8 @@ class Gate:
             return _refused(403, f"origin {origin[:SHOWN_CHARS]} is not allowed "
                                  "(AGENT_API_CORS_ORIGINS)")
         principal = self.principal(headers)
-        public = path in PUBLIC_PATHS or path.startswith((CONSOLE_FILES, LINKS))
+        public = (path in PUBLIC_PATHS or path.startswith((CONSOLE_FILES, LINKS))
+                  or path.endswith(AGENT_CARD))  # an A2A agent's card (a profile's too)
         # A CORS preflight carries no token; the CORS middleware inside answers it.
         preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers
         if principal is None and not (public or preflight):

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..activities.memory import url_from_env
+from ..activities.profiles import AgentProfile, Profiles, ProfilesError
 from .access import TokenBook, TokenError
 
 DEFAULT_ADDRESS = "127.0.0.1:8000"
@@ -43,6 +44,11 @@ class ApiSettings:
     link_secret: str | None = field(default=None, repr=False)  # AGENT_LINK_SECRET
     # the workers' memory store (AGENT_MEMORY_URL, AGENT_DATA_DIR); None: AGENT_MEMORY=off
     memory_url: str | None = field(default=None, repr=False)
+    # where A2A clients reach this API (AGENT_PUBLIC_URL, as the worker's links say; default its
+    # own address): the agent card names the JSON-RPC binding there
+    public_url: str = ""
+    # AGENT_PROFILES, the worker's agent profiles: each is an A2A agent of its own (`api.a2a`)
+    profiles: dict[str, AgentProfile] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> ApiSettings:
@@ -59,6 +65,8 @@ class ApiSettings:
             trace_url=trace_url(env.get("AGENT_TRACE_URL", "")),
             link_secret=env.get("AGENT_LINK_SECRET") or None,
             memory_url=_memory_url(env),
+            public_url=(env.get("AGENT_PUBLIC_URL") or f"http://{host}:{port}").rstrip("/"),
+            profiles=_profiles(env),
         )
         settings.check_exposure()
         return settings
@@ -93,6 +101,14 @@ def parse_address(raw: str) -> tuple[str, int]:
     if not 0 < number < 65536:
         raise SettingsError(f"AGENT_API_ADDRESS port must be 1-65535, not {number}")
     return host.strip("[]"), number
+
+
+def _profiles(env: Mapping[str, str]) -> dict[str, AgentProfile]:
+    path = env.get("AGENT_PROFILES")
+    try:
+        return Profiles.load(Path(path) if path else None).agents
+    except ProfilesError as err:
+        raise SettingsError(str(err)) from None
 
 
 def token_book(env: Mapping[str, str]) -> TokenBook:

@@ -179,9 +179,10 @@ async def until_status(http: httpx.AsyncClient, cid: str, *statuses: str, turn: 
 
 # What holds no data and loads without a token (README, Security): the console's page and its
 # static files, and the OpenAPI docs; and the one-time links, whose signed link is the
-# credential (`api.guard`).
+# credential (`api.guard`); and the A2A agent card, which says how to reach the agent and
+# which tokens it takes (`api.a2a`).
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
-                          "/links/{token}"})
+                          "/links/{token}", "/.well-known/agent-card.json"})
 
 
 def concrete(path: str) -> str:
