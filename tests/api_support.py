@@ -13,7 +13,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -235,3 +238,23 @@ def of(events: list, kind: EventType) -> list:
 
 def user(mid: str, text: str) -> dict:
     return {"id": mid, "role": "user", "content": text}
+
+
+def tokens_env(tokens: Mapping[str, tuple[str, str]]) -> str:
+    """`AGENT_API_TOKENS` for {name: (token, roles)}."""
+    return ",".join(f"{name}:{token}:{roles}" for name, (token, roles) in tokens.items())
+
+
+@asynccontextmanager
+async def bearers(tokens: Mapping[str, str], **options: Any
+                  ) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """An HTTP client per name, each sending that name's bearer token (`options`: the
+    clients' own, a base URL or a transport), closed after."""
+    clients = {name: httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"},
+                                       **options)
+               for name, token in tokens.items()}
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            await c.aclose()

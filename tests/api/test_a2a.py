@@ -25,7 +25,7 @@ from a2a.types import (
 )
 
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiServer
+from tests.api_support import ApiServer, tokens_env
 from tests.helpers import script, tool_call, unique
 from tests.subagent_support import PROFILES
 
@@ -39,8 +39,7 @@ def api(temporal_address: str, agents_queue: str, tmp_path_factory) -> Iterator[
     profiles = tmp_path_factory.mktemp("a2a") / "profiles.json"
     profiles.write_text(json.dumps({"agents": {n: p.model_dump() for n, p in PROFILES.items()}}))
     server = ApiServer(temporal_address, agents_queue, AGENT_PROFILES=str(profiles),
-                       AGENT_API_TOKENS=",".join(f"{n}:{t}:{r}" for n, (t, r) in TOKENS.items())
-                       ).start()
+                       AGENT_API_TOKENS=tokens_env(TOKENS)).start()
     try:
         yield server
     finally:

@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from durable_react_agent.client.payloads import ENCRYPTED
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from tests.api_support import ApiServer
+from tests.api_support import ApiServer, bearers, tokens_env
 from tests.console_support import sign_in
 from tests.fake_tools import report_text
 from tests.helpers import TEST_PAYLOAD_KEYS, script, settled, start, tool_call, unique
@@ -36,7 +36,7 @@ def api(temporal_address: str, sealed: Sealed) -> Iterator[ApiServer]:
     server = ApiServer(
         temporal_address, sealed.queue, AGENT_PAYLOAD_KEYS=keys,
         AGENT_PAYLOAD_STORE=sealed.store.as_uri(),
-        AGENT_API_TOKENS=",".join(f"{n}:{t}:{r}" for n, (t, r) in TOKENS.items())).start()
+        AGENT_API_TOKENS=tokens_env(TOKENS)).start()
     try:
         yield server
     finally:
@@ -45,14 +45,8 @@ def api(temporal_address: str, sealed: Sealed) -> Iterator[ApiServer]:
 
 @pytest_asyncio.fixture
 async def as_(api: ApiServer) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
-    clients = {name: httpx.AsyncClient(base_url=api.url, timeout=60,
-                                       headers={"Authorization": f"Bearer {token}"})
-               for name, (token, _) in TOKENS.items()}
-    try:
+    async with bearers({n: t for n, (t, _) in TOKENS.items()}, base_url=api.url) as clients:
         yield clients
-    finally:
-        for c in clients.values():
-            await c.aclose()
 
 
 def as_json(payloads: list[Payload]) -> dict:

@@ -4,7 +4,6 @@ and the Update twins, the audit of who did what, and set-ups from before roles a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -22,7 +21,7 @@ from durable_react_agent.rules.search_attributes import AGENT_OWNER
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import AGUI_EVENTS as EVENTS
-from tests.api_support import ApiServer, sse_events, until_status, user
+from tests.api_support import ApiServer, bearers, sse_events, until_status, user
 from tests.helpers import replay, script, start, tool_call, unique
 from tests.subagent_support import delegating
 
@@ -50,13 +49,8 @@ def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiServe
 @pytest_asyncio.fixture
 async def as_(roles_api: ApiServer) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """A client per person, with their token."""
-    clients = {name: httpx.AsyncClient(base_url=roles_api.url, timeout=60,
-                                       headers={"Authorization": f"Bearer {token}"})
-               for name, token in BEARERS.items()}
-    try:
+    async with bearers(BEARERS, base_url=roles_api.url) as clients:
         yield clients
-    finally:
-        await asyncio.gather(*(c.aclose() for c in clients.values()))
 
 
 def waits_for_a_note(model: ScriptedModelServer, tool: str = "create_note",
