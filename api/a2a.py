@@ -70,10 +70,9 @@ from ..client.session import Session
 from ..contract import AnswerRequest, ConversationInput, ConversationStatus, SayRequest
 from .access import Forbidden, Principal
 from .deps import check_access
+from .guard import AGENT_CARD, AGENTS
 
 A2A_PATH = "/a2a"  # the JSON-RPC binding
-AGENTS_PATH = "/agents"  # a profile's card and binding: /agents/NAME/...
-CARD_PATH = "/.well-known/agent-card.json"
 TURN_MARK = "#"
 WAIT_S = 300.0  # how long a blocking SendMessage waits for its turn to settle
 # where a turn's stream ends: it waits for a person, or it is over
@@ -391,9 +390,9 @@ def add_a2a_routes(app: FastAPI, base_url: str, auth_required: bool,
     """Each agent's card (public, as `api.guard` lets it be) and JSON-RPC binding (a token's):
     the default agent's at the root, each profile's under `/agents/NAME`."""
     agents: list[tuple[str, str | None, AgentProfile | None]] = [("", None, None)]
-    agents += [(f"{AGENTS_PATH}/{name}", name, profile) for name, profile in profiles.items()]
+    agents += [(f"{AGENTS}/{name}", name, profile) for name, profile in profiles.items()]
     for prefix, name, profile in agents:
         card = agent_card(base_url.rstrip("/") + prefix + A2A_PATH, auth_required, name, profile)
-        app.router.routes.extend(create_agent_card_routes(card, card_url=prefix + CARD_PATH))
+        app.router.routes.extend(create_agent_card_routes(card, card_url=prefix + AGENT_CARD))
         app.router.routes.extend(create_jsonrpc_routes(
             ConversationTasks(app, name), prefix + A2A_PATH, context_builder=PrincipalContext()))

@@ -22,6 +22,7 @@ from .settings import ApiSettings, is_loopback_host
 
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 AGENT_CARD = "/.well-known/agent-card.json"  # an A2A agent's card: what it is, how to reach it
+AGENTS = "/agents"  # an agent profile's card and A2A binding: /agents/NAME/...
 CONSOLE_FILES = "/static/"
 LINKS = "/links/"  # one-time approval links: the signed link is the credential
 CODEC_DECODE = "/codec/decode"
@@ -35,6 +36,9 @@ class Gate:
     def __init__(self, app: ASGIApp, settings: ApiSettings) -> None:
         self.app = app
         self.settings = settings
+        # the A2A agents' cards: the default agent's, and each profile's (`api.a2a`)
+        self.cards = frozenset({AGENT_CARD, *(f"{AGENTS}/{name}{AGENT_CARD}"
+                                              for name in settings.profiles)})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -71,8 +75,8 @@ class Gate:
             return _refused(403, f"origin {origin[:SHOWN_CHARS]} is not allowed "
                                  "(AGENT_API_CORS_ORIGINS)")
         principal = self.principal(headers)
-        public = (path in PUBLIC_PATHS or path.startswith((CONSOLE_FILES, LINKS))
-                  or path.endswith(AGENT_CARD))  # an A2A agent's card (a profile's too)
+        public = (path in PUBLIC_PATHS or path in self.cards
+                  or path.startswith((CONSOLE_FILES, LINKS)))
         # A CORS preflight carries no token; the CORS middleware inside answers it.
         preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers
         if principal is None and not (public or preflight):

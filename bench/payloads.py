@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import time
 import uuid
@@ -14,7 +12,7 @@ from durable_react_agent.client.payloads import PayloadSettings, data_converter
 from durable_react_agent.contract import ConversationInput
 from durable_react_agent.testing import Scenario, ScriptedReply, ScriptedToolCall
 from durable_react_agent.workflows.conversation import ConversationWorkflow
-from tests.helpers import TEST_PAYLOAD_KEYS, USER_TOOLS
+from tests.helpers import TEST_PAYLOAD_KEYS, TEST_PAYLOAD_KEYS_ENV, USER_TOOLS
 
 RESULT_BYTES = 1_000_000
 STEPS = (5, 20)
@@ -33,9 +31,8 @@ def large_scenarios() -> list[Scenario]:
 
 async def large_results(stack: Stack) -> list[tuple[str, str]]:
     store = stack.work / "payloads"
-    keys = {k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()}
     stack.start_worker("large", AGENT_TOOLS="big_reads", AGENT_PAYLOAD_STORE=store.as_uri(),
-                       AGENT_PAYLOAD_KEYS=json.dumps(keys), PYTHONPATH=os.pathsep.join(
+                       AGENT_PAYLOAD_KEYS=TEST_PAYLOAD_KEYS_ENV, PYTHONPATH=os.pathsep.join(
                            [str(USER_TOOLS), os.environ.get("PYTHONPATH", "")]))
     client = await stack.client(data_converter(PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS)))
     rows = []

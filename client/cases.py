@@ -63,10 +63,13 @@ class ToolResult:
     whole: bool
 
 
-async def recording(session: Session, workflow_id: str, audit: bool = True) -> Recording:
+async def recording(session: Session, workflow_id: str, audit: bool = True,
+                    whole: bool = True) -> Recording:
     """What the history of every run of a conversation holds (and, with `audit`, what its audit
-    trail says, which needs a worker); `NotFound` for an unknown conversation."""
-    reader = _Reader(session)
+    trail says, which needs a worker; with `whole`, the whole results of the calls whose results
+    the model was shown cut, read from the payload store); `NotFound` for an unknown
+    conversation."""
+    reader = _Reader(session, whole)
     latest = await session.describe(workflow_id)
     run_id = latest.raw_description.workflow_execution_info.first_run_id or latest.run_id
     for _ in range(MAX_RUNS):
@@ -87,8 +90,9 @@ class _Reader:
     """Walks a conversation's runs in order, keeping the last prompt each model call's delta
     refers to."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, whole: bool = True) -> None:
         self._client = session.client
+        self._whole = whole
         self.start: ConversationInput | None = None
         self.calls: list[ModelCall] = []
         self.tools: list[str] = []
@@ -129,7 +133,7 @@ class _Reader:
                 await self._schedule(event.event_id, name, attrs.input.payloads, at)
             elif name == LIST_TOOLS_ACTIVITY:
                 self._handshake_id = event.event_id
-            elif name not in INTERNAL_ACTIVITIES:
+            elif self._whole and name not in INTERNAL_ACTIVITIES:
                 self._tool_runs.add(event.event_id)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs = event.activity_task_completed_event_attributes
@@ -180,7 +184,7 @@ class _Reader:
             return
         if kind == LIST_TOOLS_ACTIVITY:
             await self._handshake(attrs.details["result"].payloads)
-        elif kind not in INTERNAL_ACTIVITIES:  # a quick safe tool, run as a local activity
+        elif self._whole and kind not in INTERNAL_ACTIVITIES:  # a quick read, run locally
             await self._tool_result(attrs.details["result"].payloads)
 
     async def _tool_result(self, payloads: Any) -> None:
@@ -235,7 +239,7 @@ async def fork(session: Session, workflow_id: str, at_step: int, new_id: str, ow
     """Start a fork of a conversation at one of its steps (with `turn`, a step of that turn):
     the original's messages before it, its own id and owner, and the given model or system
     prompt. Nothing of the prefix runs again. `UsageError` for a step it does not have."""
-    rec = await recording(session, workflow_id, audit=False)
+    rec = await recording(session, workflow_id, audit=False, whole=False)
     steps = steps_of(rec, turn)
     if not 1 <= at_step <= len(steps):
         where = f"{workflow_id}" + (f"'s turn {turn}" if turn is not None else "")

@@ -163,22 +163,26 @@ class S3Objects(S3StorageDriverClient):
         self._opened: tuple[asyncio.AbstractEventLoop, Any, Any] | None = None
         self._stack = AsyncExitStack()
 
-    async def raw(self) -> Any:
-        """The aioboto3 S3 client of this event loop."""
-        from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client  # noqa: PLC0415
-
+    async def _open(self) -> tuple[Any, S3StorageDriverClient]:
+        """This event loop's aioboto3 S3 client, and Temporal's driver client over it."""
         loop = asyncio.get_running_loop()
         if self._opened is None or self._opened[0] is not loop:
             import aioboto3  # noqa: PLC0415 (boto's imports take a second: only for S3)
+            from temporalio.contrib.aws.s3driver.aioboto3 import (  # noqa: PLC0415
+                new_aioboto3_client,
+            )
 
             s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3"))
             self._opened = (loop, s3, new_aioboto3_client(s3))
-        return self._opened[1]
+        return self._opened[1], self._opened[2]
+
+    async def raw(self) -> Any:
+        """The aioboto3 S3 client of this event loop (for what the driver does not do: list,
+        delete)."""
+        return (await self._open())[0]
 
     async def _client(self) -> S3StorageDriverClient:
-        await self.raw()
-        assert self._opened is not None
-        return self._opened[2]
+        return (await self._open())[1]
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
         await (await self._client()).put_object(bucket=bucket, key=self.prefix + key, data=data)

@@ -146,6 +146,12 @@ class ApiServer(_Api):
             self.server.should_exit = True
             self.thread.join(10)
 
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
 
 def sse_events(body: str) -> list[dict[str, str]]:
     """Parse an SSE body into its events' fields (comments dropped)."""

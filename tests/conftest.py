@@ -25,9 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_react_agent.activities.profiles import Profiles
 from durable_react_agent.activities.settings import ActivitySettings
-from durable_react_agent.client.connection import TemporalSettings
-from durable_react_agent.client.payloads import PayloadSettings, data_converter
-from durable_react_agent.client.session import Session
+from durable_react_agent.client.payloads import PayloadSettings
 from durable_react_agent.rules.search_attributes import AGENT_OWNER, AGENT_STATUS
 from durable_react_agent.testing import ScriptedModelServer
 from durable_react_agent.worker.app import build_worker
@@ -36,10 +34,10 @@ from tests.browser_support import CHROMIUM_ARGS, installed_chromium
 from tests.cli_support import run_cli
 from tests.console_support import VIEWPORT, Console
 from tests.devserver import TUNING_ARGS, free_port, temporal_cli
-from tests.fake_tools import BIG_REPORT, ODD_TOOLS, registry_with_test_tools
+from tests.fake_tools import ODD_TOOLS, registry_with_test_tools
 from tests.helpers import LONG, TEST_PAYLOAD_KEYS, unique
 from tests.mcp_support import PYTHON, SERVERS, TOKEN
-from tests.payload_support import READER, Sealed
+from tests.payload_support import READER, Sealed, sealed_worker
 from tests.postgres_support import running_postgres
 from tests.subagent_support import PROFILES
 from tests.webhook_support import Receiver
@@ -137,15 +135,10 @@ async def sealed(temporal_address: str, activity_settings: ActivitySettings, tmp
                  ) -> AsyncIterator[Sealed]:
     """A worker whose payloads are sealed with the tests' key and, over 256 KiB, kept in a file
     store of its own (`tests.payload_support`), with a client and a session that read them."""
-    store = tmp_path_factory.mktemp("payloads")
-    payloads = PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS)
-    client = await Client.connect(temporal_address, data_converter=data_converter(payloads))
-    queue = unique("sealed")
+    payloads = PayloadSettings(path=tmp_path_factory.mktemp("payloads"), keys=TEST_PAYLOAD_KEYS)
     settings = dataclasses.replace(activity_settings, profiles=Profiles(READER))
-    session = Session(client, TemporalSettings(task_queue=queue, payloads=payloads), 30)
-    async with httpx.AsyncClient(timeout=10) as http, \
-            build_worker(client, queue, settings, http, registry_with_test_tools(BIG_REPORT)):
-        yield Sealed(client, queue, store, session, settings)
+    async with sealed_worker(temporal_address, payloads, settings, "sealed") as sealed:
+        yield sealed
 
 
 @pytest_asyncio.fixture(scope="module")

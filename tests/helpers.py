@@ -92,6 +92,9 @@ _FAST = timedelta(milliseconds=20)
 # The key the tests seal payloads with (a history recorded sealed replays with it), and where the
 # large payloads of recorded histories are kept: a replay reads them as a worker would.
 TEST_PAYLOAD_KEYS = {"tests-2026": bytes(range(32))}
+# the same, as a process is given it (AGENT_PAYLOAD_KEYS)
+TEST_PAYLOAD_KEYS_ENV = json.dumps({k: base64.b64encode(v).decode()
+                                    for k, v in TEST_PAYLOAD_KEYS.items()})
 RECORDED_PAYLOADS = HISTORIES / "payloads"
 # As every process of the product converts payloads: pydantic, the codec (a history of an
 # earlier version, in clear, passes through it), External Storage.

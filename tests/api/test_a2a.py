@@ -38,12 +38,9 @@ def api(temporal_address: str, agents_queue: str, tmp_path_factory) -> Iterator[
     reads as the worker does."""
     profiles = tmp_path_factory.mktemp("a2a") / "profiles.json"
     profiles.write_text(json.dumps({"agents": {n: p.model_dump() for n, p in PROFILES.items()}}))
-    server = ApiServer(temporal_address, agents_queue, AGENT_PROFILES=str(profiles),
-                       AGENT_API_TOKENS=tokens_env(TOKENS)).start()
-    try:
+    with ApiServer(temporal_address, agents_queue, AGENT_PROFILES=str(profiles),
+                   AGENT_API_TOKENS=tokens_env(TOKENS)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture

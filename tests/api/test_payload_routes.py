@@ -4,8 +4,6 @@ conversation, and for nobody else."""
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.api_support import ApiServer, bearers, tokens_env
 from tests.console_support import sign_in
 from tests.fake_tools import report_text
-from tests.helpers import TEST_PAYLOAD_KEYS, script, settled, start, tool_call, unique
+from tests.helpers import TEST_PAYLOAD_KEYS_ENV, script, settled, start, tool_call, unique
 from tests.payload_support import Sealed
 
 TOKENS = {"root": ("tok-root", "admin"), "vic": ("tok-vic", "viewer"),
@@ -32,15 +30,10 @@ UI = "http://localhost:8233"  # the Temporal UI's default address
 
 @pytest.fixture(scope="module")
 def api(temporal_address: str, sealed: Sealed) -> Iterator[ApiServer]:
-    keys = json.dumps({k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()})
-    server = ApiServer(
-        temporal_address, sealed.queue, AGENT_PAYLOAD_KEYS=keys,
-        AGENT_PAYLOAD_STORE=sealed.store.as_uri(),
-        AGENT_API_TOKENS=tokens_env(TOKENS)).start()
-    try:
+    with ApiServer(temporal_address, sealed.queue, AGENT_PAYLOAD_KEYS=TEST_PAYLOAD_KEYS_ENV,
+                   AGENT_PAYLOAD_STORE=sealed.store.as_uri(),
+                   AGENT_API_TOKENS=tokens_env(TOKENS)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture

@@ -39,11 +39,8 @@ def roles_api(temporal_address: str, roles_queue: str) -> AsyncIterator[ApiServe
     tokens = ",".join([*(f"{name}:{TOKENS[name]}" + (f":{ROLES[name]}" if name in ROLES else "")
                          for name in TOKENS),
                        *(f"{name}:{token}:{roles}" for name, (token, roles) in MIXED.items())])
-    api = ApiServer(temporal_address, roles_queue, AGENT_API_TOKENS=tokens).start()
-    try:
+    with ApiServer(temporal_address, roles_queue, AGENT_API_TOKENS=tokens) as api:
         yield api
-    finally:
-        api.stop()
 
 
 @pytest_asyncio.fixture

@@ -4,7 +4,6 @@ a CLI without the key says which key it lacks, and nothing else."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shlex
@@ -13,15 +12,13 @@ from pathlib import Path
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from tests.cli_support import run_cli
 from tests.fake_tools import report_text
-from tests.helpers import TEST_PAYLOAD_KEYS, script, settled, start, tool_call, unique
+from tests.helpers import TEST_PAYLOAD_KEYS_ENV, script, settled, start, tool_call, unique
 from tests.payload_support import Sealed
-
-KEYS = json.dumps({k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()})
 
 
 def sealed_env(temporal_address: str, sealed: Sealed, **extra: str) -> dict[str, str]:
     return {**os.environ, "TEMPORAL_ADDRESS": temporal_address, "AGENT_TASK_QUEUE": sealed.queue,
-            "AGENT_PAYLOAD_STORE": sealed.store.as_uri(), "AGENT_PAYLOAD_KEYS": KEYS, **extra}
+            "AGENT_PAYLOAD_STORE": sealed.store.as_uri(), "AGENT_PAYLOAD_KEYS": TEST_PAYLOAD_KEYS_ENV, **extra}
 
 
 async def test_the_printed_result_command_reads_the_whole_result(

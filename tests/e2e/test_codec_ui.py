@@ -5,8 +5,6 @@ sealed."""
 
 from __future__ import annotations
 
-import base64
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +18,7 @@ from durable_react_agent.contract import ConversationInput
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiServer
 from tests.devserver import dev_server_command, free_port, wait_serving
-from tests.helpers import TEST_PAYLOAD_KEYS, unique
-
-KEYS = json.dumps({k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()})
+from tests.helpers import TEST_PAYLOAD_KEYS, TEST_PAYLOAD_KEYS_ENV, unique
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +45,7 @@ def ui_server(tmp_path_factory) -> Iterator[tuple[str, str, int]]:
 async def test_the_temporal_ui_shows_a_sealed_input_through_the_codec_endpoint(
         ui_server: tuple[str, str, int], console):
     address, ui, api_port = ui_server
-    api = ApiServer(address, "no-worker", AGENT_PAYLOAD_KEYS=KEYS, AGENT_TEMPORAL_UI_URL=ui)
+    api = ApiServer(address, "no-worker", AGENT_PAYLOAD_KEYS=TEST_PAYLOAD_KEYS_ENV, AGENT_TEMPORAL_UI_URL=ui)
     api.port, api.url = api_port, f"http://127.0.0.1:{api_port}"
     api.env["AGENT_API_ADDRESS"] = f"127.0.0.1:{api_port}"
     api.start()

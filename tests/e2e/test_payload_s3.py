@@ -12,20 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 from temporalio.client import Client
 
 from durable_react_agent.client.cases import export
-from durable_react_agent.client.connection import TemporalSettings
 from durable_react_agent.client.payload_store import close_store, gone_from, listing, prune
-from durable_react_agent.client.payloads import PayloadSettings, data_converter
-from durable_react_agent.client.session import Session
+from durable_react_agent.client.payloads import PayloadSettings
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from durable_react_agent.worker.app import build_worker
 from tests.devserver import free_port, wait_serving
-from tests.fake_tools import BIG_REPORT, registry_with_test_tools, report_text
+from tests.fake_tools import report_text
 from tests.helpers import TEST_PAYLOAD_KEYS, script, settled, start, tool_call, unique
+from tests.payload_support import sealed_worker
 
 BUCKET, PREFIX = "agent-payloads", "prod/eu"
 
@@ -69,20 +66,15 @@ async def test_a_large_result_kept_in_s3_reads_back_and_is_pruned_past_retention
     payloads = PayloadSettings.from_env({"AGENT_PAYLOAD_STORE": f"s3://{BUCKET}/{PREFIX}"})
     payloads = PayloadSettings(store="s3", bucket=payloads.bucket, prefix=payloads.prefix,
                                keys=TEST_PAYLOAD_KEYS)
-    converter = data_converter(payloads)
-    sealed = await Client.connect(client.service_client.config.target_host,
-                                  data_converter=converter)
-    queue = unique("s3")
     trigger = script(model, unique("s3-report"),
                      ScriptedReply(tool_calls=[tool_call("big_report", {"size": 3_000_000})]),
                      ScriptedReply(content="stored"))
-    async with httpx.AsyncClient(timeout=10) as http, \
-            build_worker(sealed, queue, activity_settings, http,
-                         registry_with_test_tools(BIG_REPORT)):
-        handle = await start(sealed, queue, trigger, one_shot=True)
+    async with sealed_worker(client.service_client.config.target_host, payloads,
+                             activity_settings, "s3") as worker:
+        handle = await start(worker.client, worker.queue, trigger, one_shot=True)
         assert (await settled(handle, timeout_s=60)).final_answer == "stored"
-        session = Session(sealed, TemporalSettings(task_queue=queue, payloads=payloads), 30)
-        [call] = (await export(session, handle.id)).calls()
+        [call] = (await export(worker.session, handle.id)).calls()
+    converter = worker.client.data_converter
     assert call.full_result == report_text(3_000_000)
     keys = objects()
     ours = [k for k in keys if f"/wi/{handle.id}/" in k]
@@ -90,7 +82,7 @@ async def test_a_large_result_kept_in_s3_reads_back_and_is_pruned_past_retention
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key=ours[0])["Body"].read()
     assert b"SECRET-LEDGER" not in body  # sealed before it left the worker
 
-    gone = gone_from(sealed)
+    gone = gone_from(worker.client)
     store = listing(converter.external_storage.drivers[0])
     kept = await prune(store, "default", gone, grace_s=0)
     assert kept.removed == [] and set(ours) <= set(objects())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import sys
@@ -30,6 +29,7 @@ from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.devserver import worker_env
 from tests.helpers import (
     TEST_PAYLOAD_KEYS,
+    TEST_PAYLOAD_KEYS_ENV,
     USER_TOOLS,
     first_token,
     local_runs,
@@ -376,9 +376,8 @@ async def test_a_worker_killed_while_it_stores_a_large_result_repeats_nothing_co
     and `prune` clears it; export reads the whole result by reference."""
     data, store, marker = tmp_path / "data", tmp_path / "payloads", tmp_path / "storing"
     queue = unique("store-kill")
-    keys = {k: base64.b64encode(v).decode() for k, v in TEST_PAYLOAD_KEYS.items()}
     env = worker_env(temporal_address, queue, model.base_url, data, AGENT_TOOLS="big_reads",
-                     AGENT_PAYLOAD_STORE=store.as_uri(), AGENT_PAYLOAD_KEYS=json.dumps(keys),
+                     AGENT_PAYLOAD_STORE=store.as_uri(), AGENT_PAYLOAD_KEYS=TEST_PAYLOAD_KEYS_ENV,
                      SLOW_STORE_MARKER=str(marker),
                      PYTHONPATH=os.pathsep.join([str(USER_TOOLS),
                                                  os.environ.get("PYTHONPATH", "")]))

@@ -7,7 +7,6 @@ tests/e2e/test_payload_s3.py, a worker killed while it stores in tests/e2e/test_
 
 from __future__ import annotations
 
-import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
@@ -17,10 +16,10 @@ from durable_react_agent.client.payloads import PayloadSettings, data_converter
 from durable_react_agent.contract import ConversationInput, EndRequest, SayRequest
 from durable_react_agent.contract.names import WORKFLOW_TYPE
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
-from durable_react_agent.worker.app import WORKFLOWS, build_worker
+from durable_react_agent.worker.app import WORKFLOWS
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from durable_react_agent.workflows.signal_guard import SignalGuard
-from tests.fake_tools import BIG_REPORT, registry_with_test_tools, report_text
+from tests.fake_tools import report_text
 from tests.helpers import (
     HISTORIES,
     RECORDED_PAYLOADS,
@@ -36,7 +35,7 @@ from tests.helpers import (
     tool_call,
     unique,
 )
-from tests.payload_support import Sealed
+from tests.payload_support import Sealed, sealed_worker
 from tests.subagent_support import delegate
 
 SECRET = "SECRET-LEDGER"
@@ -94,16 +93,12 @@ async def test_a_sealed_history_by_reference_replays(
     to keep beside it (tests/histories/payloads/)."""
     store = sealed.store / "recorded"
     tight = PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS, threshold_bytes=4096)
-    tight_client = await Client.connect(client.service_client.config.target_host,
-                                        data_converter=data_converter(tight))
-    queue = unique("sealed-tight")
     trigger = script(model, unique("by-reference"),
                      ScriptedReply(tool_calls=[tool_call("big_report", {"size": 30_000})]),
                      ScriptedReply(content="done"))
-    async with httpx.AsyncClient(timeout=10) as http, \
-            build_worker(tight_client, queue, sealed.settings, http,
-                         registry_with_test_tools(BIG_REPORT)):
-        handle = await start(tight_client, queue, trigger, one_shot=True)
+    async with sealed_worker(client.service_client.config.target_host, tight, sealed.settings,
+                             "sealed-tight") as worker:
+        handle = await start(worker.client, worker.queue, trigger, one_shot=True)
         status = await settled(handle, timeout_s=60)
     assert status.final_answer == "done"
     assert len(stored_keys(await raw_history(client, handle.id))) >= 1
