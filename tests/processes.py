@@ -44,9 +44,15 @@ class WorkerProcess:
         self.proc.wait()
 
     def stop(self) -> None:
+        """SIGTERM, and SIGKILL if it has not stopped in 15 s (a loaded machine: a stop that
+        raised then hid the test's own outcome, and left the process running)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=15)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def wait_for_log(self, text: str, timeout_s: float = 60) -> str:
         """The current process's log once it holds `text` (AssertionError if the process ends
