@@ -16,6 +16,7 @@ from .models import ModelEntry, Models
 from .policy import Policy, load_policy
 from .pricing import Prices
 from .profiles import Profiles
+from .remote_agents import RemoteAgentsFile, load_remote_agents
 from .webhooks import DEFAULT_LINK_TTL_S, Webhooks
 
 DEFAULT_GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
@@ -78,6 +79,7 @@ class ActivitySettings:
     # AGENT_OWNER_LIMITS: each owner's running turns at once, tokens and dollars a day, held
     # by the owner's ledger workflow (`workflows.owner_ledger`); None: no limits
     owner_limits: OwnerLimitsFile | None = None
+    remote_agents: RemoteAgentsFile | None = None  # AGENT_A2A_AGENTS: A2A agents as tools
 
     @classmethod
     def from_env(cls) -> ActivitySettings:
@@ -123,6 +125,8 @@ class ActivitySettings:
             owner_limits=read_config(Path(env["AGENT_OWNER_LIMITS"]), OwnerLimitsFile,
                                      "AGENT_OWNER_LIMITS", ValueError)
             if env.get("AGENT_OWNER_LIMITS") else None,
+            remote_agents=load_remote_agents(Path(env["AGENT_A2A_AGENTS"]), env)
+            if env.get("AGENT_A2A_AGENTS") else None,
         )
         entries = settings.model_entries().entries
         if settings.memory_embeddings is not None and settings.memory_embeddings not in entries:

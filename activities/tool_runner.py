@@ -244,6 +244,7 @@ class ToolActivities:
             owner=invocation.owner,
             conversation_id=activity.info().workflow_id,
             answer=invocation.answer,
+            resume=invocation.resume,
             heartbeat_details=next(iter(activity.info().heartbeat_details), None),
             reporter=reporter,
         )
@@ -251,7 +252,7 @@ class ToolActivities:
             observation = await heartbeating(spec.handler(parsed, ctx), beat=reporter.beat)
         except NeedsInput as exc:
             log.info("tool needs input", kind=exc.question.kind)
-            return ToolOutcome(status="needs_input", question=exc.question)
+            return ToolOutcome(status="needs_input", question=exc.question, resume=exc.resume)
         except ToolError as exc:
             log.info("tool refused", error=str(exc))
             return bounded(ToolOutcome(status="error", observation=f"Error: {exc}"),

@@ -28,6 +28,7 @@ MAX_FULL_RESULT_BYTES = 32 * 1024 * KiB  # a tool's whole result, kept by refere
 MAX_CONTEXT_BUDGET_TOKENS = 128_000  # the ceiling of `context_budget_tokens` (a model request < 2 MiB)
 MAX_MODEL_NAME_BYTES = 256
 MAX_AUTO_APPROVE = 64
+MAX_RESUME_BYTES = 4 * KiB  # what a tool that asked keeps to pick up where it was (`NeedsInput`)
 
 # What the model sends, as kept in the context.
 MAX_REPLY_TEXT_BYTES = 32 * KiB  # an assistant message's text (and the turn's final answer)

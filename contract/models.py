@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from .bounds import (
+    MAX_RESUME_BYTES,
     valid_json,
     valid_text,
 )
@@ -39,6 +40,16 @@ RUNTIME_ACTIVITIES = frozenset({  # the runtime's own
 # model is built from it: a lone surrogate would make it impossible to serialize, hash or size.
 Text = Annotated[str, AfterValidator(valid_text)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(valid_json)]
+
+
+def _resume(value: str) -> str:
+    if len(value.encode()) > MAX_RESUME_BYTES:
+        raise ValueError(f"a tool's resume is {len(value.encode()):,} bytes, over "
+                         f"{MAX_RESUME_BYTES:,}: keep where the work is, not the work")
+    return value
+
+
+Resume = Annotated[str, AfterValidator(valid_text), AfterValidator(_resume)]
 
 Risk = Literal["safe", "sensitive", "destructive"]
 Status = Literal[
@@ -374,6 +385,8 @@ class ToolInvocation(BaseModel):
     elicited: list[ElicitAnswer] = []
     # what the server may ask of the conversation's model during the call (`samples` tools only)
     sampling: SamplingGrant | None = None
+    # where the tool said it was when it asked for `answer` (`ToolOutcome.resume`)
+    resume: Resume | None = None
 
 
 class SamplingGrant(BaseModel):
@@ -455,3 +468,6 @@ class ToolOutcome(BaseModel):
     call_id: str | None = None
     ms: int | None = None  # execution time, measured by the workflow
     sampled: list[Sampled] = []  # the server's sampling requests during the call (MCP)
+    # with "needs_input": what the tool needs to pick up where it asked (a remote agent's task),
+    # handed back with the answer on its next run (`ToolInvocation.resume`)
+    resume: Resume | None = None

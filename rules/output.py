@@ -46,8 +46,12 @@ def unfenced(text: str) -> str:
         return text
     head = inner[:len(inner) - len(inner.lstrip())]
     tail = inner[len(inner.rstrip()):]
-    newlines = inner.count("\n") if not inner.strip() else int("\n" in head) + int("\n" in tail)
-    return inner.strip() if newlines >= 2 else text
+    if not inner.strip():
+        return "" if inner.count("\n") >= 2 else text
+    if "\n" not in head or "\n" not in tail:
+        return text
+    # from the fence's own line to the closing fence's: what stands on the lines between
+    return inner[head.rfind("\n") + 1:len(inner) - len(tail) + tail.rfind("\n")]
 
 
 def output_schema_problem(schema: Any) -> str | None:

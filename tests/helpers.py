@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,7 @@ from tests.processes import LAYERS, ROOT
 
 FAST_LLM = LLMOptions(heartbeat_timeout_s=3, max_retry_interval_s=2)
 HISTORIES = Path(__file__).parent / "histories"
+REPLAY_FAILURES = Path(tempfile.gettempdir()) / "agent-replay-failures"  # what did not replay
 
 
 def code_copy(into: Path, checkout: Path = ROOT) -> Path:
@@ -117,7 +119,16 @@ async def replay(handle: WorkflowHandle, record_as: str, store: Path | None = No
         replayer = Replayer(workflows=WORKFLOWS, workflow_runner=workflow_runner(check_rules=True),
                             interceptors=[SignalGuard()], data_converter=data_converter(
                                 PayloadSettings(path=store, keys=TEST_PAYLOAD_KEYS)))
-    await replayer.replay_workflow(history)
+    try:
+        await replayer.replay_workflow(history)
+    except Exception:  # keep what did not replay, to replay it again at leisure
+        REPLAY_FAILURES.mkdir(parents=True, exist_ok=True)
+        kept = REPLAY_FAILURES / f"{record_as}.{history.run_id}.json"
+        keep_history(history, kept)
+        print(f"the history that did not replay is kept in {kept}; its events:")
+        print(" ".join(f"{e.event_id}:{EventType.Name(e.event_type)[len('EVENT_TYPE_'):]}"
+                       for e in history.events))  # (what a CI log keeps of it)
+        raise
     if os.environ.get("RECORD_HISTORIES"):
         keep_history(history, HISTORIES / f"{record_as}.json")
         if store is not None:

@@ -21,6 +21,7 @@ from temporalio.runtime import Runtime
 from ..activities.mcp import McpConfigError
 from ..activities.models import WORKER_ROLES
 from ..activities.settings import ActivitySettings
+from ..activities.tools import ToolSpec
 from ..activities.tools.loader import ToolLoadError
 from ..client.connection import TemporalSettings, connect
 from ..client.payload_store import close_store
@@ -63,6 +64,15 @@ async def connect_patiently(temporal: TemporalSettings, runtime: Runtime | None 
             await asyncio.sleep(2)
 
 
+async def remote_tools(settings: ActivitySettings) -> list[ToolSpec]:
+    """The tools of `AGENT_A2A_AGENTS`' agents (a2a-sdk's client, imported only then)."""
+    if settings.remote_agents is None:
+        return []
+    from ..activities.a2a_calls import remote_agent_tools  # noqa: PLC0415
+
+    return await remote_agent_tools(settings.remote_agents)
+
+
 async def main(role: str = "all", deployment: str | None = None,
                build_id: str | None = None) -> None:
     configure_logging()
@@ -81,7 +91,7 @@ async def main(role: str = "all", deployment: str | None = None,
         log.error("cannot start: bad environment", error=str(err))
         raise SystemExit(2) from None
     try:
-        registry = tool_registry(settings)
+        registry = tool_registry(settings, await remote_tools(settings))
     except ToolLoadError as err:
         log.error("cannot start: cannot load tools", source=err.source, error=err.reason)
         raise SystemExit(2) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,10 @@ from ..activities.models import WORKER_ROLES, model_queue, role_queues
 from ..activities.owner_limits import OwnerLimitActivities
 from ..activities.settings import ActivitySettings
 from ..activities.tool_runner import ToolActivities
-from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, default_registry
-from ..activities.tools.loader import load_tools
+from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec, default_registry
+from ..activities.tools.loader import ToolLoadError, load_tools
 from ..activities.tools.memory import MEMORY_TOOLS
+from ..activities.tools.registry import name_problem
 from ..activities.webhooks import WebhookActivities
 from ..client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
 from ..workflows.conversation import ConversationWorkflow
@@ -232,13 +234,21 @@ def workflow_sandbox(value: str) -> bool:
     return value == "on"
 
 
-def tool_registry(settings: ActivitySettings) -> ToolRegistry:
+def tool_registry(settings: ActivitySettings, remote: Sequence[ToolSpec] = ()) -> ToolRegistry:
     """The built-in tools (unless `AGENT_BUILTIN_TOOLS=off`), memory's (unless `AGENT_MEMORY=off`),
-    and those of the modules in `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one
-    cannot be used)."""
+    the remote agents' (`remote`, of `AGENT_A2A_AGENTS`), and those of the modules in
+    `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one cannot be used)."""
     builtin = (*(BUILTIN_TOOLS if settings.builtin_tools else ()),
                *(MEMORY_TOOLS if settings.memory else ()))
-    return ToolRegistry(load_tools(settings.tool_modules, builtin))
+    tools = load_tools(settings.tool_modules, builtin)
+    taken = {spec.name for spec in tools}
+    for spec in remote:
+        problem = name_problem(spec.name) or (
+            f"agent {spec.name!r} is named as a tool the worker already has"
+            if spec.name in taken else None)
+        if problem is not None:
+            raise ToolLoadError("AGENT_A2A_AGENTS", problem)
+    return ToolRegistry([*tools, *remote])
 
 
 def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:

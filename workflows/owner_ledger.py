@@ -12,7 +12,6 @@ ledger continues as new when its history grows, carrying its state whole."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -45,14 +44,17 @@ class OwnerLedgerWorkflow:
         self._state = state
         self._changed = True  # something may be granted: the main loop looks
         self._looked = workflow.now()  # when leases' holders were last looked at
+        self._alarm_at: datetime | None = None  # when the alarm set last rings
+        self._rang = False  # an alarm rang since the main loop last looked
+        self._alarms: set[asyncio.Task[None]] = set()  # set, not rung yet
 
     @workflow.run
     async def run(self, state: LedgerState) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):  # a look due, or a new day
-                await workflow.wait_condition(
-                    lambda: self._changed or self._handover_due(), timeout=self._next_look())
-            self._changed = False
+            self._set_alarm()
+            await workflow.wait_condition(
+                lambda: self._changed or self._rang or self._handover_due())
+            self._changed = self._rang = False
             self._today()
             if self._state.waiting and workflow.now() - self._looked >= self._look_after():
                 await self._take_back_closed()
@@ -102,6 +104,27 @@ class OwnerLedgerWorkflow:
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(),
                                     tzinfo=now.tzinfo)
         return max(timedelta(seconds=1), min(midnight - now, self._look_after()))
+
+    def _set_alarm(self) -> None:
+        """A timer for the next look (`_next_look`), unless one set before rings by then. A timer
+        is never cancelled: one that rings early costs a look that finds nothing to do, where a
+        cancelled timer in the same workflow task as an Update's answer once ordered its events
+        so that the history did not replay (TMPRL1100, "Update machine does not handle this
+        event: TimerCanceled")."""
+        after = self._next_look()
+        if after is None:
+            return
+        at = workflow.now() + after
+        if self._alarm_at is not None and workflow.now() < self._alarm_at <= at:
+            return
+        self._alarm_at = at
+        alarm = asyncio.create_task(self._ring(after), name="ledger alarm")
+        self._alarms.add(alarm)
+        alarm.add_done_callback(self._alarms.discard)
+
+    async def _ring(self, after: timedelta) -> None:
+        await workflow.sleep(after, summary="next look")
+        self._rang = True
 
     def _look_after(self) -> timedelta:
         return timedelta(seconds=self._state.look_after_s)

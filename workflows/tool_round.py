@@ -296,6 +296,7 @@ class ToolRound:
         An MCP server's elicitation is asked the same way; the call's next run hands every
         answer so far to the server, the one said no to included (`elicited`)."""
         answer: str | None = None
+        resume: str | None = None  # where the tool said it was when it asked (`NeedsInput`)
         elicited: list[ElicitAnswer] = []
         for _ in range(MAX_INPUT_ROUNDS):
             async with (self._agent_slots if item.tool.agent is not None else NO_LIMIT,
@@ -304,7 +305,8 @@ class ToolRound:
                 self._reporter.emit("tool_started", call_id=item.call.id, tool=item.tool.name,
                                     args=args)
                 self.running[item.call.id] = (item.tool, key)
-                outcome = await self._run_activity(item, args, key, answer, approval, elicited)
+                outcome = await self._run_activity(item, args, key, answer, approval, elicited,
+                                                   resume)
                 del self.running[item.call.id]
             self._count_sampled(outcome)
             ms = int((workflow.now() - started).total_seconds() * 1000)
@@ -314,7 +316,7 @@ class ToolRound:
                                 observation_bytes=len(outcome.observation.encode()))
             if outcome.status != "needs_input" or outcome.question is None:
                 return outcome
-            answer = await self._ask_person(item.call.id, outcome.question)
+            answer, resume = await self._ask_person(item.call.id, outcome.question), outcome.resume
             if outcome.question.kind == "elicitation" and not self._state.end_requested:
                 elicited.append(self._elicited(outcome.question, answer))
                 answer = None
@@ -338,6 +340,7 @@ class ToolRound:
     async def _run_activity(
         self, item: loop.ReadyCall, args: dict, key: str, answer: str | None,
         approval: Decision | None, elicited: list[ElicitAnswer] | None = None,
+        resume: str | None = None,
     ) -> ToolOutcome:
         tool, turn = item.tool, self._state.current
         if tool.name not in turn.tools_used and len(turn.tools_used) < MAX_TOOLS_USED:
@@ -351,7 +354,7 @@ class ToolRound:
             call_id=item.call.id, arguments=args, idempotency_key=key, answer=answer,
             max_observation_bytes=self._input.max_observation_bytes, turn=turn.number,
             step=turn.steps, approval=approval, risk=tool.risk, owner=self._input.owner,
-            elicited=list(elicited or []),
+            elicited=list(elicited or []), resume=resume,
             sampling=self._grant(item.call.id) if tool.samples else None,
         )
         options = dict(

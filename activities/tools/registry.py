@@ -17,6 +17,7 @@ from ...contract import (
     QuestionKind,
     Risk,
     ToolDefinition,
+    ToolOutcome,
 )
 from ...rules.questions import ASK_TOOLS
 from ..settings import ActivitySettings
@@ -43,16 +44,20 @@ class NeedsInput(Exception):
     """The tool cannot go on without a human's answer; it is run again with `ctx.answer` set.
 
     `NeedsInput("Which account?", options=["savings", "checking"])` asks a choice (a free-text
-    question without options); `kind` asks otherwise ("multi_choice", "confirm")."""
+    question without options); `kind` asks otherwise ("multi_choice", "confirm"). `resume`
+    (text, at most 4 KiB) is what the next run needs to pick up where this one asked, say a
+    remote task's id: it comes back as `ctx.resume` beside `ctx.answer`."""
 
     def __init__(self, question: Question | str, *, options: Iterable[str] = (),
-                 kind: QuestionKind | None = None):
+                 kind: QuestionKind | None = None, resume: str | None = None):
         if isinstance(question, str):
             options = list(options)
             question = Question(kind=kind or ("choice" if options else "input"),
                                 message=question, options=options)
         super().__init__(question.message)
         self.question = question
+        # (checked here, where the tool's author sees it, not when the outcome is built)
+        self.resume = None if resume is None else ToolOutcome(resume=resume).resume
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class ToolContext:
     owner: str | None = None
     conversation_id: str | None = None
     answer: str | None = None
+    resume: str | None = None  # what the run that asked for `answer` kept (`NeedsInput.resume`)
     heartbeat_details: Any = None  # what the previous attempt last heartbeated, to resume from
     # Absent outside a worker (a tool's own unit tests): heartbeats and progress then go nowhere.
     reporter: CallReporter | None = field(default=None, repr=False)

@@ -27,6 +27,7 @@ from durable_react_agent.contract.names import ROUTED_DECISION_SIGNAL
 from durable_react_agent.contract.owner import LEDGER_QUERY, LedgerView, ledger_id
 from durable_react_agent.testing import Scenario, Script, ScriptedModelServer, ScriptedReply
 from durable_react_agent.workflows.conversation import ConversationWorkflow
+from tests.a2a_support import RemoteDesk, agents_file
 from tests.devserver import worker_env
 from tests.helpers import (
     TEST_PAYLOAD_KEYS,
@@ -417,3 +418,46 @@ async def test_a_worker_killed_while_it_stores_a_large_result_repeats_nothing_co
     os.utime(half, (0, 0))  # a day later
     report = await prune(FileListing(store), "default", gone_from(sealed), grace_s=3600)
     assert report.partial == 1 and not half.exists() and report.removed == []
+
+
+async def test_worker_killed_while_a_remote_agent_works_follows_its_task_without_sending_again(
+    client: Client, model: ScriptedModelServer, temporal_address: str, tmp_path: Path
+):
+    """The call's task id is heartbeated; the next worker's attempt follows that task on the
+    agent's stream, and the agent is sent the message once."""
+    queue = unique("a2a-kill")
+    with RemoteDesk() as remote:
+        agents = agents_file(tmp_path / "agents.json",
+                             {"desk": {"card": remote.card_url("stream"), "risk": "safe"}})
+        worker = WorkerProcess(worker_env(temporal_address, queue, model.base_url,
+                                          tmp_path / "data", AGENT_A2A_AGENTS=str(agents)),
+                               tmp_path)
+        trigger = script(model, unique("a2a-kill"),
+                         ScriptedReply(tool_calls=[tool_call("desk", {"message": "slow: report"})]),
+                         ScriptedReply(content="{last_tool}"))
+        try:
+            worker.start()
+            handle = await start(client, queue, trigger)
+
+            async def task_heartbeated() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                return any(b"task" in p.heartbeat_details.SerializeToString()
+                           and p.activity_type.name == "desk" for p in pending)
+
+            await until(task_heartbeated, timeout_s=60, what="the task id in a heartbeat")
+            assert len(remote.desk.received) == 1
+            worker.kill()
+            worker.start()
+            await until(lambda: '"remote task resumed, not sent again"' in worker.log(2), timeout_s=60,
+                        what=lambda: worker.log(2)[-2000:])
+            remote.desk.release()
+            status = await settled(handle, timeout_s=90)
+        finally:
+            worker.stop()
+    assert status.final_answer == "Desk says: slow: report", status
+    assert len(remote.desk.received) == 1, remote.desk.received  # sent once, followed twice
+    history = await handle.fetch_history()
+    [attempted] = [e.activity_task_started_event_attributes.attempt for e in history.events
+                   if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                   and e.activity_task_started_event_attributes.attempt > 1]
+    assert attempted == 2
