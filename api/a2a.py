@@ -1,6 +1,6 @@
 """A2A 1.0 over `agent-api` (DESIGN "A2A"), through the official `a2a-sdk`: its agent card and
-JSON-RPC route factories on our app, and a request handler of ours in which a context is a
-conversation and a task is one of its turns (`{conversation id}#{turn}`).
+JSON-RPC and HTTP+JSON route factories on our app, and a request handler of ours in which a
+context is a conversation and a task is one of its turns (`{conversation id}~{turn}`).
 
 - `SendMessage` starts the conversation (the context id, else a fresh one) or sends it the next
   message; to a turn that waits on a question, the message is its answer. It answers once the
@@ -20,6 +20,7 @@ HTTP+JSON binding are not served yet (the card says what is)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncGenerator, Mapping
@@ -27,7 +28,11 @@ from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.types import (
     AgentCapabilities,
@@ -63,6 +68,7 @@ from a2a.utils.errors import (
 )
 from fastapi import FastAPI
 from starlette.requests import Request
+from starlette.routing import Route
 
 from ..activities.profiles import AgentProfile
 from ..client.checks import CliError, NotFound, Refused, UsageError, check_conversation_id
@@ -72,8 +78,12 @@ from .access import Forbidden, Principal
 from .deps import check_access
 from .guard import AGENT_CARD, AGENTS
 
-A2A_PATH = "/a2a"  # the JSON-RPC binding
-TURN_MARK = "#"
+A2A_PATH = "/a2a"  # the JSON-RPC binding, and the HTTP+JSON binding's base
+# between a task's conversation and turn: in no conversation id, and kept whole in a URL path
+# (the HTTP+JSON binding's /tasks/ID); "#", which ids had before, is read too
+TURN_MARK = "~"
+OLD_TURN_MARK = "#"
+MAX_LISTED = 100  # tasks in a ListTasks answer
 WAIT_S = 300.0  # how long a blocking SendMessage waits for its turn to settle
 # where a turn's stream ends: it waits for a person, or it is over
 PAUSED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_COMPLETED,
@@ -82,7 +92,7 @@ PAUSED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_CO
 
 def agent_card(url: str, auth_required: bool, name: str | None = None,
                profile: AgentProfile | None = None) -> AgentCard:
-    """An agent's card (the default agent's, or a profile's): the JSON-RPC binding at `url`,
+    """An agent's card (the default agent's, or a profile's): both bindings at `url`,
     bearer tokens when the API has them, and its skills: a profile's tools, each by name."""
     schemes, required = {}, []
     if auth_required:
@@ -103,8 +113,9 @@ def agent_card(url: str, auth_required: bool, name: str | None = None,
         description=profile.description if profile is not None else (
             "A ReAct agent whose every conversation is a Temporal workflow: it survives "
             "crashes, and a write waits for a person's approval."),
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC",
-                                             protocol_version="1.0")],
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=binding,
+                                             protocol_version="1.0")
+                              for binding in ("JSONRPC", "HTTP+JSON")],
         version="1.0",
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         security_schemes=schemes, security_requirements=required,
@@ -125,8 +136,11 @@ def task_id(conversation: str, turn: int) -> str:
 
 def turn_of(task: str) -> tuple[str, int]:
     conversation, mark, turn = task.rpartition(TURN_MARK)
+    if not mark:
+        conversation, mark, turn = task.rpartition(OLD_TURN_MARK)
     if not mark or not conversation or not turn.isdigit():
-        raise TaskNotFoundError(f"no such task: {task[:200]!r} (a task is CONVERSATION#TURN)")
+        raise TaskNotFoundError(f"no such task: {task[:200]!r} (a task is "
+                                f"CONVERSATION{TURN_MARK}TURN)")
     return conversation, int(turn)
 
 
@@ -356,7 +370,24 @@ class ConversationTasks(RequestHandler):
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext
                             ) -> ListTasksResponse:
-        raise UnsupportedOperationError("tasks are a conversation's turns: GetTask reads one")
+        """A context's turns, newest first; without one, the latest turn of each conversation
+        the caller may read (its own, or all for a role that reads all), newest first. One page:
+        `page_size` (default and at most 100), no page token."""
+        s, who = self._session(), self._who(context)
+        size = min(params.page_size or MAX_LISTED, MAX_LISTED)
+        if params.context_id:
+            await self._allowed("read", params.context_id, s, who)
+            status = await s.status(params.context_id)
+            tasks = [task_of(status, turn) for turn in range(status.turn, 0, -1)][:size]
+        else:
+            rows = await s.conversations(limit=size, owner=None if who.sees_all else who.name)
+            statuses = await asyncio.gather(*(s.status(r.workflow_id) for r in rows),
+                                            return_exceptions=True)
+            tasks = [task_of(st, st.turn) for st in statuses
+                     if isinstance(st, ConversationStatus) and st.turn > 0]
+        if params.status:  # (a state asked for; unspecified is none)
+            tasks = [t for t in tasks if t.status.state == params.status]
+        return ListTasksResponse(tasks=tasks, page_size=size, total_size=len(tasks))
 
     async def on_create_task_push_notification_config(self, params: Any, context: Any) -> Any:
         raise UnsupportedOperationError("push notifications are not served yet")
@@ -387,12 +418,20 @@ class PrincipalContext(DefaultServerCallContextBuilder):
 
 def add_a2a_routes(app: FastAPI, base_url: str, auth_required: bool,
                    profiles: Mapping[str, AgentProfile]) -> None:
-    """Each agent's card (public, as `api.guard` lets it be) and JSON-RPC binding (a token's):
+    """Each agent's card (public, as `api.guard` lets it be) and bindings (a token's):
     the default agent's at the root, each profile's under `/agents/NAME`."""
     agents: list[tuple[str, str | None, AgentProfile | None]] = [("", None, None)]
     agents += [(f"{AGENTS}/{name}", name, profile) for name, profile in profiles.items()]
     for prefix, name, profile in agents:
         card = agent_card(base_url.rstrip("/") + prefix + A2A_PATH, auth_required, name, profile)
         app.router.routes.extend(create_agent_card_routes(card, card_url=prefix + AGENT_CARD))
-        app.router.routes.extend(create_jsonrpc_routes(
-            ConversationTasks(app, name), prefix + A2A_PATH, context_builder=PrincipalContext()))
+        tasks = ConversationTasks(app, name)
+        app.router.routes.extend(create_jsonrpc_routes(tasks, prefix + A2A_PATH,
+                                                       context_builder=PrincipalContext()))
+        # HTTP+JSON under the same URL (/a2a/message:send, /a2a/tasks/ID...); not its mount of
+        # every route under any first segment (`/{tenant}`), which would answer the API's own
+        # paths' wrong methods with a 404 instead of a 405
+        app.router.routes.extend(
+            route for route in create_rest_routes(tasks, context_builder=PrincipalContext(),
+                                                  path_prefix=prefix + A2A_PATH)
+            if isinstance(route, Route))

@@ -15,6 +15,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -76,9 +77,9 @@ def answer_of(task: Task) -> str:
 async def test_the_card_names_the_binding_and_the_tokens(api: ApiServer):
     async with httpx.AsyncClient() as http:  # no token: the card is public
         card = (await http.get(f"{api.url}/.well-known/agent-card.json")).json()
-    [interface] = card["supportedInterfaces"]
-    assert interface == {"url": f"{api.url}/a2a", "protocolBinding": "JSONRPC",
-                         "protocolVersion": "1.0"}
+    assert card["supportedInterfaces"] == [
+        {"url": f"{api.url}/a2a", "protocolBinding": binding, "protocolVersion": "1.0"}
+        for binding in ("JSONRPC", "HTTP+JSON")]
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
     assert card["capabilities"]["streaming"] is True and card["skills"]
 
@@ -91,12 +92,43 @@ async def test_a_weather_answer_and_a_message_sent_again_is_the_same_turn(
     first = said(f"{trigger}: weather in Paris?")
     task = await send(agent, first)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
-    assert answer_of(task).startswith("Paris: ") and task.id == f"{task.context_id}#1"
+    assert answer_of(task).startswith("Paris: ") and task.id == f"{task.context_id}~1"
     again = await send(agent, first)  # the same message id: the same turn, not a second one
     assert (again.id, answer_of(again)) == (task.id, answer_of(task))
     assert model.count(trigger, step=0) == 1
     fetched = await agent.get_task(GetTaskRequest(id=task.id))
     assert fetched.status.state == TaskState.TASK_STATE_COMPLETED
+    before = await agent.get_task(GetTaskRequest(id=f"{task.context_id}#1"))  # ids had "#"
+    assert before.id == task.id
+
+
+async def test_the_http_json_binding_runs_a_turn_and_lists_a_context_s_tasks(
+        api: ApiServer, model: ScriptedModelServer):
+    """The official client, told to prefer HTTP+JSON, sends, reads and lists over REST: a task
+    id travels whole in a URL path."""
+    trigger = script(model, unique("a2a-rest"), ScriptedReply(content="over REST"),
+                     ScriptedReply(content="again over REST"))
+    http = httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {TOKENS['ann'][0]}"})
+    client = await create_client(api.url, client_config=ClientConfig(
+        streaming=False, httpx_client=http, supported_protocol_bindings=["HTTP+JSON"]))
+    calls: list[str] = []
+    async def seen(request: httpx.Request) -> None:
+        calls.append(request.url.path)
+
+    http.event_hooks["request"].append(seen)
+    try:
+        task = await send(client, said(f"{trigger}: hi"))
+        assert answer_of(task) == "over REST" and calls[-1] == "/a2a/message:send"
+        second = await send(client, said(f"{trigger}: again", context_id=task.context_id))
+        fetched = await client.get_task(GetTaskRequest(id=second.id))
+        assert calls[-1] == f"/a2a/tasks/{second.id}" and answer_of(fetched) == "again over REST"
+        listed = await client.list_tasks(ListTasksRequest(context_id=task.context_id))
+        assert [t.id for t in listed.tasks] == [second.id, task.id]
+        mine = await client.list_tasks(ListTasksRequest(page_size=5))
+        assert second.id in [t.id for t in mine.tasks]
+    finally:
+        await client.close()
+        await http.aclose()
 
 
 async def test_a_write_is_input_required_until_a_person_approves_it(

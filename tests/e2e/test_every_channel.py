@@ -7,7 +7,7 @@ carries no hashes and no roles, an Update goes to one conversation, a link decid
 its addressee, the console shows what it shows.
 
 Channels: the CLI (a signal), an Update, REST, an AG-UI resume, a one-time link, the console in
-chromium. Rules: four eyes; the arguments seen; look-alike ids across parent, child and
+chromium, and A2A, on which an agent sees a write wait and never decides it. Rules: four eyes; the arguments seen; look-alike ids across parent, child and
 grandchild; a request acting once; stale decisions; a decision over several conversations
 whole or not at all; roles; an approval remembered (a grant: a link decides one call only)."""
 
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +28,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 import pytest_asyncio
+from a2a.client import ClientConfig, create_client
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 from ag_ui.core import EventType
 from playwright.async_api import Browser, expect
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -192,6 +195,7 @@ async def decided(desk: Desk, call: Call, expected: list[tuple[bool, str]]) -> N
 
 class Channel:
     name = ""
+    decides = True  # a person's decision travels on it (A2A's agents decide nothing)
     can: frozenset[str] = frozenset()  # "seen", "many", "repeat", "roles", "remember"
     people: frozenset[str | None] = frozenset({"alice", "bob", "carol", "vic", None})
 
@@ -376,7 +380,38 @@ class Console(Channel):
             await context.close()
 
 
-CHANNELS: list[Channel] = [Cli(), Update(), Rest(), Agui(), Link(), Console()]
+class A2a(Channel):
+    """Another agent, over A2A with a person's token: it sees a write as `input-required` and
+    never decides one (its message while a call waits is refused); a person decides it on
+    another channel, and the agent sees the turn through."""
+
+    name, decides = "a2a", False
+    people = frozenset(TOKENS)
+
+    async def decide(self, desk, targets, approve, as_, seen=None, remember=None):
+        message = Message(message_id=unique("m"), role=Role.ROLE_USER,
+                          context_id=targets[0].top, parts=[Part(text="yes, approve it")])
+        async with self.agent(desk, as_) as agent:
+            try:
+                async for _ in agent.send_message(SendMessageRequest(message=message)):
+                    pass
+            except Exception:  # noqa: BLE001 (refused, as the rule expects)
+                return False
+        return True
+
+    @staticmethod
+    @asynccontextmanager
+    async def agent(desk: Desk, as_: str | None):
+        async with Rest._http(desk, as_) as http:
+            client = await create_client(desk.api.url, client_config=ClientConfig(
+                streaming=False, httpx_client=http))
+            try:
+                yield client
+            finally:
+                await client.close()
+
+
+CHANNELS: list[Channel] = [Cli(), Update(), Rest(), Agui(), Link(), Console(), A2a()]
 
 
 # ----- the rules -----
@@ -481,19 +516,46 @@ async def remembered(ch: Channel, desk: Desk) -> None:
     assert note_rows(desk.data_dir, third) == []
 
 
+async def agents_never_decide(ch: Channel, desk: Desk) -> None:
+    """Whoever's token the agent holds (the owner's, an approver's), the write waits as
+    `input-required` naming the call, a message does not decide it, and a person decides it
+    on another channel; the agent then reads the turn through."""
+    call = await one_call(desk)
+    task = f"{call.top}~1"
+    for who in ("alice", "carol"):
+        assert not await ch.decide(desk, [call], True, who), who
+    await still_waiting(desk, call)
+    async with A2a.agent(desk, "alice") as agent:
+        shown = await agent.get_task(GetTaskRequest(id=task))
+        assert shown.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert "create_note(" in shown.status.message.parts[0].text
+        assert await Rest().decide(desk, [call], True, "carol")
+        await decided(desk, call, [(True, "carol")])
+        await until(lambda: len(note_rows(desk.data_dir, call.title)) == 1)
+        for _ in range(600):
+            done = await agent.get_task(GetTaskRequest(id=task))
+            if done.status.state == TaskState.TASK_STATE_COMPLETED:
+                break
+            await asyncio.sleep(0.05)
+        assert [p.text for a in done.artifacts for p in a.parts] == ["done"], done
+
+
 @dataclass(frozen=True)
 class Rule:
     check: Callable[[Channel, Desk], Awaitable[None]]
     needs: frozenset[str] = field(default_factory=frozenset)
+    agents: bool = False  # a rule of the channels on which no person decides
 
 
 RULES = {"four-eyes": Rule(four_eyes), "arguments-seen": Rule(arguments_seen, frozenset({"seen"})),
          "look-alike-ids": Rule(look_alike_ids), "acts-once": Rule(acts_once, frozenset({"repeat"})),
          "stale": Rule(stale), "whole": Rule(whole_or_nothing, frozenset({"many"})),
          "roles": Rule(roles, frozenset({"roles"})),
-         "remembered": Rule(remembered, frozenset({"remember"}))}
+         "remembered": Rule(remembered, frozenset({"remember"})),
+         "agents-never-decide": Rule(agents_never_decide, agents=True)}
 CELLS = [pytest.param(rule, channel, id=f"{name}-{channel.name}")
-         for name, rule in RULES.items() for channel in CHANNELS if rule.needs <= channel.can]
+         for name, rule in RULES.items() for channel in CHANNELS
+         if rule.needs <= channel.can and rule.agents != channel.decides]
 
 
 @pytest.fixture
