@@ -15,8 +15,8 @@ context is a conversation and a task is one of its turns (`{conversation id}~{tu
   whoever the roles allow, through any channel.
 
 Each agent profile (`AGENT_PROFILES`) is an agent of its own, under `/agents/NAME`: its card's
-skills are its tools, and its conversations run as the profile. Push notifications and the
-HTTP+JSON binding are not served yet (the card says what is)."""
+skills are its tools, and its conversations run as the profile. Push notifications are not
+served yet (the card says so)."""
 
 from __future__ import annotations
 

@@ -81,7 +81,8 @@ def test_worker_is_built_here_configured_by_env_and_scalable():
     assert workflow_sandbox(default_of(env["AGENT_WORKFLOW_SANDBOX"])) is False
     assert version_from(None, None, {name: default_of(env[name]) for name in (
         "AGENT_DEPLOYMENT", "AGENT_BUILD_ID")}) is None  # unversioned unless both are set
-    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_DATA_DIR",
+    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENT_MCP_CONFIG", "AGENT_A2A_AGENTS",
+                     "AGENT_DATA_DIR",
                      "AGENT_AUTO_APPROVE", "AGENT_PROFILES", "AGENT_PRICES", "AGENT_FOUR_EYES",
                      "OTEL_EXPORTER_OTLP_ENDPOINT", "AGENT_METRICS_ADDRESS", "AGENT_MODELS",
                      "AGENT_WEBHOOKS", "AGENT_PUBLIC_URL", "AGENT_LINK_SECRET"):
