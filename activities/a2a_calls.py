@@ -82,6 +82,7 @@ class Follow:
     task: str | None = None
     sent: bool = False
     rounds: int = 0  # the agent's questions answered before this run
+    said: str = ""  # the agent's last status message, shown as progress
 
     def details(self) -> dict:
         return {"context": self.context, "message": self.message, "task": self.task,
@@ -202,7 +203,7 @@ class RemoteAgent:
             fetched = await client.get_task(GetTaskRequest(id=follow.task))
             if fetched.status.state in SETTLED:
                 return fetched
-            self._progress(fetched, ctx)
+            self._progress(fetched, follow, ctx)
             await asyncio.sleep(delay)
             delay = min(MAX_POLL_S, delay * 1.5)
 
@@ -226,12 +227,15 @@ class RemoteAgent:
             follow.task, follow.sent = task.id, True
             ctx.heartbeat(follow.details())
             log.info("remote task followed", agent=self.name, task=task.id)
-        self._progress(task, ctx)
+        self._progress(task, follow, ctx)
         return task
 
-    def _progress(self, task: Task, ctx: ToolContext) -> None:
+    def _progress(self, task: Task, follow: Follow, ctx: ToolContext) -> None:
+        """The agent's status message as the call's progress, each time it says something new
+        (an agent that repeats itself while it works is shown once)."""
         said = text_of(task.status.message.parts)
-        if said:
+        if said and said != follow.said:
+            follow.said = said
             ctx.progress(f"{self.name}: {said}")
 
     async def _sent_before(self, client: Client, follow: Follow) -> Task | None:

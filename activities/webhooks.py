@@ -42,6 +42,7 @@ from temporalio.exceptions import ApplicationError
 
 from ..contract import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
 from ..rules.links import LinkClaims, sign_link
+from .a2a_push import deliver_push
 from .config_file import read_config
 from .heartbeat import heartbeating
 
@@ -223,16 +224,20 @@ def signatures(secret: str, delivery: str, timestamp: str, body: bytes) -> dict[
 
 class WebhookActivities:
     def __init__(self, webhooks: Webhooks | None, http: httpx.AsyncClient,
-                 env: Mapping[str, str] = os.environ) -> None:
+                 env: Mapping[str, str] = os.environ, push_store: str | None = None) -> None:
         self._webhooks = webhooks
         self._http = http
         self._env = env
+        self._push_store = push_store  # where A2A push configs are kept (the memory store)
 
     @activity.defn(name=NOTIFY_ACTIVITY)
     async def notify(self, request: NotifyRequest) -> int:
         """Deliver one event to one webhook; the HTTP status. A refusal (4xx but 408/429) is
         final; anything else is retried by Temporal's policy, with the same delivery key and
-        `webhook-id`, and a `webhook-timestamp` (and so a signature) of its own."""
+        `webhook-id`, and a `webhook-timestamp` (and so a signature) of its own. An A2A
+        client's push config (`request.push`) is delivered to as `activities.a2a_push` says."""
+        if request.push is not None:
+            return await deliver_push(self._http, self._push_store, request)
         if self._webhooks is None or request.webhook >= len(self._webhooks.hooks):
             raise ApplicationError(f"this worker has no webhook {request.webhook}",
                                    type="UnknownWebhook", non_retryable=True)

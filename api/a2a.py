@@ -10,13 +10,14 @@ context is a conversation and a task is one of its turns (`{conversation id}~{tu
   is the same turn, never a second one.
 - `SendStreamingMessage` follows the turn on the conversation's own stream (a status update at
   each tool, the answer as an artifact); `SubscribeToTask` follows it again after a lost
-  connection. `GetTask` reads the turn from the conversation's status; `CancelTask` stops it.
+  connection. `GetTask` reads the turn from the conversation's status; `CancelTask` stops it;
+  `ListTasks` lists a context's turns, or the caller's conversations' latest.
 - Who may do what is the API's (`api.access`), from the same bearer tokens: a write waits for
   whoever the roles allow, through any channel.
 
 Each agent profile (`AGENT_PROFILES`) is an agent of its own, under `/agents/NAME`: its card's
-skills are its tools, and its conversations run as the profile. Push notifications are not
-served yet (the card says so)."""
+skills are its tools, and its conversations run as the profile. Push notifications are
+`api.a2a_push`'s."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ from a2a.types import (
     AgentSkill,
     Artifact,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     HTTPAuthSecurityScheme,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
     Message,
@@ -55,6 +60,7 @@ from a2a.types import (
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
@@ -74,6 +80,7 @@ from ..activities.profiles import AgentProfile
 from ..client.checks import CliError, NotFound, Refused, UsageError, check_conversation_id
 from ..client.session import Session
 from ..contract import AnswerRequest, ConversationInput, ConversationStatus, SayRequest
+from .a2a_push import PushConfigs
 from .access import Forbidden, Principal
 from .deps import check_access
 from .guard import AGENT_CARD, AGENTS
@@ -91,9 +98,10 @@ PAUSED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_CO
 
 
 def agent_card(url: str, auth_required: bool, name: str | None = None,
-               profile: AgentProfile | None = None) -> AgentCard:
+               profile: AgentProfile | None = None, pushes: bool = True) -> AgentCard:
     """An agent's card (the default agent's, or a profile's): both bindings at `url`,
-    bearer tokens when the API has them, and its skills: a profile's tools, each by name."""
+    bearer tokens when the API has them, push notifications where it keeps their configs (the
+    memory store), and its skills: a profile's tools, each by name."""
     schemes, required = {}, []
     if auth_required:
         schemes = {"bearer": SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
@@ -117,7 +125,7 @@ def agent_card(url: str, auth_required: bool, name: str | None = None,
                                              protocol_version="1.0")
                               for binding in ("JSONRPC", "HTTP+JSON")],
         version="1.0",
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=pushes),
         security_schemes=schemes, security_requirements=required,
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=skills)
@@ -220,6 +228,10 @@ class ConversationTasks(RequestHandler):
                               ) -> Task | Message:
         s = self._session()
         cid, turn = await self._send(s, self._who(context), params.message)
+        if params.configuration.HasField("task_push_notification_config"):
+            pushes, by = await self._pushes(task_id(cid, turn), context)
+            await pushes.set(params.configuration.task_push_notification_config,
+                             task_id(cid, turn), by)
         if params.configuration.return_immediately:
             return task_of(await s.status(cid), turn)
         return task_of(await self._settled(s, cid, turn), turn)
@@ -389,17 +401,33 @@ class ConversationTasks(RequestHandler):
             tasks = [t for t in tasks if t.status.state == params.status]
         return ListTasksResponse(tasks=tasks, page_size=size, total_size=len(tasks))
 
-    async def on_create_task_push_notification_config(self, params: Any, context: Any) -> Any:
-        raise UnsupportedOperationError("push notifications are not served yet")
+    async def _pushes(self, task: str, context: ServerCallContext) -> tuple[PushConfigs, str]:
+        cid, _ = turn_of(task)
+        s, who = self._session(), self._who(context)
+        await self._allowed("read", cid, s, who)
+        return PushConfigs(self._app.state.settings.memory_url, s, cid), who.name
 
-    async def on_get_task_push_notification_config(self, params: Any, context: Any) -> Any:
-        raise UnsupportedOperationError("push notifications are not served yet")
+    async def on_create_task_push_notification_config(
+            self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        pushes, by = await self._pushes(params.task_id, context)
+        return await pushes.set(params, params.task_id, by)
 
-    async def on_list_task_push_notification_configs(self, params: Any, context: Any) -> Any:
-        raise UnsupportedOperationError("push notifications are not served yet")
+    async def on_get_task_push_notification_config(
+            self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        return await (await self._pushes(params.task_id, context))[0].get(params.id)
 
-    async def on_delete_task_push_notification_config(self, params: Any, context: Any) -> Any:
-        raise UnsupportedOperationError("push notifications are not served yet")
+    async def on_list_task_push_notification_configs(
+            self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        pushes, _ = await self._pushes(params.task_id, context)
+        return ListTaskPushNotificationConfigsResponse(configs=await pushes.listed())
+
+    async def on_delete_task_push_notification_config(
+            self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        await (await self._pushes(params.task_id, context))[0].drop(params.id)
 
     async def on_get_extended_agent_card(self, params: Any, context: Any) -> Any:
         raise UnsupportedOperationError("there is no extended card")
@@ -417,13 +445,14 @@ class PrincipalContext(DefaultServerCallContextBuilder):
 
 
 def add_a2a_routes(app: FastAPI, base_url: str, auth_required: bool,
-                   profiles: Mapping[str, AgentProfile]) -> None:
+                   profiles: Mapping[str, AgentProfile], pushes: bool = True) -> None:
     """Each agent's card (public, as `api.guard` lets it be) and bindings (a token's):
     the default agent's at the root, each profile's under `/agents/NAME`."""
     agents: list[tuple[str, str | None, AgentProfile | None]] = [("", None, None)]
     agents += [(f"{AGENTS}/{name}", name, profile) for name, profile in profiles.items()]
     for prefix, name, profile in agents:
-        card = agent_card(base_url.rstrip("/") + prefix + A2A_PATH, auth_required, name, profile)
+        card = agent_card(base_url.rstrip("/") + prefix + A2A_PATH, auth_required, name, profile,
+                          pushes)
         app.router.routes.extend(create_agent_card_routes(card, card_url=prefix + AGENT_CARD))
         tasks = ConversationTasks(app, name)
         app.router.routes.extend(create_jsonrpc_routes(tasks, prefix + A2A_PATH,

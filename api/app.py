@@ -101,6 +101,6 @@ def create_app(settings: ApiSettings, temporal: TemporalSettings,
         lambda: Session(app.state.client, temporal, settings.timeout_s)))
 
     add_a2a_routes(app, settings.public_url or f"http://{settings.host}:{settings.port}",
-                   settings.auth_required, settings.profiles)
+                   settings.auth_required, settings.profiles, settings.memory_url is not None)
     app.mount("/static", StaticFiles(directory=console.STATIC), name="static")
     return app

@@ -261,6 +261,19 @@ class WebhookRef(BaseModel):
     index: int
     host: str
     events: list[str]
+    # an A2A client's push notification config (`api.a2a`) instead of a file's webhook: its id,
+    # by which the `notify` activity reads its URL and credentials in the store the workers share
+    push: str | None = None
+
+
+MAX_PUSH_TARGETS = 8  # A2A push notification configs a conversation delivers to
+
+
+class PushTargets(BaseModel):
+    """The A2A push notification configs a conversation delivers its turns' changes to, whole
+    (the API sends the list again at each change): no URL path, no credential."""
+
+    targets: list[WebhookRef] = Field(default=[], max_length=MAX_PUSH_TARGETS)
 
 
 class NotifyRequest(BaseModel):
@@ -274,6 +287,7 @@ class NotifyRequest(BaseModel):
     payload: dict[str, Any]
     args_hash: str | None = None  # of the call's args: what its one-time links may approve
     ticket: str | None = None  # the call's ticket (`rules.links`): its links name it
+    push: str | None = None  # an A2A push config's id (`WebhookRef.push`), not a webhook's
 
 
 class ToolListRequest(BaseModel):

@@ -27,6 +27,7 @@ CHILD_STATUS_SIGNAL = "child_status"  # a subagent's report to its parent
 # a part of a decision, from an ancestor to the subagent that owns it, and what became of it
 ROUTED_DECISION_SIGNAL = "routed_decision"
 DECISION_REPLY_SIGNAL = "decision_reply"
+PUSH_TARGETS_SIGNAL = "a2a_push_targets"  # the A2A push configs its turns are delivered to
 POLICY_CHANGED_SIGNAL = "policy_changed"  # a worker's policy: waiting calls are judged again
 
 

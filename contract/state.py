@@ -168,6 +168,7 @@ class ConversationState(BaseModel):
     tool_queue: str | None = None  # where tool runs go, when workers split the roles
     memory: bool = False  # each turn recalls the owner's memories (the worker has memory on)
     webhooks: list[WebhookRef] = []  # whom events are delivered to (the worker's AGENT_WEBHOOKS)
+    pushes: list[WebhookRef] = []  # and A2A clients' push notification configs (`PushTargets`)
     webhook_retry_s: float = 3600.0
     outbox: list[NotifyRequest] = []  # deliveries not yet done (a handover re-sends them)
     notified: int = 0  # deliveries made so far: part of each one's key

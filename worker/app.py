@@ -108,7 +108,7 @@ def build_worker(
     (`worker.telemetry`); `tools`: its tool activities (an eval's answer from cases)."""
     llm = llm or LLMActivities(settings, temporal=client)
     tools = tools or ToolActivities(registry or default_registry(), settings, http, mcp)
-    hooks = WebhookActivities(settings.webhooks, http)
+    hooks = webhook_activities(settings, http)
     owners = OwnerLimitActivities(settings, client)
     if activities:
         served = [*model_activities(llm), *local_activities(tools, owners), hooks.notify]
@@ -171,7 +171,7 @@ def role_workers(client: Client, task_queue: str, role: str, settings: ActivityS
                                 deployment_config=deployment)]
     elif role == "workflows":
         lister = ToolActivities(registry, settings, http, mcp, activity_queues=queues)
-        hooks = WebhookActivities(settings.webhooks, http)
+        hooks = webhook_activities(settings, http)
         # The workflow tasks with their local activities (this worker's handshake marks no tool
         # local, but a conversation begun on a worker of all roles may have); and, as
         # activities on the task queue, deliveries and the handshakes of conversations begun
@@ -223,6 +223,13 @@ def workflow_runner(sandboxed: bool = True, *, check_rules: bool = False) -> Wor
                                        if not (check_rules and layer == rules.__name__))
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*shared))
+
+
+def webhook_activities(settings: ActivitySettings, http: httpx.AsyncClient) -> WebhookActivities:
+    """Deliveries to the file's webhooks, and to A2A clients' push configs (kept in the memory
+    store, where the API puts them)."""
+    return WebhookActivities(settings.webhooks, http,
+                             push_store=settings.memory_store_url if settings.memory else None)
 
 
 def workflow_sandbox(value: str) -> bool:

@@ -27,6 +27,7 @@ from ..contract import (
     DecideRequest,
     EndRequest,
     PendingPrompt,
+    PushTargets,
     RoutedDecision,
     SayRequest,
     SignalOutcome,
@@ -54,10 +55,9 @@ from .status_view import StatusView, moved_here, new_version, running_version
 from .turn import Turns
 
 
-# On a versioned worker (`agent-worker --deployment`, `worker.deployment`) a run is pinned
-# to its version, so it never meets other code; it moves to a new version only by continuing as
-# new at a turn boundary. (The behaviour is the worker's default, not this definition's: Temporal
-# refuses the workflow tasks of an unversioned worker whose workflow names one.)
+# On a versioned worker (`worker.deployment`) a run is pinned to its version; it moves to a new
+# one by continuing as new at a turn boundary. (The worker's default, not this definition's:
+# Temporal refuses the workflow tasks of an unversioned worker whose workflow names one.)
 @workflow.defn
 class ConversationWorkflow:
     @workflow.init
@@ -281,6 +281,11 @@ class ConversationWorkflow:
             if await judge.rejudge(changed.revision):
                 self._view.sync()
 
+    @workflow.signal(name=names.PUSH_TARGETS_SIGNAL)
+    def push_targets(self, targets: PushTargets | None = None) -> None:
+        if sent(targets, names.PUSH_TARGETS_SIGNAL):  # the A2A push configs, as the API has them
+            self._state.pushes = targets.targets
+
     @workflow.signal(name=LEASE_GRANTED_SIGNAL)
     def owner_lease_granted(self, lease: Lease | None = None) -> None:
         """The owner's ledger lets the turn that waited for its share go on."""
@@ -330,8 +335,7 @@ class ConversationWorkflow:
     @workflow.query(name=PENDING_PROMPT_QUERY)
     def pending_prompt(self, digest: str) -> PendingPrompt | None:
         """The prompt and tools of the model call this conversation waits on, if it has this
-        digest: for a worker that holds no copy of the previous prompt
-        (`rules.delta`)."""
+        digest: for a worker that holds no copy of the previous prompt (`rules.delta`)."""
         return self._model_step.pending(digest)
 
     @workflow.query
@@ -389,11 +393,8 @@ class ConversationWorkflow:
         self._reporter.notifier.hand_over()
         await self._wind_up()
         info = workflow.info()
-        workflow.logger.info("continuing as new after %d events%s",
-                             info.get_current_history_length(),
+        workflow.logger.info("continuing as new after %d events%s", info.get_current_history_length(),
                              " onto the deployment's new version" if move else "")
         state = carried(self._state, self._reporter.carry())
-        workflow.continue_as_new(
-            next_input(self._input, state),
-            initial_versioning_behavior=(
-                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if move else None))
+        workflow.continue_as_new(next_input(self._input, state), initial_versioning_behavior=(
+            workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if move else None))

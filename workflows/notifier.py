@@ -43,7 +43,7 @@ class Notifier:
     def notify(self, event: str, turn: int, args_hash: str | None = None,
                ticket: str | None = None, **fields: Any) -> None:
         """Deliver `event` to each webhook that asked for it (nothing without webhooks)."""
-        hooks = [h for h in self._state.webhooks if event in h.events]
+        hooks = [h for h in (*self._state.webhooks, *self._state.pushes) if event in h.events]
         if not hooks:
             return
         conversation = workflow.info().workflow_id
@@ -53,9 +53,10 @@ class Notifier:
         for hook in hooks:
             self._state.notified += 1
             key = hashlib.sha256(f"{conversation}|{event}|{self._state.notified}|"
-                                 f"{hook.index}".encode()).hexdigest()[:32]
+                                 f"{hook.push or hook.index}".encode()).hexdigest()[:32]
             request = NotifyRequest(webhook=hook.index, host=hook.host, event=event, key=key,
-                                    payload=payload, args_hash=args_hash, ticket=ticket)
+                                    payload=payload, args_hash=args_hash, ticket=ticket,
+                                    push=hook.push)
             self._state.outbox = keep_last([*self._state.outbox, request], MAX_OUTBOX)
             self._start(request)
 

@@ -28,6 +28,8 @@ from ...contract.memory import Memory
 from ...rules.memory import memory_text_problem, search_terms
 from .grants import SCHEMA as GRANTS_SCHEMA
 from .grants import OwnerGrants
+from .pushes import SCHEMA as PUSHES_SCHEMA
+from .pushes import PushConfigs
 
 COLUMNS = "id, owner, text, created_at, conversation_id"
 LOGGED = "memory_id, owner, created_at, conversation_id"  # a memory in the log: never its text
@@ -79,7 +81,7 @@ CREATE TABLE IF NOT EXISTS memory_log (
 );
 CREATE INDEX IF NOT EXISTS memory_log_by_cause ON memory_log (cause);
 CREATE INDEX IF NOT EXISTS memory_log_by_memory ON memory_log (memory_id);
-""" + GRANTS_SCHEMA
+""" + GRANTS_SCHEMA + PUSHES_SCHEMA
 # A store made when the log kept the texts of removed memories: each erased, then the column
 # dropped, on the first open (a store without the column has nothing to do)
 SCRUB_LOG = ("UPDATE memory_log SET text = ''", "ALTER TABLE memory_log DROP COLUMN text")
@@ -106,7 +108,7 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-class MemoryStore(OwnerGrants, ABC):
+class MemoryStore(OwnerGrants, PushConfigs, ABC):
     """The memories of every owner, in one database."""
 
     placeholder = "?"

@@ -4,7 +4,9 @@ approves on the API, sends a message again without a second turn, and cancels a 
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -13,34 +15,48 @@ import pytest
 import pytest_asyncio
 from a2a.client import ClientConfig, create_client
 from a2a.types import (
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    StreamResponse,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
+from google.protobuf import json_format
+from temporalio.client import Client
 
+from durable_react_agent.activities.settings import ActivitySettings
+from durable_react_agent.contract import EndRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
+from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.api_support import ApiServer, tokens_env
-from tests.helpers import script, tool_call, unique
+from tests.helpers import replay, script, tool_call, unique
 from tests.subagent_support import PROFILES
+from tests.webhook_support import Receiver
 
 TOKENS = {"ann": ("tok-ann", "user"), "root": ("tok-root", "admin"), "bob": ("tok-bob", "user")}
 
 
 @pytest.fixture(scope="module")
-def api(temporal_address: str, agents_queue: str, tmp_path_factory) -> Iterator[ApiServer]:
+def api(temporal_address: str, agents_queue: str, activity_settings: ActivitySettings,
+        tmp_path_factory) -> Iterator[ApiServer]:
     """The API of the worker with agent profiles (`tests.subagent_support.PROFILES`), which it
-    reads as the worker does."""
+    reads as the worker does, and the worker's memory store (where push configs are kept)."""
     profiles = tmp_path_factory.mktemp("a2a") / "profiles.json"
     profiles.write_text(json.dumps({"agents": {n: p.model_dump() for n, p in PROFILES.items()}}))
     with ApiServer(temporal_address, agents_queue, AGENT_PROFILES=str(profiles),
-                   AGENT_API_TOKENS=tokens_env(TOKENS)) as server:
+                   AGENT_API_TOKENS=tokens_env(TOKENS),
+                   AGENT_DATA_DIR=str(activity_settings.data_dir)) as server:
         yield server
 
 
@@ -82,6 +98,7 @@ async def test_the_card_names_the_binding_and_the_tokens(api: ApiServer):
         for binding in ("JSONRPC", "HTTP+JSON")]
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
     assert card["capabilities"]["streaming"] is True and card["skills"]
+    assert card["capabilities"]["pushNotifications"] is True  # the API has the workers' store
 
 
 async def test_a_weather_answer_and_a_message_sent_again_is_the_same_turn(
@@ -255,3 +272,63 @@ async def test_what_another_agent_sends_is_checked_before_anything_starts(
         refused = await http.post(f"{api.url}/a2a", json={"jsonrpc": "2.0", "id": 1,
                                                           "method": "GetTask", "params": {}})
     assert refused.status_code == 401
+
+
+async def test_push_notifications_tell_a_client_each_turn_with_no_secret_in_the_history(
+        agent, model: ScriptedModelServer, api: ApiServer, receiver: Receiver, client: Client):
+    """A config set on a waiting task: the turn's answer is pushed (A2A's `StreamResponse`,
+    with the client's token and credentials), and so is the next turn's write waiting; the
+    conversation holds the config's id and host, never its path, token or credentials."""
+    first, second = unique("a2a-push-note"), unique("a2a-push-note")
+    trigger = script(model, unique("a2a-push"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": first,
+                                                                         "body": "b"})]),
+                     ScriptedReply(content="Saved: {last_tool}"),
+                     ScriptedReply(tool_calls=[tool_call("create_note", {"title": second,
+                                                                         "body": "b"})]))
+    task = await send(agent, said(f"{trigger}: save a note"))
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+    config = await agent.create_task_push_notification_config(TaskPushNotificationConfig(
+        task_id=task.id, url=receiver.url, token="push-token-1",
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="push-cred-2")))
+    for url in ("ftp://127.0.0.1/x", "http:///nohost", "http://h/" + "x" * 3000):
+        with pytest.raises(Exception, match="a push URL is"):
+            await agent.create_task_push_notification_config(TaskPushNotificationConfig(
+                task_id=task.id, url=url))
+    listed = await agent.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task.id))
+    assert [(c.id, c.url, c.authentication.credentials) for c in listed.configs] == [
+        (config.id, receiver.url, "")]  # its credentials are not said again
+    async with httpx.AsyncClient(base_url=api.url, timeout=60, headers={
+            "Authorization": f"Bearer {TOKENS['root'][0]}"}) as root:
+        assert (await root.post(f"/conversations/{task.context_id}/confirm",
+                                json={"all": True})).status_code == 200
+    [finished] = await receiver.until("turn_finished")
+    assert finished["headers"]["X-A2A-Notification-Token"] == "push-token-1"
+    assert finished["headers"]["Authorization"] == "Bearer push-cred-2"
+    pushed = json_format.ParseDict(finished["json"], StreamResponse()).task
+    assert (pushed.id, pushed.status.state) == (task.id, TaskState.TASK_STATE_COMPLETED)
+    assert answer_of(pushed).startswith("Saved: Created note")
+
+    later = await send(agent, said("and another", context_id=task.context_id))
+    [waits] = await receiver.until("approval_requested")
+    pushed = json_format.ParseDict(waits["json"], StreamResponse()).task
+    assert pushed.id == later.id == f"{task.context_id}~2"
+    assert pushed.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert "waiting for approval: create_note(" in pushed.status.message.parts[0].text
+    await agent.delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest(
+        task_id=later.id, id=config.id))
+    with pytest.raises(Exception, match="no push config"):
+        await agent.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(
+            task_id=later.id, id=config.id))
+
+    handle = client.get_workflow_handle(task.context_id)
+    await handle.signal(ConversationWorkflow.end, EndRequest())
+    await handle.result()
+    history = (await handle.fetch_history()).to_json()
+    decoded = " ".join(base64.b64decode(d).decode(errors="replace")
+                       for d in re.findall(r'"data": ?"([A-Za-z0-9+/=]+)"', history))
+    assert config.id in decoded and "127.0.0.1" in decoded  # what the conversation holds
+    for secret in ("push-token-1", "push-cred-2", "/hook"):
+        assert secret not in decoded + history, secret
+    await replay(handle, record_as="a2a_push_notifications")

@@ -133,6 +133,7 @@ NOT_IN_THE_OLD_SHAPE = {
     "current.trace", "current.started_at",  # a turn from before traces has none: no spans
     "current.fallbacks", "models", "tool_queue",  # from before model entries: routed as ever
     "webhooks", "webhook_retry_s", "outbox", "notified",  # from before webhooks: none
+    "pushes",  # from before A2A push notifications: none
     "reported",  # a subagent from before numbered reports
     "memory",  # a conversation from before memory recalls nothing
     "handshake_version",  # from before versioned workers: unversioned
@@ -213,6 +214,8 @@ def full_state() -> ConversationState:
     state.handshake_version = "agents:b7"
     state.mcp_listing = {"asking": "a4374ffe9712f4d7"}
     state.webhooks = [WebhookRef(index=0, host="hooks.example", events=["turn_finished"])]
+    state.pushes = [WebhookRef(index=-1, host="client.example", events=["turn_finished"],
+                               push="push-1")]
     state.webhook_retry_s, state.notified, state.reported = 60.0, 3, 2
     state.outbox = [NotifyRequest(webhook=0, host="hooks.example", event="turn_finished",
                                   key="k" * 32, payload={"turn": 1})]

@@ -28,14 +28,24 @@ from durable_react_agent.activities.remote_agents import (
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tools import ToolContext
 from durable_react_agent.activities.tools.loader import ToolLoadError
-from durable_react_agent.contract import StopRequest
+from durable_react_agent.contract import EndRequest, StopRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker, tool_registry
 from durable_react_agent.workflows.conversation import ConversationWorkflow
 from tests.a2a_support import QUESTION, RemoteDesk
 from tests.api_support import ApiServer, tokens_env
 from tests.fake_tools import registry_with_test_tools
-from tests.helpers import reaches, replay, script, settled, start, tool_call, unique, until
+from tests.helpers import (
+    reaches,
+    replay,
+    script,
+    settled,
+    start,
+    stream_events,
+    tool_call,
+    unique,
+    until,
+)
 
 OURS_TOKEN = "tok-of-the-caller"
 
@@ -163,6 +173,12 @@ async def test_a_stopped_call_cancels_its_remote_task(
             status = await settled(handle, timeout_s=60)
             assert status.stop_reason == "stopped", status
             await until(lambda: bool(slow.desk.canceled), timeout_s=30, what="the cancel")
+            await handle.signal(ConversationWorkflow.end, EndRequest())
+            await handle.result()
+            shown = [e.text for e in await stream_events(client, handle.id)
+                     if e.kind == "tool_progress"]
+        # the agent said "still working" every 0.2 s: shown once, as each new thing it says
+        assert shown[-1] == "desk: still working" and len(shown) == len(set(shown)), shown
 
 
 async def test_an_agent_that_is_not_there_is_an_error_the_model_reads(
