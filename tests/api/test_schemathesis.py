@@ -106,12 +106,22 @@ def keeps_the_described_rules(case: schemathesis.Case) -> bool:
     return schema is None or output_schema_problem(schema) is None
 
 
+# HTTP's own framing, which the server reads before the app (a generated `Transfer-Encoding: iY`
+# is uvicorn's 400 "Invalid HTTP request received."): no input of the API's
+FRAMING = frozenset({"transfer-encoding", "content-length", "connection", "host", "te",
+                     "upgrade", "expect", "keep-alive", "trailer"})
+
+
+def frames_as_http(case: schemathesis.Case) -> bool:
+    return not FRAMING & {name.lower() for name in (case.headers or {})}
+
+
 async def test_every_operation_answers_as_documented(contract: OpenApiSchema):
     def run() -> None:
         for found in contract.get_all_operations():
             operation = found.ok()
             for mode in GenerationMode:
-                cases = operation.as_strategy(mode)
+                cases = operation.as_strategy(mode).filter(frames_as_http)
                 if mode is GenerationMode.POSITIVE:
                     cases = cases.filter(keeps_the_described_rules)
 

@@ -24,6 +24,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.testing import ScriptedModelServer
@@ -214,10 +215,15 @@ async def polled(client: Client, queue: str, timeout_s: float = 10) -> None:
     """Until the server lists a worker polling `queue`."""
     deadline = time.monotonic() + timeout_s
     while True:
-        described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueue(name=queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-        if described.pollers:
-            return
+        try:
+            described = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=queue),
+                                         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+        except RPCError as err:  # a call cut short on a loaded machine: ask again
+            if err.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE):
+                raise
+        else:
+            if described.pollers:
+                return
         assert time.monotonic() < deadline, "the worker never polled"
         await asyncio.sleep(0.1)
