@@ -26,7 +26,7 @@ from ..contract import PushTargets, WebhookRef
 from ..contract.models import MAX_PUSH_TARGETS
 from ..contract.names import PUSH_TARGETS_SIGNAL
 
-MAX_URL_CHARS, MAX_SECRET_CHARS = 2048, 4096
+MAX_URL_CHARS, MAX_SECRET_CHARS, MAX_ID_CHARS = 2048, 4096, 128
 
 
 def _config(pushed: PushConfig) -> TaskPushNotificationConfig:
@@ -62,6 +62,8 @@ class PushConfigs:
         if max(len(config.token), len(auth.scheme), len(auth.credentials)) > MAX_SECRET_CHARS:
             raise InvalidParamsError(f"a push token or credential is at most {MAX_SECRET_CHARS} "
                                      "characters")
+        if len(config.id) > MAX_ID_CHARS:
+            raise InvalidParamsError(f"a push config's id is at most {MAX_ID_CHARS} characters")
         kept = await self.all()
         config_id = config.id or "push-" + hashlib.sha256(url.encode()).hexdigest()[:12]
         if config_id not in {k.id for k in kept} and len(kept) >= MAX_PUSH_TARGETS:

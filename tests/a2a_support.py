@@ -7,6 +7,7 @@ What it does with a message:
 - `ask: ...`: asks "Which city, Paris or Rome?" (`input-required`); the answer completes the
   task with "Forecast for <answer>: sunny".
 - `slow: ...`: works until `release()`d, saying "still working", then answers.
+- `reject: ...` and `auth: ...`: the task is rejected, or requires authentication.
 - anything else: answers "Desk says: <message>".
 Each message id it is sent is kept, in order (`received`), to count what was sent twice."""
 
@@ -63,6 +64,12 @@ class Desk(AgentExecutor):
         await updater.start_work(self._said(updater, "working on it"))
         if text.startswith("ask:"):
             await updater.requires_input(self._said(updater, QUESTION))
+            return
+        if text.startswith("reject:"):
+            await updater.reject(self._said(updater, "not my department"))
+            return
+        if text.startswith("auth:"):
+            await updater.requires_auth(self._said(updater, "sign in at the desk first"))
             return
         if text.startswith("slow:"):
             while not self.released.is_set():

@@ -295,6 +295,9 @@ async def test_push_notifications_tell_a_client_each_turn_with_no_secret_in_the_
         with pytest.raises(Exception, match="a push URL is"):
             await agent.create_task_push_notification_config(TaskPushNotificationConfig(
                 task_id=task.id, url=url))
+    with pytest.raises(Exception, match="id is at most 128"):
+        await agent.create_task_push_notification_config(TaskPushNotificationConfig(
+            task_id=task.id, url=receiver.url, id="p" * 129))
     listed = await agent.list_task_push_notification_configs(
         ListTaskPushNotificationConfigsRequest(task_id=task.id))
     assert [(c.id, c.url, c.authentication.credentials) for c in listed.configs] == [

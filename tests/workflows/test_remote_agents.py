@@ -231,3 +231,17 @@ def test_the_agents_file_says_what_is_wrong(tmp_path: Path, activity_settings):
         tool_registry(activity_settings, [named_as_builtin])
     with pytest.raises(ToolLoadError, match="'__' is kept"):
         tool_registry(activity_settings, [badly_named])
+
+
+@pytest.mark.parametrize(("message", "error"), [
+    ("reject: please", "Error: the agent desk_polled rejected the task: not my department"),
+    ("auth: please", "Error: the agent desk_polled requires authentication this worker does not "
+                     "have: sign in at the desk first")])
+async def test_a_rejected_task_or_one_that_wants_sign_in_is_an_error_the_model_reads(
+        client: Client, model: ScriptedModelServer, remote_queue: str, message: str, error: str):
+    trigger = script(model, unique("a2a-refused"),
+                     ScriptedReply(tool_calls=[tool_call("desk_polled", {"message": message})]),
+                     ScriptedReply(content="{last_tool}"))
+    status = await settled(await start(client, remote_queue, trigger), timeout_s=60)
+    assert status.final_answer == error, status
+
