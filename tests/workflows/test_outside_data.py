@@ -235,8 +235,12 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     await handle.signal("confirm", {"call_ids": 5, "request_id": "wrong-types"})
     await handle.signal("say", ["not", "an", "object"])
     for name in ("confirm", "reject", "answer", "say", "child_status", "routed_decision",
-                 "decision_reply"):
+                 "decision_reply", "a2a_push_targets"):
         await handle.signal(name)  # no request at all
+    # push targets past their bound, and of the wrong shape
+    await handle.signal("a2a_push_targets", {"targets": [
+        {"index": -1, "host": "h", "events": ["turn_finished"], "push": f"p{n}"} for n in range(9)]})
+    await handle.signal("a2a_push_targets", {"targets": "all of them"})
     # a decision's part routed from no ancestor, one with two parts, a reply nobody awaits
     await handle.signal("routed_decision", {"reply_to": "elsewhere", "confirm": {
         "call_ids": ["nope"], "request_id": "routed"}})
@@ -262,5 +266,8 @@ async def test_malformed_signal_and_update_payloads_leave_the_conversation_worki
     assert (await outcome_of(handle, "fine")).accepted
     status = await settled(handle)
     assert status.final_answer.startswith("Created note #")
+    history = await handle.fetch_history()  # no push target was taken: nothing was delivered
+    assert "notify" not in {e.activity_task_scheduled_event_attributes.activity_type.name
+                            for e in history.events}
 
 
