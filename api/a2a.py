@@ -90,7 +90,7 @@ A2A_PATH = "/a2a"  # the JSON-RPC binding, and the HTTP+JSON binding's base
 # (the HTTP+JSON binding's /tasks/ID); "#", which ids had before, is read too
 TURN_MARK = "~"
 OLD_TURN_MARK = "#"
-MAX_LISTED = 100  # tasks in a ListTasks answer
+MAX_LISTED, LISTED = 100, 20  # tasks in a ListTasks answer: at most, and unless asked
 WAIT_S = 300.0  # how long a blocking SendMessage waits for its turn to settle
 # where a turn's stream ends: it waits for a person, or it is over
 PAUSED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_COMPLETED,
@@ -383,10 +383,11 @@ class ConversationTasks(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext
                             ) -> ListTasksResponse:
         """A context's turns, newest first; without one, the latest turn of each conversation
-        the caller may read (its own, or all for a role that reads all), newest first. One page:
-        `page_size` (default and at most 100), no page token."""
+        the caller may read (its own, or all for a role that reads all), newest first (each a
+        status query: a closed conversation's is a replay). One page: `page_size` (default 20,
+        at most 100), no page token."""
         s, who = self._session(), self._who(context)
-        size = min(params.page_size or MAX_LISTED, MAX_LISTED)
+        size = min(params.page_size or LISTED, MAX_LISTED)
         if params.context_id:
             await self._allowed("read", params.context_id, s, who)
             status = await s.status(params.context_id)
