@@ -219,8 +219,11 @@ class RemoteAgent:
         if event.HasField("artifact_update"):
             update = event.artifact_update
             same = [a for a in task.artifacts if a.artifact_id == update.artifact.artifact_id]
-            if update.append and same:
-                same[0].parts.extend(update.artifact.parts)
+            if update.append and same:  # a chunk goes on where the last one stopped
+                parts, more = same[0].parts, list(update.artifact.parts)
+                if parts and more and parts[-1].HasField("text") and more[0].HasField("text"):
+                    parts[-1].text += more.pop(0).text
+                parts.extend(more)
             else:
                 task.artifacts.append(update.artifact)
         if task.id and (task.id != follow.task or not follow.sent):

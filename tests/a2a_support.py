@@ -8,6 +8,7 @@ What it does with a message:
   task with "Forecast for <answer>: sunny".
 - `slow: ...`: works until `release()`d, saying "still working", then answers.
 - `reject: ...` and `auth: ...`: the task is rejected, or requires authentication.
+- `big: ...`: answers 300 KB, in three chunks of one artifact.
 - anything else: answers "Desk says: <message>".
 Each message id it is sent is kept, in order (`received`), to count what was sent twice."""
 
@@ -64,6 +65,12 @@ class Desk(AgentExecutor):
         await updater.start_work(self._said(updater, "working on it"))
         if text.startswith("ask:"):
             await updater.requires_input(self._said(updater, QUESTION))
+            return
+        if text.startswith("big:"):  # an answer of 300 KB, in three chunks of one artifact
+            for n in range(3):
+                await updater.add_artifact([new_text_part(f"{n}" * 100_000)], artifact_id="big",
+                                           append=n > 0)
+            await updater.complete()
             return
         if text.startswith("reject:"):
             await updater.reject(self._said(updater, "not my department"))

@@ -28,7 +28,7 @@ from durable_react_agent.activities.remote_agents import (
 from durable_react_agent.activities.settings import ActivitySettings
 from durable_react_agent.activities.tools import ToolContext
 from durable_react_agent.activities.tools.loader import ToolLoadError
-from durable_react_agent.contract import EndRequest, StopRequest
+from durable_react_agent.contract import ConfirmRequest, EndRequest, StopRequest
 from durable_react_agent.testing import ScriptedModelServer, ScriptedReply
 from durable_react_agent.worker.app import build_worker, tool_registry
 from durable_react_agent.workflows.conversation import ConversationWorkflow
@@ -244,4 +244,23 @@ async def test_a_rejected_task_or_one_that_wants_sign_in_is_an_error_the_model_r
                      ScriptedReply(content="{last_tool}"))
     status = await settled(await start(client, remote_queue, trigger), timeout_s=60)
     assert status.final_answer == error, status
+
+
+async def test_a_large_remote_answer_is_cut_for_the_model_as_any_tool_s_result(
+        client: Client, model: ScriptedModelServer, remote_queue: str):
+    """300 KB in three streamed chunks of one artifact: put together, then cut to the
+    conversation's observation bound with how much there was (kept whole by reference where
+    the worker has External Storage, as `tests/workflows/test_payloads.py` shows)."""
+    trigger = script(model, unique("a2a-big"),
+                     ScriptedReply(tool_calls=[tool_call("desk", {"message": "big: all of it"})]),
+                     ScriptedReply(content="{last_tool}"))
+    handle = await start(client, remote_queue, trigger)
+    [call] = (await reaches(handle, "waiting_for_confirmation", timeout_s=60)
+              ).pending_confirmations  # (the desk's risk is sensitive)
+    await handle.signal(ConversationWorkflow.confirm, ConfirmRequest(call_ids=[call.call_id]))
+    status = await settled(handle, timeout_s=60)
+    seen = status.final_answer
+    # the three chunks as one text of 300,000 characters (no line between them), then cut
+    assert seen.startswith("0" * 1000) and "[truncated: 300000 bytes" in seen, seen[-200:]
+    assert len(seen.encode()) < 20_000
 
