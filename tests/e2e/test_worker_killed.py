@@ -439,10 +439,11 @@ async def test_worker_killed_while_a_remote_agent_works_follows_its_task_without
             worker.start()
             handle = await start(client, queue, trigger)
 
-            async def task_heartbeated() -> bool:
+            async def task_heartbeated() -> bool:  # the task's id, once the agent has it
                 pending = (await handle.describe()).raw_description.pending_activities
-                return any(b"task" in p.heartbeat_details.SerializeToString()
-                           and p.activity_type.name == "desk" for p in pending)
+                return any(p.activity_type.name == "desk" and p.heartbeat_details.payloads
+                           and json.loads(p.heartbeat_details.payloads[0].data).get("sent")
+                           for p in pending)
 
             await until(task_heartbeated, timeout_s=60, what="the task id in a heartbeat")
             assert len(remote.desk.received) == 1
