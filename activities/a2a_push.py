@@ -12,20 +12,27 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
 import structlog
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..contract import NotifyRequest
-from .heartbeat import heartbeating
 from .memory import open_store
 
 log = structlog.get_logger("webhooks")
 
 PUSH_EVENTS = ["approval_requested", "question_asked", "turn_finished", "conversation_failed"]
-DELIVERY_TIMEOUT_S = 10.0
+TURN_MARK = "~"  # between a task's conversation and turn (`api.a2a`)
 STOPPED = ("stopped", "cancelled", "ended")
+
+
+def turn_task(conversation: str, turn: int) -> str:
+    """A turn's A2A task id: in no conversation id, and kept whole in a URL path."""
+    return f"{conversation}{TURN_MARK}{turn}"
+
+
+def approval_line(tool: Any, args: Any, risk: Any, ref: Any) -> str:
+    """A call that waits for a person, as an A2A task's status message says it."""
+    return f"waiting for approval: {tool}({json.dumps(args, ensure_ascii=False)}) [{risk}], call {ref}"
 
 
 def push_body(request: NotifyRequest) -> dict[str, Any]:
@@ -45,13 +52,11 @@ def push_body(request: NotifyRequest) -> dict[str, Any]:
 
     p = request.payload
     conversation, turn = p["conversation_id"], int(p.get("turn") or 0)
-    task_id = f"{conversation}~{turn}"
+    task_id = turn_task(conversation, turn)
     said, artifacts = None, []
     if request.event == "approval_requested":
         state = TaskState.TASK_STATE_INPUT_REQUIRED
-        args = json.dumps(p.get("args"), ensure_ascii=False)
-        said = (f"waiting for approval: {p.get('tool')}({args}) [{p.get('risk')}], "
-                f"call {p.get('call_id')}")
+        said = approval_line(p.get("tool"), p.get("args"), p.get("risk"), p.get("call_id"))
     elif request.event == "question_asked":
         state, said = TaskState.TASK_STATE_INPUT_REQUIRED, f"question: {p.get('question')}"
     elif request.event == "conversation_failed":
@@ -71,9 +76,11 @@ def push_body(request: NotifyRequest) -> dict[str, Any]:
     return MessageToDict(StreamResponse(task=task))
 
 
-async def deliver_push(http: httpx.AsyncClient, store_url: str | None,
-                       request: NotifyRequest) -> int:
-    """Deliver one event to one A2A push config; the HTTP status (0: the config is gone)."""
+async def push_delivery(store_url: str | None, request: NotifyRequest
+                        ) -> tuple[str, bytes, dict[str, str]] | None:
+    """Where and what to POST for one event to one A2A push config (`notify` sends it as it
+    sends a webhook's): its URL, the body, and the client's token and credentials; None when
+    the config is gone."""
     if store_url is None:
         raise ApplicationError("this worker keeps no A2A push configs (AGENT_MEMORY=off)",
                                type="UnknownWebhook", non_retryable=True)
@@ -82,24 +89,12 @@ async def deliver_push(http: httpx.AsyncClient, store_url: str | None,
     config = next((c for c in configs if c.id == request.push), None)
     if config is None:
         log.info("push config gone", key=request.key, push=request.push)
-        return 0
+        return None
     headers = {"Content-Type": "application/json", "X-Agent-Delivery": request.key,
                "X-Agent-Event": request.event}
     if config.token:
         headers["X-A2A-Notification-Token"] = config.token
     if config.scheme and config.credentials:
         headers["Authorization"] = f"{config.scheme} {config.credentials}"
-    try:
-        response = await heartbeating(http.post(config.url, json=push_body(request),
-                                                headers=headers, timeout=DELIVERY_TIMEOUT_S))
-    except httpx.HTTPError as err:
-        raise ApplicationError(f"{request.host} unreachable: {type(err).__name__}",
-                               type="WebhookUnreachable") from None
-    status = response.status_code
-    log.info("push delivered" if status < 300 else "push refused", kind=request.event,
-             host=request.host, status=status, key=request.key, attempt=activity.info().attempt)
-    if status >= 300:
-        final = 400 <= status < 500 and status not in (408, 429)
-        raise ApplicationError(f"{request.host} answered {status}", type="WebhookRefused",
-                               non_retryable=final)
-    return status
+    body = json.dumps(push_body(request), ensure_ascii=False, separators=(",", ":")).encode()
+    return config.url, body, headers

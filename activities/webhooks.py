@@ -42,7 +42,7 @@ from temporalio.exceptions import ApplicationError
 
 from ..contract import NOTIFY_ACTIVITY, NotifyRequest, WebhookRef
 from ..rules.links import LinkClaims, sign_link
-from .a2a_push import deliver_push
+from .a2a_push import push_delivery
 from .config_file import read_config
 from .heartbeat import heartbeating
 
@@ -237,7 +237,10 @@ class WebhookActivities:
         `webhook-id`, and a `webhook-timestamp` (and so a signature) of its own. An A2A
         client's push config (`request.push`) is delivered to as `activities.a2a_push` says."""
         if request.push is not None:
-            return await deliver_push(self._http, self._push_store, request)
+            found = await push_delivery(self._push_store, request)
+            if found is None:
+                return 0  # the client removed it since
+            return await self._post(request, request.host, *found)
         if self._webhooks is None or request.webhook >= len(self._webhooks.hooks):
             raise ApplicationError(f"this worker has no webhook {request.webhook}",
                                    type="UnknownWebhook", non_retryable=True)
@@ -254,19 +257,24 @@ class WebhookActivities:
             except WebhooksError as err:
                 raise ApplicationError(f"{hook.secret_env}: {err}", type="BadWebhookSecret",
                                        non_retryable=True) from None
+        return await self._post(request, hook.host, hook.url, body, headers)
+
+    async def _post(self, request: NotifyRequest, host: str, url: str, body: bytes,
+                    headers: dict[str, str]) -> int:
+        """POST one delivery; the HTTP status. A refusal (4xx but 408/429) is final; anything
+        else is for Temporal's policy to retry."""
         try:
-            response = await heartbeating(self._http.post(hook.url, content=body,
-                                                          headers=headers,
+            response = await heartbeating(self._http.post(url, content=body, headers=headers,
                                                           timeout=DELIVERY_TIMEOUT_S))
         except httpx.HTTPError as err:
-            raise ApplicationError(f"{hook.host} unreachable: {type(err).__name__}",
+            raise ApplicationError(f"{host} unreachable: {type(err).__name__}",
                                    type="WebhookUnreachable") from None
         status = response.status_code
         log.info("webhook delivered" if status < 300 else "webhook refused", kind=request.event,
-                 host=hook.host, status=status, key=request.key,
+                 host=host, status=status, key=request.key, push=request.push,
                  attempt=activity.info().attempt)
         if status >= 300:
             final = 400 <= status < 500 and status not in (408, 429)
-            raise ApplicationError(f"{hook.host} answered {status}", type="WebhookRefused",
+            raise ApplicationError(f"{host} answered {status}", type="WebhookRefused",
                                    non_retryable=final)
         return status

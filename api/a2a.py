@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -76,6 +75,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..activities.a2a_push import TURN_MARK, approval_line, turn_task
 from ..activities.profiles import AgentProfile
 from ..client.checks import CliError, NotFound, Refused, UsageError, check_conversation_id
 from ..client.session import Session
@@ -86,10 +86,7 @@ from .deps import check_access
 from .guard import AGENT_CARD, AGENTS
 
 A2A_PATH = "/a2a"  # the JSON-RPC binding, and the HTTP+JSON binding's base
-# between a task's conversation and turn: in no conversation id, and kept whole in a URL path
-# (the HTTP+JSON binding's /tasks/ID); "#", which ids had before, is read too
-TURN_MARK = "~"
-OLD_TURN_MARK = "#"
+OLD_TURN_MARK = "#"  # what task ids had before `TURN_MARK`: read too
 MAX_LISTED, LISTED = 100, 20  # tasks in a ListTasks answer: at most, and unless asked
 WAIT_S = 300.0  # how long a blocking SendMessage waits for its turn to settle
 # where a turn's stream ends: it waits for a person, or it is over
@@ -138,10 +135,6 @@ def context_for(who: Principal, message_id: str) -> str:
     return f"a2a-{digest}"
 
 
-def task_id(conversation: str, turn: int) -> str:
-    return f"{conversation}{TURN_MARK}{turn}"
-
-
 def turn_of(task: str) -> tuple[str, int]:
     conversation, mark, turn = task.rpartition(TURN_MARK)
     if not mark:
@@ -165,8 +158,7 @@ def waiting_text(status: ConversationStatus) -> str:
     """What waits for a person, as the task's status message says it."""
     lines = []
     for p in status.pending_confirmations:
-        lines.append(f"waiting for approval: {p.tool}({json.dumps(p.args, ensure_ascii=False)}) "
-                     f"[{p.risk}], call {p.ref or p.call_id}")
+        lines.append(approval_line(p.tool, p.args, p.risk, p.ref or p.call_id))
     q = status.pending_question
     if q is not None:
         options = f" (options: {' | '.join(q.options)})" if q.options else ""
@@ -176,7 +168,7 @@ def waiting_text(status: ConversationStatus) -> str:
 
 def task_of(status: ConversationStatus, turn: int) -> Task:
     """The turn as a task: its state, what waits in it, its answer as an artifact."""
-    cid, tid = status.workflow_id, task_id(status.workflow_id, turn)
+    cid, tid = status.workflow_id, turn_task(status.workflow_id, turn)
     if turn < status.turn:  # an earlier turn: it ended (its answer is in the audit trail)
         return Task(id=tid, context_id=cid, status=TaskStatus(state=TaskState.TASK_STATE_COMPLETED))
     artifacts, message = [], None
@@ -229,9 +221,9 @@ class ConversationTasks(RequestHandler):
         s = self._session()
         cid, turn = await self._send(s, self._who(context), params.message)
         if params.configuration.HasField("task_push_notification_config"):
-            pushes, by = await self._pushes(task_id(cid, turn), context)
+            pushes, by = await self._pushes(turn_task(cid, turn), context)
             await pushes.set(params.configuration.task_push_notification_config,
-                             task_id(cid, turn), by)
+                             turn_task(cid, turn), by)
         if params.configuration.return_immediately:
             return task_of(await s.status(cid), turn)
         return task_of(await self._settled(s, cid, turn), turn)

@@ -30,9 +30,8 @@ from ..activities.owner_limits import OwnerLimitActivities
 from ..activities.settings import ActivitySettings
 from ..activities.tool_runner import ToolActivities
 from ..activities.tools import BUILTIN_TOOLS, ToolRegistry, ToolSpec, default_registry
-from ..activities.tools.loader import ToolLoadError, load_tools
+from ..activities.tools.loader import load_tools
 from ..activities.tools.memory import MEMORY_TOOLS
-from ..activities.tools.registry import name_problem
 from ..activities.webhooks import WebhookActivities
 from ..client.connection import CONVERSATION_ATTRIBUTES, register_search_attributes
 from ..workflows.conversation import ConversationWorkflow
@@ -247,15 +246,8 @@ def tool_registry(settings: ActivitySettings, remote: Sequence[ToolSpec] = ()) -
     `AGENT_TOOLS` and of installed packages (`ToolLoadError` if one cannot be used)."""
     builtin = (*(BUILTIN_TOOLS if settings.builtin_tools else ()),
                *(MEMORY_TOOLS if settings.memory else ()))
-    tools = load_tools(settings.tool_modules, builtin)
-    taken = {spec.name for spec in tools}
-    for spec in remote:
-        problem = name_problem(spec.name) or (
-            f"agent {spec.name!r} is named as a tool the worker already has"
-            if spec.name in taken else None)
-        if problem is not None:
-            raise ToolLoadError("AGENT_A2A_AGENTS", problem)
-    return ToolRegistry([*tools, *remote])
+    return ToolRegistry(load_tools(settings.tool_modules, builtin,
+                                   [("AGENT_A2A_AGENTS", remote)]))
 
 
 def mcp_toolbox(settings: ActivitySettings) -> McpToolbox | None:

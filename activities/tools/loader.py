@@ -35,12 +35,15 @@ class ToolLoadError(Exception):
         self.reason = reason
 
 
-def load_tools(modules: Sequence[str], builtins: Sequence[ToolSpec] = ()) -> list[ToolSpec]:
-    """`builtins`, then the tools of `modules`, then those of the installed entry points, each
-    once (a module may re-export another's). Raises `ToolLoadError` for a source that cannot be
-    imported or defines no tools, and for a tool whose name is taken or not allowed."""
+def load_tools(modules: Sequence[str], builtins: Sequence[ToolSpec] = (),
+               more: Sequence[tuple[str, Sequence[ToolSpec]]] = ()) -> list[ToolSpec]:
+    """`builtins`, then the tools of `modules`, then those of the installed entry points, then
+    `more` (each a source's name and its tools: the remote agents'), each once (a module may
+    re-export another's). Raises `ToolLoadError` for a source that cannot be imported or defines
+    no tools, and for a tool whose name is taken or not allowed."""
     taken: dict[str, tuple[ToolSpec, str]] = {spec.name: (spec, BUILTIN) for spec in builtins}
-    for source, load in sources(modules):
+    given = [(source, partial(list, specs)) for source, specs in more if specs]
+    for source, load in [*sources(modules), *given]:
         try:
             found = tools_of(load())
         except Exception as err:  # whatever importing user code raises

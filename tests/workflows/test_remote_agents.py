@@ -227,7 +227,8 @@ def test_the_agents_file_says_what_is_wrong(tmp_path: Path, activity_settings):
     named_as_builtin, badly_named = asyncio.run(remote_agent_tools(RemoteAgentsFile.model_validate(
         {"agents": {"get_weather": {"card": "http://127.0.0.1:9/c.json"},
                     "a__b": {"card": "http://127.0.0.1:9/c.json"}}})))
-    with pytest.raises(ToolLoadError, match="'get_weather' is named as a tool the worker"):
+    with pytest.raises(ToolLoadError, match="AGENT_A2A_AGENTS: tool 'get_weather' is already "
+                                            "defined by the built-in tools"):
         tool_registry(activity_settings, [named_as_builtin])
     with pytest.raises(ToolLoadError, match="'__' is kept"):
         tool_registry(activity_settings, [badly_named])
